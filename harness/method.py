@@ -1,0 +1,251 @@
+"""The method plugin API.
+
+A method is one module in ``methods/`` (or a third-party package registered under the
+``harness.methods`` entry-point group) defining a :class:`Method` subclass decorated with
+:func:`register_method`.  It declares:
+
+* ``Params``: its hyperparameters (a pydantic model; unknown keys are errors);
+* ``loss_terms``: named loss terms, each computed by a ``loss_<name>`` method and weighted
+  by :meth:`Method.default_weights` (a recipe may override a weight or disable a term);
+* :meth:`Method.stages`: the training stages, each naming its data, its teacher (fine-tuned,
+  pre-trained or none), the teacher outputs it needs and the loss terms it uses;
+* :meth:`Method.build_student`, :meth:`Method.extra_modules` (learnable projections, trained
+  with the student but not counted as student parameters) and :meth:`Method.search_space`.
+
+The engine owns everything else: data, the teacher and its cache, the training loop,
+evaluation, checkpoint selection and the results store.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, ValidationError
+from torch import nn
+
+from harness.config import ConfigError, MethodRecipe, StudentConfig
+from harness.tasks import TaskSpec
+
+if TYPE_CHECKING:
+    import optuna
+    from transformers import PretrainedConfig
+
+TEACHER_OUTPUTS = frozenset({"logits", "hidden_states", "attentions", "embeddings"})
+"""What a stage may ask of the teacher.  ``logits`` come from the cache; the rest are
+computed on the fly by a teacher forward pass in the training loop."""
+
+ENTRY_POINT_GROUP = "harness.methods"
+
+
+class MethodParams(BaseModel):
+    """Base for a method's hyperparameters: strict, so a misspelt name is an error."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One training stage of a method."""
+
+    name: str
+    loss_terms: tuple[str, ...]
+    teacher: Literal["finetuned", "pretrained", "none"] = "finetuned"
+    teacher_outputs: frozenset[str] = frozenset({"logits"})
+    data: Literal["task"] = "task"
+    evaluate: bool = True
+    """Evaluate on dev during the stage and keep the best checkpoint (needs task logits)."""
+
+    def __post_init__(self) -> None:
+        unknown = set(self.teacher_outputs) - TEACHER_OUTPUTS
+        if unknown:
+            raise ValueError(f"stage {self.name!r}: unknown teacher outputs {sorted(unknown)}")
+        if self.teacher == "none" and self.teacher_outputs:
+            raise ValueError(f"stage {self.name!r}: no teacher, but asks for teacher outputs")
+
+
+@dataclass(frozen=True)
+class LossTerm:
+    name: str
+    description: str
+
+
+@dataclass
+class StudentContext:
+    """What a method needs to build its student."""
+
+    task: TaskSpec
+    shape_name: str
+    shape: StudentConfig
+    teacher_config: PretrainedConfig
+    teacher_state: dict[str, torch.Tensor] | None = None
+    """The teacher's weights, for students initialised from teacher layers."""
+
+
+@dataclass
+class TeacherView:
+    """Teacher outputs for one batch, as requested by the stage."""
+
+    logits: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class StepInputs:
+    """Everything a loss term may use for one batch."""
+
+    batch: dict[str, torch.Tensor]
+    student: Any
+    """The student's forward output (a transformers ModelOutput for BERT students)."""
+    teacher: TeacherView
+    task: TaskSpec
+    stage: Stage
+    extra: nn.ModuleDict
+    cache: dict[str, Any] = field(default_factory=dict)
+    """Scratch space shared by the terms of one step (e.g. a softmax computed once)."""
+
+
+class Method:
+    """Base class of a distillation method plugin."""
+
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+    Params: ClassVar[type[MethodParams]] = MethodParams
+    loss_terms: ClassVar[tuple[LossTerm, ...]] = ()
+
+    def __init__(self, params: MethodParams, weights: dict[str, float]) -> None:
+        self.params = params
+        self.weights = weights
+
+    # -- declared by plugins -------------------------------------------------------------
+    def stages(self, task: TaskSpec) -> list[Stage]:
+        raise NotImplementedError
+
+    def default_weights(self) -> dict[str, float]:
+        """Weights of the loss terms before recipe overrides; may depend on ``params``."""
+        return {term.name: 1.0 for term in self.loss_terms}
+
+    def build_student(self, context: StudentContext) -> nn.Module:
+        from harness.student import build_bert_student
+
+        return build_bert_student(context)
+
+    def extra_modules(self, context: StudentContext) -> nn.ModuleDict:
+        """Learnable modules trained with the student (projections); not part of it."""
+        return nn.ModuleDict()
+
+    def forward_student(self, student: nn.Module, batch: dict[str, torch.Tensor],
+                        stage: Stage) -> Any:
+        """Run the student; the default suits transformers sequence classifiers."""
+        return student(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            token_type_ids=batch.get("token_type_ids"),
+            output_hidden_states="hidden_states" in stage.teacher_outputs,
+        )
+
+    def search_space(self, trial: optuna.Trial) -> dict[str, Any]:
+        """Optuna search space as dotted recipe overrides, e.g. ``{"params.alpha": 0.5}``."""
+        return {}
+
+    # -- used by the engine --------------------------------------------------------------
+    def compute_losses(self, inputs: StepInputs) -> dict[str, torch.Tensor]:
+        """Unweighted values of the stage's active terms (weight 0 = not computed)."""
+        values = {}
+        for term in inputs.stage.loss_terms:
+            if self.weights.get(term, 0.0) != 0.0:
+                values[term] = getattr(self, f"loss_{term}")(inputs)
+        return values
+
+    def total_loss(self, values: dict[str, torch.Tensor]) -> torch.Tensor:
+        return sum(self.weights[name] * value for name, value in values.items())  # type: ignore[return-value]
+
+
+class MethodRegistry:
+    """Name -> Method class; built-ins from ``methods/``, others from entry points."""
+
+    def __init__(self) -> None:
+        self._methods: dict[str, type[Method]] = {}
+        self._discovered = False
+
+    def register(self, cls: type[Method]) -> type[Method]:
+        name = getattr(cls, "name", None)
+        if not name:
+            raise TypeError(f"{cls.__qualname__} must set a class attribute 'name'")
+        existing = self._methods.get(name)
+        if existing is not None and existing is not cls:
+            raise ValueError(f"method {name!r} registered twice ({existing} and {cls})")
+        for term in cls.loss_terms:
+            if not callable(getattr(cls, f"loss_{term.name}", None)):
+                raise TypeError(f"{cls.__qualname__}: loss term {term.name!r} has no "
+                                f"loss_{term.name} method")
+        self._methods[name] = cls
+        return cls
+
+    def discover(self) -> None:
+        if self._discovered:
+            return
+        self._discovered = True
+        import methods
+
+        for module in pkgutil.iter_modules(methods.__path__):
+            if not module.name.startswith("_"):
+                importlib.import_module(f"methods.{module.name}")
+        for entry in entry_points(group=ENTRY_POINT_GROUP):
+            loaded = entry.load()
+            if isinstance(loaded, type) and issubclass(loaded, Method):
+                self.register(loaded)
+
+    def names(self) -> list[str]:
+        self.discover()
+        return sorted(self._methods)
+
+    def get(self, name: str) -> type[Method]:
+        self.discover()
+        if name not in self._methods:
+            raise KeyError(f"unknown method {name!r}; registered methods: {', '.join(self.names())}")
+        return self._methods[name]
+
+    def items(self) -> Iterable[tuple[str, type[Method]]]:
+        self.discover()
+        return sorted(self._methods.items())
+
+
+registry = MethodRegistry()
+
+
+def register_method(cls: type[Method]) -> type[Method]:
+    """Class decorator: make a method available by its ``name``."""
+    return registry.register(cls)
+
+
+def instantiate(name: str, recipe: MethodRecipe | None = None) -> Method:
+    """Build a method from its recipe, validating params, weights and disabled terms."""
+    cls = registry.get(name)
+    recipe = recipe or MethodRecipe()
+    try:
+        params = cls.Params.model_validate(recipe.params)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(map(str, item['loc']))}: "
+            f"{'unknown parameter' if item['type'] == 'extra_forbidden' else item['msg']}"
+            for item in error.errors()
+        )
+        raise ConfigError(f"methods.{name}.params: {problems}") from None
+    term_names = {term.name for term in cls.loss_terms}
+    for key in [*recipe.loss_weights, *recipe.disabled_losses]:
+        if key not in term_names:
+            raise ConfigError(f"methods.{name}: unknown loss term {key!r}; "
+                              f"{name} has {sorted(term_names)}")
+    method = cls(params, {})
+    weights = {**method.default_weights(), **recipe.loss_weights}
+    for term in recipe.disabled_losses:
+        weights[term] = 0.0
+    method.weights = weights
+    return method

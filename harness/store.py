@@ -1,0 +1,51 @@
+"""Results store: one JSON record per run under ``results/``.
+
+Records are named by the hash of the run's resolved configuration and written atomically
+(temporary file, fsync, rename), so re-running a configuration finds it finished and a
+process killed mid-way leaves no partial record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+RECORD_VERSION = 1
+
+
+class ResultsStore:
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root)
+
+    def record_path(self, suite: str, method: str, task: str, name: str) -> Path:
+        return self.root / suite / method / task / f"{name}.json"
+
+    def find(self, run_hash: str) -> Path | None:
+        matches = list(self.root.glob(f"**/*{run_hash[:16]}.json"))
+        return matches[0] if matches else None
+
+    def load(self, path: Path) -> dict[str, Any]:
+        return json.loads(path.read_text())
+
+    def write(self, path: Path, record: dict[str, Any]) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        descriptor, temporary = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
+        try:
+            with os.fdopen(descriptor, "w") as handle:
+                json.dump(record, handle, indent=2, sort_keys=False, default=str)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temporary, path)
+        finally:
+            if os.path.exists(temporary):
+                os.unlink(temporary)
+        return path
+
+    def records(self) -> Iterator[dict[str, Any]]:
+        for path in sorted(self.root.glob("**/*.json")):
+            if not path.name.startswith("."):
+                yield self.load(path)

