@@ -10,9 +10,9 @@ from typing import Annotated
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import typer  # noqa: E402
+import typer
 
-from harness.config import ConfigError, available_suites, load_suite  # noqa: E402
+from harness.config import ConfigError, available_suites, load_suite
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Benchmark and ablation harness for knowledge distillation on GLUE.")

@@ -8,14 +8,16 @@ error that names its path (``teacher.training.lrr``) instead of being silently i
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 from harness.tasks import get_task
 
+_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 SUITES_DIR = Path(__file__).resolve().parent.parent / "suites"
 
 
@@ -44,10 +46,14 @@ class TrainConfig(StrictModel):
     log_every_steps: int = Field(25, gt=0)
 
 
-TrainOverride = create_model(  # every TrainConfig field, optional: for per-task / per-stage tweaks
+TrainOverride = create_model(  # every TrainConfig field, optional, same range checks
     "TrainOverride",
     __base__=StrictModel,
-    **{name: (field.annotation | None, None) for name, field in TrainConfig.model_fields.items()},
+    **{
+        name: ((Annotated[field.annotation, *field.metadata] if field.metadata
+                else field.annotation) | None, None)
+        for name, field in TrainConfig.model_fields.items()
+    },
 )
 
 
@@ -194,7 +200,10 @@ def parse_assignment(assignment: str) -> tuple[list[str], Any]:
     path = [part for part in key.strip().split(".") if part]
     if not path:
         raise ConfigError(f"--set {assignment!r}: empty key")
-    return path, yaml.safe_load(raw)
+    value = yaml.safe_load(raw)
+    if isinstance(value, str) and _FLOAT.fullmatch(value.strip()):
+        value = float(value)  # YAML 1.1 reads "1e-3" (no dot) as a string
+    return path, value
 
 
 def set_path(tree: dict[str, Any], path: list[str], value: Any) -> None:

@@ -155,7 +155,7 @@ def train_stage(
         student, optimizer, loader, scheduler)
     if any(True for _ in extra.parameters()):
         extra = accelerator.prepare(extra)
-    teacher_logits = (torch.from_numpy(np.asarray(teacher.train_logits, dtype=np.float32))
+    teacher_logits = (torch.tensor(np.asarray(teacher.train_logits), dtype=torch.float32)
                       if teacher.train_logits is not None else None)
     teacher_model = teacher.model
     if teacher_model is not None:
@@ -199,7 +199,7 @@ def train_stage(
                 loss = method.total_loss(values)
             if not torch.isfinite(loss):
                 raise NonFiniteLossError(stage.name, step,
-                                         {k: float(v) for k, v in values.items()})
+                                         {k: float(v.detach()) for k, v in values.items()})
             accelerator.backward(loss / config.grad_accum_steps)
             for name, value in values.items():
                 window[name].append(float(value.detach()))

@@ -209,7 +209,8 @@ class MethodRegistry:
     def get(self, name: str) -> type[Method]:
         self.discover()
         if name not in self._methods:
-            raise KeyError(f"unknown method {name!r}; registered methods: {', '.join(self.names())}")
+            known = ", ".join(self.names())
+            raise KeyError(f"unknown method {name!r}; registered methods: {known}")
         return self._methods[name]
 
     def items(self) -> Iterable[tuple[str, type[Method]]]:

@@ -11,12 +11,12 @@ import os
 import platform
 import socket
 import time
-import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from accelerate import Accelerator
@@ -244,11 +244,6 @@ class SuiteRunner:
             record["failure"] = {"stage": error.stage, "step": error.step,
                                  "losses": error.values}
             self.log(f"[failed] {error}")
-        except Exception:
-            record["status"] = "failed"
-            record["error"] = traceback.format_exc(limit=5)
-            self.store.write(path, {**record, "wall_seconds": time.perf_counter() - started})
-            raise
         record["wall_seconds"] = time.perf_counter() - started
         record["finished_at"] = datetime.now(timezone.utc).isoformat()
         self.store.write(path, record)
@@ -285,12 +280,16 @@ class SuiteRunner:
                 description=f"{method.name} {task.name} s{seed} {stage.name}")
             student = self.accelerator.unwrap_model(student)
             stage_results.append(result)
+        final_stage = method.stages(task)[-1]
+
+        def forward(batch):
+            return method.forward_student(student, batch, final_stage)
+
         dev = {}
         for split in task.dev_splits:
             logits = predict_logits(
                 student, prepared.splits[split], self.accelerator,
-                stage_configs[stage_results[-1].name].eval_batch_size,
-                forward=lambda b, s=method.stages(task)[-1]: method.forward_student(student, b, s))
+                stage_configs[final_stage.name].eval_batch_size, forward=forward)
             dev[split] = evaluator.score(logits, prepared.splits[split].labels)
         main_score = dev[task.selection_split][task.main_metric]
         seconds = sum(result.seconds for result in stage_results)

@@ -159,11 +159,18 @@ GLUE_TASKS: dict[str, TaskSpec] = {
 _ALIASES = {"sst-2": "sst2", "sts-b": "stsb", "cola-variant": "cola"}
 
 
+class UnknownTaskError(KeyError, ValueError):
+    """An unknown task name (a ValueError too, so recipe validation reports it in place)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 def get_task(name: str) -> TaskSpec:
     """Look a task up by harness name, GLUE folder name or common alias."""
     key = name.strip().lower()
     key = _ALIASES.get(key, key)
     if key not in GLUE_TASKS:
         known = ", ".join(GLUE_TASKS)
-        raise KeyError(f"unknown task {name!r}; known tasks: {known}")
+        raise UnknownTaskError(f"unknown task {name!r}; known tasks: {known}")
     return GLUE_TASKS[key]

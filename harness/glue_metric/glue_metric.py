@@ -7,9 +7,7 @@ against those libraries independently.
 """
 
 import datasets
-
 import evaluate
-
 import numpy as np
 
 _CLASSIFICATION = {"cola", "sst2", "mrpc", "qqp", "mnli", "mnli_matched", "mnli_mismatched",
@@ -34,7 +32,7 @@ def _matthews(predictions: np.ndarray, references: np.ndarray) -> float:
     classes = np.union1d(predictions, references)
     index = {c: i for i, c in enumerate(classes)}
     confusion = np.zeros((len(classes), len(classes)), dtype=np.float64)
-    for ref, pred in zip(references, predictions):
+    for ref, pred in zip(references, predictions, strict=True):
         confusion[index[ref], index[pred]] += 1
     total = confusion.sum()
     correct = np.trace(confusion)

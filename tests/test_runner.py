@@ -1,0 +1,155 @@
+"""Runs through the whole pipeline on tiny models: records, skipping, failures, guard rails,
+resume after SIGKILL, and the CLI around it."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from harness.cli import app
+from harness.config import load_suite
+from harness.method import registry
+from harness.runner import SuiteRunner
+from harness.teacher import TeacherError
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _runner(suite_file: Path, tmp_path: Path, overrides: list[str] | None = None, **kwargs):
+    suite = load_suite(str(suite_file), overrides)
+    return SuiteRunner(suite, tmp_path / "results", tmp_path / "cache", log=lambda _: None,
+                       **kwargs)
+
+
+def test_record_carries_what_reproduces_it_and_identical_rerun_is_skipped(
+        tiny_suite_file, tmp_path):
+    runner = _runner(tiny_suite_file, tmp_path)
+    first = runner.run_one("kd", "rte", seed=3)
+    record = json.loads(first.path.read_text())
+    assert record["status"] == "finished"
+    for key in ("config", "config_hash", "versions", "machine", "seeds", "data", "teacher",
+                "pct_of_teacher", "train_examples_per_second", "wall_seconds"):
+        assert key in record, key
+    assert record["data"]["fingerprint"] and record["versions"]["torch"]
+    assert record["seeds"]["run"] == 3
+    assert record["pct_of_teacher"] == pytest.approx(
+        100 * record["main_score"] / record["teacher"]["dev"]["dev"]["accuracy"])
+    stamp = first.path.stat().st_mtime_ns
+    again = _runner(tiny_suite_file, tmp_path).run_one("kd", "rte", seed=3)
+    assert again.status == "skipped" and again.path == first.path
+    assert first.path.stat().st_mtime_ns == stamp
+    changed = _runner(tiny_suite_file, tmp_path, ["methods.kd.params.alpha=0.9"])
+    assert changed.run_one("kd", "rte", seed=3).status == "finished"
+    assert len(list((tmp_path / "results").glob("**/*.json"))) == 2
+
+
+def test_teachers_are_cached_and_shared_across_methods_and_seeds(tiny_suite_file, tmp_path):
+    runner = _runner(tiny_suite_file, tmp_path)
+    runner.run_one("kd", "stsb", seed=1)
+    runner.run_one("finetune", "stsb", seed=2)
+    entries = [p for p in (tmp_path / "cache" / "teachers").iterdir() if not p.name.startswith(".")]
+    assert len(entries) == 1
+    fresh = _runner(tiny_suite_file, tmp_path)
+    started = time.perf_counter()
+    artifacts = fresh.teacher("stsb")
+    assert artifacts.path == entries[0] and time.perf_counter() - started < 30
+
+
+def test_diverging_loss_stops_and_records_the_failure(tiny_suite_file, tmp_path):
+    diverging = ["training.lr=1.0e+30", "training.max_steps=20", "training.max_grad_norm=null"]
+    runner = _runner(tiny_suite_file, tmp_path, diverging)
+    outcome = runner.run_one("finetune", "rte", seed=1)
+    assert outcome.status == "failed"
+    record = json.loads(outcome.path.read_text())
+    assert "non-finite loss" in record["error"] and record["failure"]["stage"] == "task"
+    again = _runner(tiny_suite_file, tmp_path, diverging).run_one("finetune", "rte", seed=1)
+    assert again.status == "skipped"
+
+
+def test_teacher_no_better_than_the_majority_baseline_is_refused(tiny_suite_file, tmp_path):
+    runner = _runner(tiny_suite_file, tmp_path, ["teacher.min_margin=1000"])
+    with pytest.raises(TeacherError, match="baseline"):
+        runner.run_one("kd", "rte", seed=1)
+    assert not list((tmp_path / "results").glob("**/*.json"))
+
+
+def test_unknown_stage_override_is_an_error_naming_it(tiny_suite_file, tmp_path):
+    from harness.config import ConfigError
+
+    runner = _runner(tiny_suite_file, tmp_path, ["methods.kd.stages.intermediate.lr=1e-4"])
+    with pytest.raises(ConfigError, match=r"methods\.kd\.stages\.intermediate"):
+        runner.run_one("kd", "rte", seed=1)
+
+
+def test_cli_lists_methods_suites_and_tasks():
+    cli = CliRunner()
+    methods = cli.invoke(app, ["list", "methods"])
+    assert methods.exit_code == 0 and "finetune" in methods.output and "kd" in methods.output
+    assert "glue-cpu" in cli.invoke(app, ["list", "suites"]).output
+    tasks = cli.invoke(app, ["list", "tasks"]).output
+    assert "dev_matched, dev_mismatched" in tasks and "regression" in tasks
+
+
+def test_cli_rejects_a_misspelt_option_naming_it(tiny_suite_file):
+    result = CliRunner().invoke(app, ["run", "--suite", str(tiny_suite_file),
+                                      "--set", "training.lrr=1e-3"])
+    assert result.exit_code == 2
+    assert "training.lrr" in result.output and "unknown key" in result.output
+
+
+def test_new_method_skeleton_registers_and_passes_the_contract(tiny_suite_file, tmp_path):
+    result = CliRunner().invoke(app, ["new-method", "my-kd", "--directory", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    path = tmp_path / "my_kd.py"
+    spec = importlib.util.spec_from_file_location("my_kd_plugin", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+        assert "my-kd" in registry.names()
+        runner = _runner(tiny_suite_file, tmp_path)
+        for task in ("rte", "stsb"):
+            assert runner.run_one("my-kd", task, seed=1).status == "finished"
+    finally:
+        registry._methods.pop("my-kd", None)
+
+
+def test_run_killed_midway_resumes_without_duplicate_or_partial_records(
+        tiny_suite_file, tmp_path):
+    suite = yaml.safe_load(tiny_suite_file.read_text())
+    suite["training"]["max_steps"] = 60
+    suite_file = tmp_path / "resume.yaml"
+    suite_file.write_text(yaml.safe_dump(suite))
+    results = tmp_path / "results"
+    command = [sys.executable, "-m", "harness.cli", "run", "--suite", str(suite_file),
+               "--method", "kd", "--method", "finetune", "--seeds", "1,2",
+               "--results", str(results), "--cache-dir", str(tmp_path / "cache")]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while time.time() < deadline and not list(results.glob("**/*.json")):
+        time.sleep(0.2)
+    time.sleep(1.0)  # well inside the next run
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    before = {p: p.read_bytes() for p in results.glob("**/*.json")}
+    assert 1 <= len(before) < 8
+    subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, timeout=600)
+    records = [json.loads(p.read_text()) for p in results.glob("**/*.json")]
+    assert len(records) == 8  # 2 tasks x 2 methods x 2 seeds
+    assert len({r["run_id"] for r in records}) == 8
+    assert all(r["status"] == "finished" for r in records)
+    assert not [p for p in results.rglob("*") if p.name.startswith(".tmp")]
+    for path, content in before.items():
+        assert path.read_bytes() == content  # finished records were not redone

@@ -1,0 +1,91 @@
+"""Student construction: shapes, initialisation from teacher weights, label order."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import BertConfig, BertModel
+
+from harness.config import StudentConfig
+from harness.method import StudentContext
+from harness.student import build_bert_student, count_parameters, evenly_spaced_layers
+from harness.tasks import get_task
+from harness.teacher import TeacherError, check_label_order
+
+
+def _teacher(layers: int = 4, hidden: int = 32) -> tuple[BertConfig, dict[str, torch.Tensor]]:
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=100, hidden_size=hidden, num_hidden_layers=layers,
+                        num_attention_heads=4, intermediate_size=64, max_position_embeddings=64)
+    return config, BertModel(config).state_dict()
+
+
+def test_evenly_spaced_layers_end_at_the_top_and_reject_deeper_students():
+    assert evenly_spaced_layers(12, 6) == [1, 3, 5, 7, 9, 11]
+    assert evenly_spaced_layers(6, 3) == [1, 3, 5]
+    assert evenly_spaced_layers(6, 6) == [0, 1, 2, 3, 4, 5]
+    with pytest.raises(ValueError, match="cannot take 7 layers"):
+        evenly_spaced_layers(6, 7)
+
+
+def test_teacher_layer_init_copies_exactly_the_chosen_layers():
+    config, state = _teacher(layers=4)
+    shape = StudentConfig(num_layers=2, hidden_size=32, num_heads=4, intermediate_size=64,
+                          init="teacher_layers", teacher_layers=[0, 3], embedding_init="teacher")
+    student = build_bert_student(StudentContext(get_task("rte"), "s", shape, config, state))
+    student_state = student.state_dict()
+    for student_layer, teacher_layer in enumerate([0, 3]):
+        for suffix in ("attention.self.query.weight", "output.dense.weight",
+                       "intermediate.dense.bias"):
+            copied = student_state[f"bert.encoder.layer.{student_layer}.{suffix}"]
+            assert torch.equal(copied, state[f"encoder.layer.{teacher_layer}.{suffix}"])
+    assert not torch.equal(student_state["bert.encoder.layer.1.attention.self.query.weight"],
+                           state["encoder.layer.1.attention.self.query.weight"])
+    assert torch.equal(student_state["bert.embeddings.word_embeddings.weight"],
+                       state["embeddings.word_embeddings.weight"])
+
+
+def test_teacher_layer_init_with_a_different_width_is_a_clear_error():
+    config, state = _teacher(hidden=32)
+    shape = StudentConfig(num_layers=2, hidden_size=16, num_heads=4, intermediate_size=32,
+                          init="teacher_layers")
+    with pytest.raises(ValueError, match="teacher's layer shape"):
+        build_bert_student(StudentContext(get_task("rte"), "s", shape, config, state))
+
+
+def test_pca_embeddings_are_the_teacher_rows_on_its_principal_directions():
+    config, state = _teacher(hidden=32)
+    shape = StudentConfig(num_layers=1, hidden_size=8, num_heads=2, intermediate_size=16,
+                          embedding_init="teacher_pca")
+    student = build_bert_student(StudentContext(get_task("sst2"), "s", shape, config, state))
+    words = state["embeddings.word_embeddings.weight"]
+    projected = student.bert.embeddings.word_embeddings.weight.detach()
+    # The projection is orthonormal and spans the top principal subspace: projecting the
+    # centred rows keeps at least as much variance as any other 8 coordinates would.
+    centred = words - words.mean(0)
+    singular = torch.linalg.svdvals(centred)
+    kept = ((projected - projected.mean(0)) ** 2).sum()
+    assert torch.isclose(kept, (singular[:8] ** 2).sum(), rtol=1e-4)
+
+
+def test_student_heads_and_labels_follow_the_task():
+    config, _ = _teacher()
+    shape = StudentConfig(num_layers=2, hidden_size=16, num_heads=4, intermediate_size=32)
+    mnli = build_bert_student(StudentContext(get_task("mnli"), "s", shape, config))
+    assert mnli.config.id2label == {0: "entailment", 1: "neutral", 2: "contradiction"}
+    stsb = build_bert_student(StudentContext(get_task("stsb"), "s", shape, config))
+    assert stsb.config.num_labels == 1 and stsb.config.problem_type == "regression"
+    counts = count_parameters(mnli)
+    embeddings = 100 * 16 + 64 * 16 + 2 * 16
+    assert counts["total"] - counts["non_embedding"] == embeddings
+
+
+def test_label_order_mismatch_stops_the_run():
+    config = BertConfig(num_labels=3)
+    config.id2label = {0: "contradiction", 1: "neutral", 2: "entailment"}
+    with pytest.raises(TeacherError, match="label order mismatch"):
+        check_label_order(get_task("mnli"), config, "teacher")
+    config.id2label = {0: "entailment", 1: "neutral", 2: "contradiction"}
+    check_label_order(get_task("mnli"), config, "teacher")
+    with pytest.raises(TeacherError, match="3 outputs"):
+        check_label_order(get_task("rte"), config, "teacher")
