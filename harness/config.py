@@ -50,7 +50,7 @@ TrainOverride = create_model(  # every TrainConfig field, optional, same range c
     "TrainOverride",
     __base__=StrictModel,
     **{
-        name: ((Annotated[field.annotation, *field.metadata] if field.metadata
+        name: ((Annotated[(field.annotation, *field.metadata)] if field.metadata
                 else field.annotation) | None, None)
         for name, field in TrainConfig.model_fields.items()
     },
