@@ -22,8 +22,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # The embedded offline default: the glue-cpu suite with the most complete method.
+# RESULTS picks the results store; ARGS passes more options (e.g. ARGS="--seeds 1").
+RESULTS ?= results
+ARGS ?=
 run: $(STAMP)
-	$(BIN)/harness run --suite glue-cpu
+	$(BIN)/harness run --suite glue-cpu --results $(RESULTS) $(ARGS)
 
 test: $(STAMP)
 	$(BIN)/pytest -q
