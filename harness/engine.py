@@ -163,7 +163,7 @@ def train_stage(
 
     best_score = -math.inf
     best_state: dict[str, torch.Tensor] | None = None
-    window: dict[str, list[float]] = defaultdict(list)
+    window: dict[str, list[torch.Tensor]] = defaultdict(list)
     step = 0
     epoch = 0
     started = time.perf_counter()
@@ -202,8 +202,8 @@ def train_stage(
                                          {k: float(v.detach()) for k, v in values.items()})
             accelerator.backward(loss / config.grad_accum_steps)
             for name, value in values.items():
-                window[name].append(float(value.detach()))
-            window["loss"].append(float(loss.detach()))
+                window[name].append(value.detach())
+            window["loss"].append(loss.detach())
             result.examples_seen += int(batch["row"].shape[0]) * accelerator.num_processes
             if (batch_index + 1) % config.grad_accum_steps and batch_index + 1 < len(loader):
                 continue
@@ -217,7 +217,8 @@ def train_stage(
             step += 1
             progress.update(1)
             if step % config.log_every_steps == 0 or step == total_steps:
-                means = {name: float(np.mean(vals)) for name, vals in window.items()}
+                means = {name: torch.stack(vals).float().mean().item()
+                         for name, vals in window.items()}
                 result.history.append({"step": step, "epoch": epoch + batch_index /
                                        batches_per_epoch, "lr": scheduler.get_last_lr()[0],
                                        **means})
