@@ -240,3 +240,32 @@ def test_padding_masks_mark_real_tokens():
                                     [False, False, False]]
     with pytest.raises(ValueError, match="batch, length"):
         padding_key_mask(attention_mask[:, None, None, :])
+
+
+def test_attention_loss_on_padded_captured_scores_equals_the_unpadded_rows():
+    """End to end: the huge mask values in captured scores never reach the loss."""
+    from harness.distill_losses import attention_score_loss
+
+    torch.manual_seed(0)
+    teacher = BertModel(bert_config(layers=2)).eval()
+    student = BertModel(bert_config(layers=1)).eval()
+    batch = padded_batch()
+    squared_errors, pairs = torch.zeros(()), 0
+    with capture_attention_scores(teacher) as teacher_capture, \
+            capture_attention_scores(student) as student_capture:
+        with torch.inference_mode():
+            teacher(**batch)
+        student(**batch)
+        loss = attention_score_loss(student_capture.scores[0], teacher_capture.layer(2),
+                                    batch["attention_mask"])
+        for row, length in enumerate(LENGTHS):
+            alone = {key: value[row:row + 1, :length] for key, value in batch.items()}
+            with torch.inference_mode():
+                teacher(**alone)
+            student(**alone)
+            difference = student_capture.scores[0] - teacher_capture.layer(2)
+            squared_errors = squared_errors + difference.pow(2).sum()
+            pairs += HEADS * length * length
+    torch.testing.assert_close(loss, squared_errors / pairs, rtol=1e-5, atol=1e-6)
+    (gradient,) = torch.autograd.grad(loss, student.encoder.layer[0].attention.self.query.weight)
+    assert torch.isfinite(gradient).all() and gradient.abs().sum() > 0
