@@ -1,0 +1,101 @@
+"""Intermediate-layer distillation losses (TinyBERT's L_embd, L_hidn, L_attn).
+
+Plain functions over tensors, usable by any method.  All of them ignore padding: only
+real tokens (``attention_mask == 1``) enter the averages, so padded positions, whatever
+they hold (zeros, the -1e4 or dtype-minimum mask value in attention scores, garbage),
+neither change the value nor receive gradient.  The authors' TinyBERT code averages over
+every position instead (padded ones included, attention entries holding the mask value
+zeroed first), which dilutes the loss by the amount of padding in the batch; averaging over
+real tokens makes the value independent of how the batch was padded.
+
+The prediction-layer loss is :func:`harness.losses.soft_cross_entropy`, re-exported here.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from harness.capture import token_pair_mask
+from harness.losses import soft_cross_entropy
+
+__all__ = ["attention_score_loss", "embedding_loss", "hidden_loss", "soft_cross_entropy"]
+
+
+def embedding_loss(student_embeddings: torch.Tensor, teacher_embeddings: torch.Tensor,
+                   projection: nn.Module | None, attention_mask: torch.Tensor) -> torch.Tensor:
+    """L_embd = MSE(E_S W_e, E_T) over real tokens.
+
+    ``student_embeddings`` (batch, length, d'), ``teacher_embeddings`` (batch, length, d),
+    ``projection`` the learnable W_e mapping d' -> d (None when d' == d and no projection is
+    wanted), ``attention_mask`` (batch, length) with 1 for real tokens.  The mean runs over
+    real token positions x the teacher's hidden dimensions.
+    """
+    return _projected_token_mse(student_embeddings, teacher_embeddings, projection,
+                                attention_mask, "embedding_loss")
+
+
+def hidden_loss(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor,
+                projection: nn.Module | None, attention_mask: torch.Tensor) -> torch.Tensor:
+    """L_hidn = MSE(H_S W_h, H_T) for one mapped layer pair, over real tokens.
+
+    Same shapes and averaging as :func:`embedding_loss`; H is a Transformer layer's output
+    (``hidden_states[m]`` of a transformers model, m >= 1).
+    """
+    return _projected_token_mse(student_hidden, teacher_hidden, projection, attention_mask,
+                                "hidden_loss")
+
+
+def attention_score_loss(student_scores: torch.Tensor, teacher_scores: torch.Tensor,
+                         attention_mask: torch.Tensor) -> torch.Tensor:
+    """L_attn = (1/h) sum_i MSE(A_i^S, A_i^T) over pairs of real tokens.
+
+    Scores are (batch, heads, length, length) unnormalised attention scores (see
+    :mod:`harness.capture`).  Each head's MSE averages over every (query, key) pair of real
+    tokens in the batch; pairs with a padded query or key are excluded, so the padding
+    mask's huge negative values never enter the loss.  TinyBERT compares head i of the
+    student with head i of the teacher, so the head counts must be equal.
+    """
+    if student_scores.dim() != 4 or teacher_scores.dim() != 4:
+        raise ValueError("attention_score_loss expects (batch, heads, length, length) scores, "
+                         f"got {tuple(student_scores.shape)} and {tuple(teacher_scores.shape)}")
+    student_heads, teacher_heads = student_scores.shape[1], teacher_scores.shape[1]
+    if student_heads != teacher_heads:
+        raise ValueError(f"attention_score_loss needs as many student heads as teacher heads "
+                         f"(student {student_heads}, teacher {teacher_heads}): TinyBERT "
+                         "matches attention head by head")
+    if student_scores.shape != teacher_scores.shape:
+        raise ValueError(f"attention_score_loss: student scores {tuple(student_scores.shape)} "
+                         f"and teacher scores {tuple(teacher_scores.shape)} differ in shape")
+    batch, _, length, _ = student_scores.shape
+    if attention_mask.shape != (batch, length):
+        raise ValueError(f"attention_score_loss: attention mask {tuple(attention_mask.shape)} "
+                         f"does not match scores (batch {batch}, length {length})")
+    # Every head has the same real pairs, so the mean over (head, pair) entries equals the
+    # mean over heads of the per-head MSEs.  Boolean indexing keeps padded entries out of
+    # both the forward value and the backward pass.
+    real_pairs = token_pair_mask(attention_mask).expand_as(student_scores)
+    return F.mse_loss(student_scores[real_pairs].float(), teacher_scores[real_pairs].float())
+
+
+def _projected_token_mse(student: torch.Tensor, teacher: torch.Tensor,
+                         projection: nn.Module | None, attention_mask: torch.Tensor,
+                         name: str) -> torch.Tensor:
+    if student.dim() != 3 or teacher.dim() != 3:
+        raise ValueError(f"{name} expects (batch, length, hidden) tensors, got "
+                         f"{tuple(student.shape)} and {tuple(teacher.shape)}")
+    if student.shape[:2] != teacher.shape[:2] or attention_mask.shape != student.shape[:2]:
+        raise ValueError(f"{name}: student {tuple(student.shape)}, teacher "
+                         f"{tuple(teacher.shape)} and attention mask "
+                         f"{tuple(attention_mask.shape)} disagree on (batch, length)")
+    real_tokens = attention_mask.bool()
+    # Select before projecting: padded rows never reach the projection, so garbage there
+    # cannot leak into the projection's gradient (0 * NaN is NaN).
+    student_real = student[real_tokens]
+    if projection is not None:
+        student_real = projection(student_real)
+    if student_real.shape[-1] != teacher.shape[-1]:
+        raise ValueError(f"{name}: student width {student_real.shape[-1]} (after projection) "
+                         f"differs from teacher width {teacher.shape[-1]}; pass a projection")
+    return F.mse_loss(student_real.float(), teacher[real_tokens].float())
