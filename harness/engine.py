@@ -14,6 +14,7 @@ import math
 import sys
 import time
 from collections import defaultdict
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,7 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
+from harness.capture import capture_attention_scores
 from harness.config import TrainConfig
 from harness.features import BucketBatchSampler, EncodedSplit, PaddingCollator
 from harness.method import Method, Stage, StepInputs, TeacherView
@@ -158,6 +160,10 @@ def train_stage(
     teacher_logits = (torch.tensor(np.asarray(teacher.train_logits), dtype=torch.float32)
                       if teacher.train_logits is not None else None)
     teacher_model = teacher.model
+    live_outputs = set(stage.teacher_outputs) - {"logits"}
+    if live_outputs and teacher_model is None:
+        raise ValueError(f"stage {stage.name!r} asks the teacher for {sorted(live_outputs)}, "
+                         "which need a live teacher model; none was given")
     if teacher_model is not None:
         teacher_model.to(accelerator.device).eval()
 
@@ -172,79 +178,86 @@ def train_stage(
                     mininterval=1.0 if sys.stderr.isatty() else 30.0, leave=False)
     student.train()
     extra.train()
-    while step < total_steps:
-        sampler.set_epoch(epoch)
-        for batch_index, batch in enumerate(loader):
-            with autocast(accelerator, config.mixed_precision):
-                view = TeacherView()
-                if teacher_logits is not None:
-                    view.logits = teacher_logits[batch["row"].cpu()].to(accelerator.device)
-                if teacher_model is not None:
-                    with torch.inference_mode():
-                        out = teacher_model(
-                            input_ids=batch["input_ids"],
-                            attention_mask=batch["attention_mask"],
-                            token_type_ids=batch["token_type_ids"],
-                            output_hidden_states="hidden_states" in stage.teacher_outputs,
-                            output_attentions="attentions" in stage.teacher_outputs,
-                        )
-                    view.hidden_states = getattr(out, "hidden_states", None)
-                    view.attentions = getattr(out, "attentions", None)
-                    if view.logits is None and "logits" in stage.teacher_outputs:
-                        view.logits = out.logits
-                student_out = method.forward_student(student, batch, stage)
-                inputs = StepInputs(batch=batch, student=student_out, teacher=view, task=task,
-                                    stage=stage, extra=extra)
-                values = method.compute_losses(inputs)
-                loss = method.total_loss(values)
-            if not torch.isfinite(loss):
-                raise NonFiniteLossError(stage.name, step,
-                                         {k: float(v.detach()) for k, v in values.items()})
-            accelerator.backward(loss / config.grad_accum_steps)
-            for name, value in values.items():
-                window[name].append(value.detach())
-            window["loss"].append(loss.detach())
-            result.examples_seen += int(batch["row"].shape[0]) * accelerator.num_processes
-            if (batch_index + 1) % config.grad_accum_steps and batch_index + 1 < len(loader):
-                continue
-            if config.max_grad_norm is not None:
-                accelerator.clip_grad_norm_(
-                    [p for group in optimizer.param_groups for p in group["params"]],
-                    config.max_grad_norm)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            step += 1
-            progress.update(1)
-            if step % config.log_every_steps == 0 or step == total_steps:
-                means = {name: torch.stack(vals).float().mean().item()
-                         for name, vals in window.items()}
-                result.history.append({"step": step, "epoch": epoch + batch_index /
-                                       batches_per_epoch, "lr": scheduler.get_last_lr()[0],
-                                       **means})
-                result.final_losses = {k: v for k, v in means.items() if k != "loss"}
-                result.final_losses["total"] = means["loss"]
-                progress.set_postfix({k: f"{v:.3g}" for k, v in means.items()}, refresh=False)
-                window.clear()
-            if stage.evaluate and eval_split is not None and (
-                    step % eval_every == 0 or step == total_steps):
-                logits = predict_logits(
-                    student, eval_split, accelerator, config.eval_batch_size,
-                    config.mixed_precision,
-                    forward=lambda b: method.forward_student(student, b, stage))
-                metrics = evaluator.score(logits, eval_split.labels)
-                result.evaluations.append({"step": step, "epoch": epoch + 1, **metrics})
-                main = metrics[task.main_metric]
-                if main > best_score:
-                    best_score = main
-                    result.best_metrics = metrics
-                    result.best_step = step
-                    best_state = {k: v.detach().cpu().clone() for k, v in
-                                  accelerator.unwrap_model(student).state_dict().items()}
-                student.train()
-            if step >= total_steps:
-                break
-        epoch += 1
+    with ExitStack() as stack:
+        # Entered once for the stage: every teacher forward below records its pre-softmax
+        # attention scores; the teacher's attention implementation is restored on exit.
+        teacher_scores = (stack.enter_context(capture_attention_scores(teacher_model))
+                          if "attention_scores" in stage.teacher_outputs else None)
+        while step < total_steps:
+            sampler.set_epoch(epoch)
+            for batch_index, batch in enumerate(loader):
+                with autocast(accelerator, config.mixed_precision):
+                    view = TeacherView()
+                    if teacher_logits is not None:
+                        view.logits = teacher_logits[batch["row"].cpu()].to(accelerator.device)
+                    if teacher_model is not None:
+                        with torch.inference_mode():
+                            out = teacher_model(
+                                input_ids=batch["input_ids"],
+                                attention_mask=batch["attention_mask"],
+                                token_type_ids=batch["token_type_ids"],
+                                output_hidden_states="hidden_states" in stage.teacher_outputs,
+                                output_attentions="attentions" in stage.teacher_outputs,
+                            )
+                        view.hidden_states = getattr(out, "hidden_states", None)
+                        view.attentions = getattr(out, "attentions", None)
+                        if teacher_scores is not None:
+                            view.attention_scores = teacher_scores.scores
+                        if view.logits is None and "logits" in stage.teacher_outputs:
+                            view.logits = out.logits
+                    student_out = method.forward_student(student, batch, stage)
+                    inputs = StepInputs(batch=batch, student=student_out, teacher=view, task=task,
+                                        stage=stage, extra=extra)
+                    values = method.compute_losses(inputs)
+                    loss = method.total_loss(values)
+                if not torch.isfinite(loss):
+                    raise NonFiniteLossError(stage.name, step,
+                                             {k: float(v.detach()) for k, v in values.items()})
+                accelerator.backward(loss / config.grad_accum_steps)
+                for name, value in values.items():
+                    window[name].append(value.detach())
+                window["loss"].append(loss.detach())
+                result.examples_seen += int(batch["row"].shape[0]) * accelerator.num_processes
+                if (batch_index + 1) % config.grad_accum_steps and batch_index + 1 < len(loader):
+                    continue
+                if config.max_grad_norm is not None:
+                    accelerator.clip_grad_norm_(
+                        [p for group in optimizer.param_groups for p in group["params"]],
+                        config.max_grad_norm)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                step += 1
+                progress.update(1)
+                if step % config.log_every_steps == 0 or step == total_steps:
+                    means = {name: torch.stack(vals).float().mean().item()
+                             for name, vals in window.items()}
+                    result.history.append({"step": step, "epoch": epoch + batch_index /
+                                           batches_per_epoch, "lr": scheduler.get_last_lr()[0],
+                                           **means})
+                    result.final_losses = {k: v for k, v in means.items() if k != "loss"}
+                    result.final_losses["total"] = means["loss"]
+                    progress.set_postfix({k: f"{v:.3g}" for k, v in means.items()}, refresh=False)
+                    window.clear()
+                if stage.evaluate and eval_split is not None and (
+                        step % eval_every == 0 or step == total_steps):
+                    logits = predict_logits(
+                        student, eval_split, accelerator, config.eval_batch_size,
+                        config.mixed_precision,
+                        forward=lambda b: method.forward_student(student, b, stage))
+                    metrics = evaluator.score(logits, eval_split.labels)
+                    result.evaluations.append({"step": step, "epoch": epoch + 1, **metrics})
+                    main = metrics[task.main_metric]
+                    if main > best_score:
+                        best_score = main
+                        result.best_metrics = metrics
+                        result.best_step = step
+                        best_state = {k: v.detach().cpu().clone() for k, v in
+                                      accelerator.unwrap_model(student).state_dict().items()}
+                    student.train()
+                if step >= total_steps:
+                    break
+            epoch += 1
     progress.close()
     result.steps = step
     result.seconds = time.perf_counter() - started

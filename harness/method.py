@@ -36,9 +36,12 @@ if TYPE_CHECKING:
     import optuna
     from transformers import PretrainedConfig
 
-TEACHER_OUTPUTS = frozenset({"logits", "hidden_states", "attentions", "embeddings"})
+TEACHER_OUTPUTS = frozenset({"logits", "hidden_states", "attentions", "attention_scores",
+                             "embeddings"})
 """What a stage may ask of the teacher.  ``logits`` come from the cache; the rest are
-computed on the fly by a teacher forward pass in the training loop."""
+computed on the fly by a teacher forward pass in the training loop.  ``attention_scores``
+are the unnormalised (pre-softmax) scores of every Transformer layer, captured through
+:func:`harness.capture.capture_attention_scores`."""
 
 ENTRY_POINT_GROUP = "harness.methods"
 
@@ -94,6 +97,9 @@ class TeacherView:
     logits: torch.Tensor | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
+    attention_scores: list[torch.Tensor] | None = None
+    """(batch, heads, length, length) pre-softmax scores of Transformer layers 1..N (list
+    index n - 1), padding mask included; see :class:`harness.capture.ScoreCapture`."""
 
 
 @dataclass

@@ -317,6 +317,12 @@ class SuiteRunner:
 
     def _teacher_runtime(self, stage, teacher: TeacherArtifacts,
                          prepared: PreparedTask) -> TeacherRuntime:
+        """Cached logits and/or a live teacher model for the stage's teacher outputs.
+
+        Every output but ``logits`` needs a live model.  Softmax ``attentions`` need eager
+        attention (the default "sdpa" returns none); ``attention_scores`` do not: the engine
+        captures them through an attention implementation it installs for the stage.
+        """
         if stage.teacher == "none":
             return TeacherRuntime()
         live = set(stage.teacher_outputs) - {"logits"}
