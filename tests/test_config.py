@@ -110,7 +110,10 @@ def test_shipped_suites_load_and_validate(name: str) -> None:
         assert isinstance(suite.train_config(task), TrainConfig)
         assert isinstance(suite.teacher_train_config(task), TrainConfig)
     for method in suite.methods:
-        instantiate(method, suite.recipe(method))
+        recipe = suite.recipe(method)
+        plugin = instantiate(method, recipe)
+        for task in suite.tasks:  # stage budgets name stages the method has
+            assert set(recipe.stages) <= {stage.name for stage in plugin.stages(get_task(task))}
 
 
 def test_shipped_suite_by_path() -> None:
