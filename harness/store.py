@@ -35,6 +35,7 @@ class ResultsStore:
         path.parent.mkdir(parents=True, exist_ok=True)
         descriptor, temporary = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
         try:
+            os.fchmod(descriptor, 0o644)  # mkstemp's 0600 would hide records from other users
             with os.fdopen(descriptor, "w") as handle:
                 json.dump(record, handle, indent=2, sort_keys=False, default=str)
                 handle.flush()
