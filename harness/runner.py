@@ -248,9 +248,10 @@ class SuiteRunner:
         record["finished_at"] = datetime.now(timezone.utc).isoformat()
         self.store.write(path, record)
         if record["status"] == "finished":
+            ratio = record["pct_of_teacher"]
+            share = f"{ratio:.1f}% of teacher" if ratio is not None else "teacher scores 0"
             self.log(f"[done] {method_name} {task.name} seed {seed}: {task.main_metric} "
-                     f"{record['main_score']:.2f} ({record['pct_of_teacher']:.1f}% of teacher) "
-                     f"in {record['wall_seconds']:.0f}s")
+                     f"{record['main_score']:.2f} ({share}) in {record['wall_seconds']:.0f}s")
         return RunOutcome(method_name, task.name, seed, record["status"], path,
                           record.get("main_score"))
 
@@ -298,7 +299,9 @@ class SuiteRunner:
             "dev": dev,
             "main_score": main_score,
             "teacher_main_score": teacher.main_score,
-            "pct_of_teacher": 100.0 * main_score / teacher.main_score,
+            # None when the teacher scores 0 (e.g. an MCC of 0): no meaningful ratio.
+            "pct_of_teacher": (100.0 * main_score / teacher.main_score
+                               if teacher.main_score else None),
             "parameters": count_parameters(student),
             "extra_parameters": sum(p.numel() for p in extra.parameters()),
             "train_seconds": seconds,

@@ -34,6 +34,9 @@ def test_kd_on_real_cola_with_the_offline_teacher(tmp_path):
     assert record["teacher"]["parameters"] > 20_000_000
     assert set(record["dev"]["dev"]) == {"matthews_correlation"}
     assert -100 <= record["main_score"] <= 100
+    teacher_score = record["teacher_main_score"]
+    expected = 100 * record["main_score"] / teacher_score if teacher_score else None
+    assert record["pct_of_teacher"] == expected
     assert record["parameters"]["non_embedding"] * 4 <= 10_700_000  # <= 1/4 of the teacher's
     logits = runner.teacher("cola").logits("dev")
     assert logits.shape == (516, 2)
