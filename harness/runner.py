@@ -181,8 +181,8 @@ class SuiteRunner:
             "loss_weights": method.weights,
             "stages": {name: config.model_dump() for name, config in stage_configs.items()},
             "teacher": {"checkpoint": self.checkpoint.spec, "key": self.teacher_key(prepared)},
-            "data": {
-                "source": prepared.data.source,
+            "data": {  # content, not location: the same data hashes alike anywhere
+                "source": self.suite.data.source,
                 "fingerprint": prepared.data.fingerprint,
                 "max_train_examples": self.suite.data.max_train_examples.get(task.name),
                 "subsample_seed": self.suite.data.subsample_seed,
@@ -221,7 +221,7 @@ class SuiteRunner:
             "teacher": {"checkpoint": self.checkpoint.spec, "key": teacher.key,
                         "dev": teacher.dev_metrics, "baseline": teacher.summary["baseline"],
                         "parameters": teacher.summary["parameters"]},
-            "data": {"source": prepared.data.source, "fingerprint": prepared.data.fingerprint,
+            "data": {"source": self.suite.data.source, "fingerprint": prepared.data.fingerprint,
                      "files": prepared.data.files,
                      "train_examples": len(prepared.splits["train"])},
             "seeds": {"run": seed, "teacher": self.suite.teacher.seed,

@@ -16,6 +16,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from harness.cache import content_hash
 from harness.cli import app
 from harness.config import load_suite
 from harness.method import registry
@@ -153,3 +154,18 @@ def test_run_killed_midway_resumes_without_duplicate_or_partial_records(
     assert not [p for p in results.rglob("*") if p.name.startswith(".tmp")]
     for path, content in before.items():
         assert path.read_bytes() == content  # finished records were not redone
+
+
+def test_run_id_depends_on_data_content_not_on_where_it_lives(
+        tiny_suite_file, tiny_data_dir, tmp_path):
+    import shutil
+
+    moved = tmp_path / "elsewhere" / "glue"
+    shutil.copytree(tiny_data_dir, moved)
+    first = _runner(tiny_suite_file, tmp_path).resolve("kd", "rte", 1)[1]
+    second = _runner(tiny_suite_file, tmp_path, [f"data.dir={moved}"]).resolve("kd", "rte", 1)[1]
+    assert content_hash(first) == content_hash(second)
+    (moved / "RTE" / "train.tsv").write_text(
+        (moved / "RTE" / "train.tsv").read_text().replace("\t1\t", "\t0\t", 1))
+    changed = _runner(tiny_suite_file, tmp_path, [f"data.dir={moved}"]).resolve("kd", "rte", 1)[1]
+    assert content_hash(changed) != content_hash(first)
