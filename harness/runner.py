@@ -221,7 +221,7 @@ class SuiteRunner:
             "teacher": {"checkpoint": self.checkpoint.spec, "key": teacher.key,
                         "dev": teacher.dev_metrics, "baseline": teacher.summary["baseline"],
                         "parameters": teacher.summary["parameters"]},
-            "data": {"source": self.suite.data.source, "fingerprint": prepared.data.fingerprint,
+            "data": {"source": prepared.data.source, "fingerprint": prepared.data.fingerprint,
                      "files": prepared.data.files,
                      "train_examples": len(prepared.splits["train"])},
             "seeds": {"run": seed, "teacher": self.suite.teacher.seed,
