@@ -9,7 +9,6 @@ selection on the task's main metric, and a hard stop on a non-finite loss.
 
 from __future__ import annotations
 
-import copy
 import math
 import sys
 import time
@@ -266,8 +265,3 @@ def train_stage(
         unwrapped.load_state_dict(best_state)
     accelerator.free_memory()
     return result
-
-
-def snapshot(model: nn.Module) -> nn.Module:
-    """A detached copy of a model (used to keep a stage's output)."""
-    return copy.deepcopy(model)

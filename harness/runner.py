@@ -21,7 +21,6 @@ from typing import Any
 import torch
 from accelerate import Accelerator
 from accelerate.utils import set_seed
-from torch import nn
 
 from harness.cache import ArtifactCache, content_hash, default_cache_dir
 from harness.config import ConfigError, SuiteConfig, TrainConfig
@@ -349,9 +348,3 @@ class SuiteRunner:
             outcomes.append(self.run_one(method, task, seed))
         return outcomes
 
-    def prepare_teachers(self, tasks: list[str]) -> list[TeacherArtifacts]:
-        return [self.teacher(task) for task in tasks]
-
-
-def unwrap(model: nn.Module) -> nn.Module:
-    return getattr(model, "module", model)
