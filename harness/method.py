@@ -36,10 +36,10 @@ if TYPE_CHECKING:
     import optuna
     from transformers import PretrainedConfig
 
-TEACHER_OUTPUTS = frozenset({"logits", "hidden_states", "attentions", "attention_scores",
-                             "embeddings"})
+TEACHER_OUTPUTS = frozenset({"logits", "hidden_states", "attentions", "attention_scores"})
 """What a stage may ask of the teacher.  ``logits`` come from the cache; the rest are
-computed on the fly by a teacher forward pass in the training loop.  ``attention_scores``
+computed on the fly by a teacher forward pass in the training loop (the embedding output
+is ``hidden_states[0]``).  ``attention_scores``
 are the unnormalised (pre-softmax) scores of every Transformer layer, captured through
 :func:`harness.capture.capture_attention_scores`."""
 
@@ -60,7 +60,6 @@ class Stage:
     loss_terms: tuple[str, ...]
     teacher: Literal["finetuned", "pretrained", "none"] = "finetuned"
     teacher_outputs: frozenset[str] = frozenset({"logits"})
-    data: Literal["task"] = "task"
     evaluate: bool = True
     """Evaluate on dev during the stage and keep the best checkpoint (needs task logits)."""
 

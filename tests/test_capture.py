@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 from transformers import (
@@ -22,6 +20,7 @@ from harness.capture import (
     padding_key_mask,
     token_pair_mask,
 )
+from tests.reference_formulas import manual_attention_scores
 
 VOCAB, HIDDEN, HEADS = 60, 32, 4
 HEAD_DIM = HIDDEN // HEADS
@@ -43,14 +42,7 @@ def padded_batch(lengths: tuple[int, ...] = LENGTHS, seed: int = 1) -> dict[str,
 
 
 def manual_scores(self_attention: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
-    """(batch, heads, L, L) Q_i K_i^T / sqrt(d), head by head from the layer's own weights."""
-    per_head = []
-    for head in range(HEADS):
-        rows = slice(head * HEAD_DIM, (head + 1) * HEAD_DIM)
-        query = hidden @ self_attention.query.weight[rows].T + self_attention.query.bias[rows]
-        key = hidden @ self_attention.key.weight[rows].T + self_attention.key.bias[rows]
-        per_head.append(query @ key.transpose(1, 2) / math.sqrt(HEAD_DIM))
-    return torch.stack(per_head, dim=1)
+    return manual_attention_scores(self_attention, hidden, HEADS)
 
 
 def test_scores_equal_manual_qk_on_real_tokens_and_padded_keys_hold_the_mask_value():

@@ -6,7 +6,6 @@ tokens of a padded batch, from the models' own hidden states and query/key weigh
 
 from __future__ import annotations
 
-import math
 import tempfile
 
 import pytest
@@ -19,6 +18,7 @@ from harness.config import ConfigError, MethodRecipe, StudentConfig
 from harness.method import Method, StepInputs, StudentContext, TeacherView, instantiate
 from harness.student import classifier_config
 from harness.tasks import TaskSpec, get_task
+from tests.reference_formulas import manual_attention_scores
 
 VOCAB, HEADS = 50, 4
 TEACHER_LAYERS, TEACHER_HIDDEN = 4, 32
@@ -103,14 +103,7 @@ def manual_scores(model: BertForSequenceClassification, hidden_states, layer: in
     """(batch, heads, L, L) Q_i K_i^T / sqrt(d_k) of Transformer layer ``layer`` (1-based)."""
     attention = model.bert.encoder.layer[layer - 1].attention.self
     hidden = hidden_states[layer - 1]
-    head_dim = model.config.hidden_size // HEADS
-    per_head = []
-    for head in range(HEADS):
-        rows = slice(head * head_dim, (head + 1) * head_dim)
-        query = hidden @ attention.query.weight[rows].T + attention.query.bias[rows]
-        key = hidden @ attention.key.weight[rows].T + attention.key.bias[rows]
-        per_head.append(query @ key.transpose(1, 2) / math.sqrt(head_dim))
-    return torch.stack(per_head, dim=1)
+    return manual_attention_scores(attention, hidden, HEADS)
 
 
 def token_mse(student: torch.Tensor, teacher: torch.Tensor, projection) -> torch.Tensor:
