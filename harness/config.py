@@ -127,14 +127,60 @@ class StudentConfig(StrictModel):
         return self
 
 
+class HubTextDataset(StrictModel):
+    """An unlabeled text dataset on the hub (e.g. wikitext), for machines online."""
+
+    path: str
+    name: str | None = None
+    split: str = "train"
+    column: str = "text"
+
+
+class CorpusConfig(StrictModel):
+    """The unlabeled corpus of general distillation (TinyBERT, DistilBERT).
+
+    Offline default: the unique sentences of the suite's training sets (each side of a
+    sentence pair is a sentence), plus any text files given.
+    """
+
+    task_sentences: bool = Field(True, description="include the training sentences of the "
+                                 "suite's tasks (labels unused)")
+    text_files: list[str] = Field(default_factory=list,
+                                  description="plain text, one sentence or passage per line")
+    hub_dataset: HubTextDataset | None = None
+    max_sentences: int | None = Field(None, gt=0, description="keep a seeded sample of this size")
+    min_words: int = Field(3, ge=1, description="drop lines shorter than this")
+    max_seq_length: int = Field(64, gt=8)
+    seed: int = Field(0, description="seed of the sample and of general distillation itself")
+
+
 class MethodRecipe(StrictModel):
     """Per-method settings inside a suite; params are validated by the plugin itself."""
 
     student: str | None = Field(None, description="student shape name; default: the suite's")
     params: dict[str, Any] = Field(default_factory=dict)
+    task_params: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="per-task overrides of params, e.g. fewer "
+        "augmented copies for the large tasks")
     loss_weights: dict[str, float] = Field(default_factory=dict)
     disabled_losses: list[str] = Field(default_factory=list)
     stages: dict[str, TrainOverride] = Field(default_factory=dict)  # type: ignore[valid-type]
+    task_stages: dict[str, dict[str, TrainOverride]] = Field(  # type: ignore[valid-type]
+        default_factory=dict, description="per-task stage budgets, e.g. the paper's 50 "
+        "intermediate epochs for CoLA: {cola: {intermediate: {epochs: 50}}}")
+
+    @model_validator(mode="after")
+    def _known_tasks(self) -> MethodRecipe:
+        for task in [*self.task_params, *self.task_stages]:
+            get_task(task)
+        return self
+
+    def params_for(self, task: str | None) -> dict[str, Any]:
+        return {**self.params, **(self.task_params.get(task, {}) if task else {})}
+
+    def stage_overrides(self, task: str | None, stage: str) -> list[BaseModel | None]:
+        per_task = self.task_stages.get(task, {}) if task else {}
+        return [self.stages.get(stage), per_task.get(stage)]
 
 
 class SuiteConfig(StrictModel):
@@ -150,6 +196,7 @@ class SuiteConfig(StrictModel):
     task_training: dict[str, TrainOverride] = Field(default_factory=dict)  # type: ignore[valid-type]
     methods: dict[str, MethodRecipe] = Field(default_factory=dict)
     default_method: str = "kd"
+    corpus: CorpusConfig = CorpusConfig()
 
     @model_validator(mode="after")
     def _consistent(self) -> SuiteConfig:
@@ -167,8 +214,10 @@ class SuiteConfig(StrictModel):
                 )
         return self
 
-    def train_config(self, task: str, *stage_overrides: BaseModel | None) -> TrainConfig:
-        return apply_overrides(self.training, self.task_training.get(task), *stage_overrides)
+    def train_config(self, task: str | None, *stage_overrides: BaseModel | None) -> TrainConfig:
+        """The suite's budget, then the task's (none for corpus stages), then the stage's."""
+        task_override = self.task_training.get(task) if task else None
+        return apply_overrides(self.training, task_override, *stage_overrides)
 
     def teacher_train_config(self, task: str) -> TrainConfig:
         return apply_overrides(self.teacher.training, self.teacher.task_training.get(task))

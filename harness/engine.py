@@ -208,7 +208,7 @@ def train_stage(
                     inputs = StepInputs(batch=batch, student=student_out, teacher=view, task=task,
                                         stage=stage, extra=extra)
                     values = method.compute_losses(inputs)
-                    loss = method.total_loss(values)
+                    loss = method.total_loss(values, stage)
                 if not torch.isfinite(loss):
                     raise NonFiniteLossError(stage.name, step,
                                              {k: float(v.detach()) for k, v in values.items()})

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -62,6 +62,12 @@ class Stage:
     teacher_outputs: frozenset[str] = frozenset({"logits"})
     evaluate: bool = True
     """Evaluate on dev during the stage and keep the best checkpoint (needs task logits)."""
+    data: Literal["task", "augmented", "corpus"] = "task"
+    """What the stage trains on: the task's training split; that split plus the copies made
+    by the method's :meth:`Method.augmenter` (teacher logits computed and cached for them);
+    or the suite's unlabeled ``corpus`` (general distillation).  ``corpus`` stages come
+    first, have no task in them, and their result is cached and shared by every task and
+    seed (see :meth:`Method.general_key`)."""
 
     def __post_init__(self) -> None:
         unknown = set(self.teacher_outputs) - TEACHER_OUTPUTS
@@ -69,6 +75,18 @@ class Stage:
             raise ValueError(f"stage {self.name!r}: unknown teacher outputs {sorted(unknown)}")
         if self.teacher == "none" and self.teacher_outputs:
             raise ValueError(f"stage {self.name!r}: no teacher, but asks for teacher outputs")
+        if self.data == "corpus" and (self.evaluate or self.teacher == "finetuned"
+                                      or "logits" in self.teacher_outputs):
+            raise ValueError(f"stage {self.name!r}: a corpus stage has no labels, no task "
+                             "logits and no fine-tuned teacher (teacher='pretrained' or "
+                             "'none', evaluate=False)")
+        if self.data == "augmented" and self.teacher != "finetuned":
+            raise ValueError(f"stage {self.name!r}: augmented copies carry no gold labels; "
+                             "they need the fine-tuned teacher's outputs")
+
+    @property
+    def is_general(self) -> bool:
+        return self.data == "corpus"
 
 
 @dataclass(frozen=True)
@@ -87,6 +105,29 @@ class StudentContext:
     teacher_config: PretrainedConfig
     teacher_state: dict[str, torch.Tensor] | None = None
     """The teacher's weights, for students initialised from teacher layers."""
+
+
+@dataclass
+class AugmentContext:
+    """What a method's augmenter may use: the teacher checkpoint (e.g. its masked-LM head),
+    its tokenizer, the suite's unlabeled corpus (to fit a head) and the artifact cache."""
+
+    checkpoint: Any
+    tokenizer: Any
+    corpus: Callable[[], list[str]]
+    cache: Any
+    log: Callable[[str], None]
+
+
+class Augmenter(Protocol):
+    """Makes synthetic copies of training examples; the runner caches them by
+    :meth:`describe` and the task data, labels them with the fine-tuned teacher, and
+    never takes a gold label from them."""
+
+    def describe(self) -> dict[str, Any]: ...
+
+    def augment(self, examples: Sequence[tuple[str, ...]], seed: int,
+                progress: bool = True) -> list[tuple[int, tuple[str, ...]]]: ...
 
 
 @dataclass
@@ -159,17 +200,35 @@ class Method:
         """Optuna search space as dotted recipe overrides, e.g. ``{"params.alpha": 0.5}``."""
         return {}
 
+    def augmenter(self, context: AugmentContext) -> Augmenter | None:
+        """The augmenter behind ``data="augmented"`` stages (None: no augmentation)."""
+        return None
+
+    def stage_weights(self, stage: Stage) -> dict[str, float]:
+        """Loss weights in ``stage``; a method may give a stage its own (e.g. general
+        distillation keeps the full objective while task-stage ablations switch terms off)."""
+        return self.weights
+
+    def general_key(self) -> dict[str, Any]:
+        """What the result of the ``corpus`` stages depends on, besides the student shape,
+        teacher, corpus and stage budgets: it keys their cache, so leave out whatever only
+        task stages read, or every ablation would redo general distillation."""
+        return {"params": self.params.model_dump(), "weights": self.weights}
+
     # -- used by the engine --------------------------------------------------------------
     def compute_losses(self, inputs: StepInputs) -> dict[str, torch.Tensor]:
         """Unweighted values of the stage's active terms (weight 0 = not computed)."""
+        weights = self.stage_weights(inputs.stage)
         values = {}
         for term in inputs.stage.loss_terms:
-            if self.weights.get(term, 0.0) != 0.0:
+            if weights.get(term, 0.0) != 0.0:
                 values[term] = getattr(self, f"loss_{term}")(inputs)
         return values
 
-    def total_loss(self, values: dict[str, torch.Tensor]) -> torch.Tensor:
-        return sum(self.weights[name] * value for name, value in values.items())  # type: ignore[return-value]
+    def total_loss(self, values: dict[str, torch.Tensor], stage: Stage | None = None
+                   ) -> torch.Tensor:
+        weights = self.stage_weights(stage) if stage is not None else self.weights
+        return sum(weights[name] * value for name, value in values.items())  # type: ignore[return-value]
 
 
 class MethodRegistry:
@@ -231,12 +290,14 @@ def register_method(cls: type[Method]) -> type[Method]:
     return registry.register(cls)
 
 
-def instantiate(name: str, recipe: MethodRecipe | None = None) -> Method:
-    """Build a method from its recipe, validating params, weights and disabled terms."""
+def instantiate(name: str, recipe: MethodRecipe | None = None, task: str | None = None
+                ) -> Method:
+    """Build a method from its recipe (with ``task``'s parameter overrides), validating
+    params, weights and disabled terms."""
     cls = registry.get(name)
     recipe = recipe or MethodRecipe()
     try:
-        params = cls.Params.model_validate(recipe.params)
+        params = cls.Params.model_validate(recipe.params_for(task))
     except ValidationError as error:
         problems = "; ".join(
             f"{'.'.join(map(str, item['loc']))}: "

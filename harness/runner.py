@@ -7,6 +7,7 @@ resolved configuration already has a record.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import socket
@@ -18,16 +19,26 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.utils import set_seed
 
+from harness.augmented import AugmentedSet, prepare_augmented
 from harness.cache import ArtifactCache, content_hash, default_cache_dir
-from harness.config import ConfigError, SuiteConfig, TrainConfig
+from harness.config import ConfigError, StudentConfig, SuiteConfig, TrainConfig
+from harness.corpus import Corpus, build_corpus, encode_corpus
 from harness.data import TaskData, load_task
 from harness.engine import NonFiniteLossError, TeacherRuntime, predict_logits, train_stage
 from harness.features import EncodedSplit, encode_split
-from harness.method import Method, StudentContext, instantiate, registry
+from harness.method import (
+    AugmentContext,
+    Method,
+    Stage,
+    StudentContext,
+    instantiate,
+    registry,
+)
 from harness.metrics import TaskEvaluator
 from harness.store import RECORD_VERSION, ResultsStore
 from harness.student import count_parameters
@@ -44,6 +55,7 @@ from harness.teacher import (
     teacher_key,
 )
 
+GENERAL_VERSION = 1
 PACKAGES = ("torch", "transformers", "datasets", "evaluate", "accelerate", "optuna", "numpy",
             "pandas", "pydantic", "distill-bench")
 
@@ -105,6 +117,8 @@ class SuiteRunner:
         self._tasks: dict[str, PreparedTask] = {}
         self._teachers: dict[str, TeacherArtifacts] = {}
         self._teacher_state: dict[str, torch.Tensor] | None = None
+        self._corpus: Corpus | None = None
+        self._augmented: dict[str, AugmentedSet] = {}
 
     # -- preparation ---------------------------------------------------------------------
     @property
@@ -157,16 +171,24 @@ class SuiteRunner:
         """The method and the fully resolved configuration of one run (hashed for the id)."""
         task = get_task(task_name)
         recipe = self.suite.recipe(method_name)
-        method = instantiate(method_name, recipe)
+        method = instantiate(method_name, recipe, task.name)
         stages = method.stages(task)
         stage_names = {stage.name for stage in stages}
-        for stage_name in recipe.stages:
+        named = [(f"stages.{name}", name) for name in recipe.stages]
+        named += [(f"task_stages.{task.name}.{name}", name)
+                  for name in recipe.task_stages.get(task.name, {})]
+        for where, stage_name in named:
             if stage_name not in stage_names:
-                raise ConfigError(f"methods.{method_name}.stages.{stage_name}: {method_name} "
-                                  f"has no such stage; its stages are {sorted(stage_names)}")
-        stage_configs = {stage.name: self.suite.train_config(task.name,
-                                                             recipe.stages.get(stage.name))
-                         for stage in stages}
+                raise ConfigError(f"methods.{method_name}.{where}: {method_name} has no stage "
+                                  f"{stage_name!r} here; its stages are {sorted(stage_names)}")
+        general = [stage for stage in stages if stage.is_general]
+        if stages[:len(general)] != general:
+            raise ValueError(f"{method_name}: corpus (general) stages must come first")
+        stage_configs = {
+            stage.name: self.suite.train_config(
+                None if stage.is_general else task.name,
+                *recipe.stage_overrides(None if stage.is_general else task.name, stage.name))
+            for stage in stages}
         prepared = self.prepare_task(task_name)
         shape_name, shape = self.suite.student_for(method_name)
         spec = {
@@ -188,6 +210,8 @@ class SuiteRunner:
                 "max_seq_length": prepared.max_length,
             },
         }
+        if general:
+            spec["general"] = {"key": self.general_key(method, shape, general, stage_configs)}
         return method, spec, stage_configs
 
     def run_one(self, method_name: str, task_name: str, seed: int) -> RunOutcome:
@@ -257,30 +281,37 @@ class SuiteRunner:
     def _train(self, method: Method, task: TaskSpec, prepared: PreparedTask,
                teacher: TeacherArtifacts, seed: int, spec: dict[str, Any],
                stage_configs: dict[str, TrainConfig]) -> dict[str, Any]:
+        context = self._student_context(method, task)
+        stages = method.stages(task)
+        general = [stage for stage in stages if stage.is_general]
+        general_summary = (self._general_distillation(method, context, general, stage_configs)
+                           if general else None)
         set_seed(seed)
-        shape_name, shape = self.suite.student_for(method.name)
-        needs_teacher_weights = shape.init != "random" or shape.embedding_init != "random"
-        context = StudentContext(
-            task=task, shape_name=shape_name, shape=shape,
-            teacher_config=load_base_config(self.checkpoint),
-            teacher_state=self.teacher_state() if needs_teacher_weights else None)
         student = method.build_student(context)
         if hasattr(student, "config"):
             check_label_order(task, student.config, "student")
         extra = method.extra_modules(context)
+        if general_summary is not None:
+            self._load_general(student, extra, Path(general_summary["path"]))
         evaluator = TaskEvaluator(task)
+        augmented = None
         stage_results = []
-        for stage in method.stages(task):
-            runtime = self._teacher_runtime(stage, teacher, prepared)
+        for stage in stages[len(general):]:
+            train_split = prepared.splits["train"]
+            train_logits = None
+            if stage.data == "augmented":
+                augmented = augmented or self.augmented(method, task.name)
+                train_split, train_logits = augmented.split, augmented.teacher_logits
+            runtime = self._teacher_runtime(stage, teacher, train_logits)
             result = train_stage(
                 method=method, stage=stage, student=student, extra=extra,
-                config=stage_configs[stage.name], train_split=prepared.splits["train"],
+                config=stage_configs[stage.name], train_split=train_split,
                 eval_split=prepared.splits[task.selection_split], evaluator=evaluator,
                 teacher=runtime, accelerator=self.accelerator, seed=seed,
                 description=f"{method.name} {task.name} s{seed} {stage.name}")
             student = self.accelerator.unwrap_model(student)
             stage_results.append(result)
-        final_stage = method.stages(task)[-1]
+        final_stage = stages[-1]
 
         def forward(batch):
             return method.forward_student(student, batch, final_stage)
@@ -294,7 +325,7 @@ class SuiteRunner:
         main_score = dev[task.selection_split][task.main_metric]
         seconds = sum(result.seconds for result in stage_results)
         examples = sum(result.examples_seen for result in stage_results)
-        return {
+        outcome = {
             "dev": dev,
             "main_score": main_score,
             "teacher_main_score": teacher.main_score,
@@ -316,9 +347,133 @@ class SuiteRunner:
                 for result in stage_results
             ],
         }
+        if general_summary is not None:
+            outcome["general_distillation"] = general_summary
+        if augmented is not None:
+            outcome["augmentation"] = augmented.summary
+        return outcome
 
-    def _teacher_runtime(self, stage, teacher: TeacherArtifacts,
-                         prepared: PreparedTask) -> TeacherRuntime:
+    def _student_context(self, method: Method, task: TaskSpec) -> StudentContext:
+        shape_name, shape = self.suite.student_for(method.name)
+        needs_teacher_weights = shape.init != "random" or shape.embedding_init != "random"
+        return StudentContext(
+            task=task, shape_name=shape_name, shape=shape,
+            teacher_config=load_base_config(self.checkpoint),
+            teacher_state=self.teacher_state() if needs_teacher_weights else None)
+
+    # -- general distillation ------------------------------------------------------------
+    def corpus(self) -> Corpus:
+        """The suite's unlabeled corpus (built once per process)."""
+        if self._corpus is None:
+            config = self.suite.corpus
+            tasks = ([self.prepare_task(name).data for name in self.suite.tasks]
+                     if config.task_sentences else [])
+            self._corpus = build_corpus(config, tasks)
+        return self._corpus
+
+    def general_key(self, method: Method, shape: StudentConfig, stages: list[Stage],
+                    stage_configs: dict[str, TrainConfig]) -> str:
+        corpus = self.corpus()
+        return content_hash({
+            "kind": "general", "version": GENERAL_VERSION, "method": method.name,
+            "method_key": method.general_key(), "student": shape.model_dump(),
+            "teacher": self.checkpoint.identity,
+            "corpus": {"fingerprint": corpus.fingerprint,
+                       "max_seq_length": self.suite.corpus.max_seq_length,
+                       "seed": self.suite.corpus.seed},
+            "stages": {stage.name: stage_configs[stage.name].model_dump() for stage in stages},
+        })
+
+    def _general_distillation(self, method: Method, context: StudentContext,
+                              stages: list[Stage], stage_configs: dict[str, TrainConfig]
+                              ) -> dict[str, Any]:
+        """Run (or reuse) the method's corpus stages; the student body they produce is the
+        starting point of every task and seed."""
+        key = self.general_key(method, context.shape, stages, stage_configs)
+        if not self.cache.has("general", key):
+            corpus = self.corpus()
+            self.log(f"[general] {method.name}: general distillation on {len(corpus)} "
+                     f"unlabeled sentences ({', '.join(corpus.sources)})")
+            split = encode_corpus(corpus, self.tokenizer, self.suite.corpus.max_seq_length)
+            seed = self.suite.corpus.seed
+            set_seed(seed)
+            student = method.build_student(context)
+            extra = method.extra_modules(context)
+            results = []
+            for stage in stages:
+                runtime = self._teacher_runtime(stage, None, None)
+                results.append(train_stage(
+                    method=method, stage=stage, student=student, extra=extra,
+                    config=stage_configs[stage.name], train_split=split, eval_split=None,
+                    evaluator=TaskEvaluator(context.task), teacher=runtime,
+                    accelerator=self.accelerator, seed=seed,
+                    description=f"{method.name} general {stage.name}"))
+                student = self.accelerator.unwrap_model(student)
+            prefix = getattr(student, "base_model_prefix", "")
+            body = {name: tensor for name, tensor in student.state_dict().items()
+                    if not prefix or name.startswith(f"{prefix}.")}
+            summary = {
+                "corpus_sentences": len(corpus), "corpus_sources": corpus.sources,
+                "corpus_fingerprint": corpus.fingerprint,
+                "stages": [{"name": r.name, "steps": r.steps, "examples_seen": r.examples_seen,
+                            "seconds": r.seconds, "examples_per_second": r.examples_per_second,
+                            "final_losses": r.final_losses, "history": r.history}
+                           for r in results],
+                "seconds": sum(r.seconds for r in results),
+            }
+            with self.cache.build("general", key, {"method": method.name,
+                                                   "student": context.shape_name}) as scratch:
+                torch.save(body, scratch / "student_body.pt")
+                torch.save(self.accelerator.unwrap_model(extra).state_dict(),
+                           scratch / "extra.pt")
+                (scratch / "summary.json").write_text(json.dumps(summary, indent=2))
+            self.log(f"[general] done in {summary['seconds']:.0f}s: {results[-1].final_losses}")
+        path = self.cache.path("general", key)
+        summary = json.loads((path / "summary.json").read_text())
+        return {"key": key, "path": str(path), "corpus_sentences": summary["corpus_sentences"],
+                "seconds": summary["seconds"],
+                "final_losses": summary["stages"][-1]["final_losses"]}
+
+    @staticmethod
+    def _load_general(student: torch.nn.Module, extra: torch.nn.Module, path: Path) -> None:
+        """Copy the general student body (and the projections whose shapes match) in; the
+        task head stays freshly initialised."""
+        body = torch.load(path / "student_body.pt", weights_only=True)
+        missing, unexpected = student.load_state_dict(body, strict=False)
+        if unexpected:
+            raise ValueError(f"general checkpoint {path} does not fit this student: "
+                             f"unexpected {unexpected[:5]}")
+        prefix = getattr(student, "base_model_prefix", "")
+        body_missing = [name for name in missing if prefix and name.startswith(f"{prefix}.")]
+        if body_missing:
+            raise ValueError(f"general checkpoint {path} lacks {body_missing[:5]}")
+        saved_extra = torch.load(path / "extra.pt", weights_only=True)
+        own = extra.state_dict()
+        extra.load_state_dict({name: value for name, value in saved_extra.items()
+                               if name in own and own[name].shape == value.shape}, strict=False)
+
+    # -- augmentation --------------------------------------------------------------------
+    def augmented(self, method: Method, task_name: str) -> AugmentedSet:
+        """The task's training split plus the method's cached synthetic copies."""
+        prepared = self.prepare_task(task_name)
+        context = AugmentContext(checkpoint=self.checkpoint, tokenizer=self.tokenizer,
+                                 corpus=lambda: self.corpus().sentences, cache=self.cache,
+                                 log=self.log)
+        augmenter = method.augmenter(context)
+        if augmenter is None:
+            raise ValueError(f"{method.name} has a stage on augmented data but no augmenter")
+        memo_key = content_hash({"task": task_name, "augmenter": augmenter.describe()})
+        if memo_key not in self._augmented:
+            self._augmented[memo_key] = prepare_augmented(
+                data=prepared.data, train_split=prepared.splits["train"], augmenter=augmenter,
+                teacher=self.teacher(task_name), tokenizer=self.tokenizer,
+                max_length=prepared.max_length, cache=self.cache, accelerator=self.accelerator,
+                inference_batch_size=self.suite.teacher.inference_batch_size,
+                seed=self.suite.data.subsample_seed, log=self.log)
+        return self._augmented[memo_key]
+
+    def _teacher_runtime(self, stage: Stage, teacher: TeacherArtifacts | None,
+                         train_logits: np.ndarray | None) -> TeacherRuntime:
         """Cached logits and/or a live teacher model for the stage's teacher outputs.
 
         Every output but ``logits`` needs a live model.  Softmax ``attentions`` need eager
@@ -330,11 +485,16 @@ class SuiteRunner:
         live = set(stage.teacher_outputs) - {"logits"}
         runtime = TeacherRuntime()
         if stage.teacher == "finetuned" and "logits" in stage.teacher_outputs:
-            runtime.train_logits = teacher.logits("train")
+            assert teacher is not None
+            runtime.train_logits = (train_logits if train_logits is not None
+                                    else teacher.logits("train"))
         if live:
             attention = "eager" if "attentions" in live else None
-            runtime.model = (teacher.load_model(attention) if stage.teacher == "finetuned"
-                             else load_pretrained_encoder(self.checkpoint, attention))
+            if stage.teacher == "finetuned":
+                assert teacher is not None
+                runtime.model = teacher.load_model(attention)
+            else:
+                runtime.model = load_pretrained_encoder(self.checkpoint, attention)
         return runtime
 
     # -- many cells ----------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""TinyBERT task distillation (Jiao et al., arXiv 1909.10351, Findings of EMNLP 2020).
+"""TinyBERT (Jiao et al., arXiv 1909.10351, Findings of EMNLP 2020).
 
 Layer m of the student (0 = embeddings, 1..M = Transformer layers, M+1 = prediction layer)
 learns from teacher layer g(m) (:func:`harness.layer_mapping.layer_map`, g(0) = 0,
@@ -11,12 +11,22 @@ g(M+1) = N+1), weighted by lambda_m:
 * ``prediction``: lambda_{M+1} soft cross-entropy at temperature t to the teacher's logits,
   or, for regression, the MSE to the teacher's prediction (never the gold score).
 
-Two stages, as in the paper's task distillation: ``intermediate`` (embedding, attention and
-hidden terms, live fine-tuned teacher, no dev evaluation), then ``prediction`` (teacher
-logits from the cache, best checkpoint picked on dev).  A recipe switches terms off with
-``disabled_losses`` (the paper's objective ablations): the intermediate stage then asks the
-teacher only for what its active terms read, and is left out when all three are off.  The
-prediction term cannot be switched off: it is what trains the student's classifier.
+The paper's two-stage procedure:
+
+1. ``general`` (data ``corpus``): the pre-trained teacher on the suite's unlabeled corpus,
+   embedding + attention + hidden losses; it produces the "general TinyBERT", cached and
+   shared by every task, seed and objective ablation (:meth:`TinyBERT.general_key`).
+2. Task distillation from the fine-tuned teacher on the training set plus its augmented
+   copies (:mod:`harness.augmentation`): ``intermediate`` (embedding, attention, hidden;
+   live teacher; no dev evaluation), then ``prediction`` (cached teacher logits, best
+   checkpoint picked on dev).  Each stage has its own budget in the recipe.
+
+Ablations are switches: ``disabled_losses`` (w/o Embd / Attn / Hidn / Pred; w/o Trm is
+attention + hidden; these change task distillation only), ``general_distillation: false``
+(w/o GD: the suite's student initialisation), ``task_distillation: false`` (w/o TD: the
+general TinyBERT fine-tuned on gold labels), ``augment: false`` (w/o DA) and ``mapping``.
+Without the prediction term ("w/o Pred") the classifier is trained on gold labels of the
+plain task data (the ``gold`` term), since something must train it.
 
 Where this differs from the authors' code: token and attention losses average over real
 tokens only (theirs over every position, padded attention entries zeroed); the soft
@@ -34,12 +44,15 @@ import torch
 from pydantic import Field
 from torch import nn
 
+from harness.augmentation import AugmentParams, build_augmenter
 from harness.capture import capture_attention_scores
 from harness.config import ConfigError
 from harness.distill_losses import attention_score_loss, embedding_loss, hidden_loss
 from harness.layer_mapping import layer_map, layer_weights
-from harness.losses import soft_cross_entropy, teacher_regression_loss
+from harness.losses import gold_loss, soft_cross_entropy, teacher_regression_loss
 from harness.method import (
+    AugmentContext,
+    Augmenter,
     LossTerm,
     Method,
     MethodParams,
@@ -54,6 +67,7 @@ if TYPE_CHECKING:
     import optuna
 
 INTERMEDIATE_TERMS = ("embedding", "attention", "hidden")
+Mapping = Literal["uniform", "top", "bottom"] | list[Annotated[int, Field(ge=1)]]
 
 
 @dataclass
@@ -71,20 +85,33 @@ class TinyBERTStudentOutput:
 @register_method
 class TinyBERT(Method):
     name = "tinybert"
-    description = ("TinyBERT task distillation: embedding, attention-score and hidden-state "
-                   "distillation, then prediction-layer distillation")
+    description = ("TinyBERT: general distillation on unlabeled text, then task distillation "
+                   "(embedding, attention-score and hidden-state losses, then the prediction "
+                   "layer) on augmented task data")
 
     class Params(MethodParams):
         temperature: float = Field(1.0, gt=0, description="t of the prediction-layer loss")
-        mapping: Literal["uniform", "top", "bottom"] | list[Annotated[int, Field(ge=1)]] = Field(
+        mapping: Mapping = Field(
             "uniform", description="layer mapping g: a strategy, or the teacher layer (1..N) "
             "of each student Transformer layer")
+        general_mapping: Mapping | None = Field(
+            None, description="mapping of general distillation; default: the same as "
+            "mapping (set it to share one general checkpoint across mapping ablations)")
         layer_weights: list[Annotated[float, Field(ge=0)]] | None = Field(
             None, description="lambda_m for m = 0..M+1 (embeddings, Transformer layers, "
             "prediction layer); default all 1")
         shared_projection: bool = Field(
             False, description="one projection W for the embeddings and every layer (the "
             "authors' code) instead of separate W_e and W_h per mapped layer (the paper)")
+        general_distillation: bool = Field(
+            True, description="start from the general TinyBERT (False: from the suite's "
+            "student initialisation: the 'w/o GD' ablation)")
+        task_distillation: bool = Field(
+            True, description="False: fine-tune the general TinyBERT on gold labels "
+            "(the 'w/o TD' ablation)")
+        augment: bool = Field(True, description="task distillation on the training set plus "
+                              "augmented copies (False: the 'w/o DA' ablation)")
+        augmentation: AugmentParams = Field(default_factory=AugmentParams)
 
     loss_terms = (
         LossTerm("embedding", "lambda_0 MSE(E_S W_e, E_T) over real tokens"),
@@ -94,28 +121,72 @@ class TinyBERT(Method):
                  "tokens"),
         LossTerm("prediction", "lambda_{M+1} soft cross-entropy at temperature t to the "
                  "teacher's logits (MSE to its prediction for regression)"),
+        LossTerm("gold", "cross-entropy to the gold labels (MSE for regression); trains the "
+                 "head only where prediction or task distillation is switched off"),
     )
 
     # -- declaration ---------------------------------------------------------------------
     def _active(self, term: str) -> bool:
         return self.weights.get(term, 0.0) != 0.0
 
+    def stage_weights(self, stage: Stage) -> dict[str, float]:
+        """General distillation keeps the paper's full objective (embedding, attention and
+        hidden at weight 1): the objective ablations are of task distillation, so they all
+        start from one shared general TinyBERT."""
+        if stage.is_general:
+            return dict.fromkeys(INTERMEDIATE_TERMS, 1.0)
+        return self.weights
+
+    def general_key(self) -> dict[str, Any]:
+        params = self.params
+        return {"mapping": params.general_mapping or params.mapping,
+                "layer_weights": params.layer_weights,
+                "shared_projection": params.shared_projection,
+                "weights": dict.fromkeys(INTERMEDIATE_TERMS, 1.0)}
+
     def stages(self, task: TaskSpec) -> list[Stage]:
-        if not self._active("prediction"):
-            raise ConfigError("methods.tinybert: the prediction term is what trains the "
-                              "student's classifier; disabled, the head would stay untrained")
+        params = self.params
+        stages = []
+        if params.general_distillation:
+            stages.append(Stage("general", INTERMEDIATE_TERMS, teacher="pretrained",
+                                teacher_outputs=frozenset({"hidden_states", "attention_scores"}),
+                                evaluate=False, data="corpus"))
+        if not params.task_distillation:
+            if not params.general_distillation:
+                raise ConfigError("methods.tinybert: with neither general nor task "
+                                  "distillation there is no TinyBERT left; use finetune")
+            stages.append(Stage("finetune", ("gold",), teacher="none",
+                                teacher_outputs=frozenset()))
+            return self._need_gold(stages)
+        data = "augmented" if params.augment and params.augmentation.copies > 0 else "task"
         outputs = set()
         if self._active("embedding") or self._active("hidden"):
             outputs.add("hidden_states")
         if self._active("attention"):
             outputs.add("attention_scores")
-        stages = []
         if outputs:
             stages.append(Stage("intermediate", INTERMEDIATE_TERMS, teacher="finetuned",
-                                teacher_outputs=frozenset(outputs), evaluate=False))
-        stages.append(Stage("prediction", ("prediction",), teacher="finetuned",
-                            teacher_outputs=frozenset({"logits"})))
+                                teacher_outputs=frozenset(outputs), evaluate=False, data=data))
+        if self._active("prediction"):
+            stages.append(Stage("prediction", ("prediction",), teacher="finetuned",
+                                teacher_outputs=frozenset({"logits"}), data=data))
+        else:  # 'w/o Pred': the head learns from the gold labels of the plain task data
+            stages.append(Stage("prediction", ("gold",), teacher="none",
+                                teacher_outputs=frozenset()))
+        return self._need_gold(stages)
+
+    def _need_gold(self, stages: list[Stage]) -> list[Stage]:
+        if any("gold" in stage.loss_terms for stage in stages) and not self._active("gold"):
+            raise ConfigError("methods.tinybert: with prediction (or task) distillation "
+                              "off, the gold term is what trains the student's classifier; "
+                              "it cannot be disabled too")
         return stages
+
+    def augmenter(self, context: AugmentContext) -> Augmenter | None:
+        if not (self.params.augment and self.params.augmentation.copies > 0):
+            return None
+        return build_augmenter(context.checkpoint, context.tokenizer, context.corpus,
+                               context.cache, self.params.augmentation, context.log)
 
     def build_student(self, context: StudentContext) -> nn.Module:
         """The default BERT student, after checking the mapping, lambdas and head counts
@@ -124,12 +195,14 @@ class TinyBERT(Method):
         teacher = context.teacher_config
         num_student = student.config.num_hidden_layers
         try:
-            layer_map(num_student, teacher.num_hidden_layers, self.params.mapping)
+            for mapping in (self.params.mapping, self.params.general_mapping or "uniform"):
+                layer_map(num_student, teacher.num_hidden_layers, mapping)
             layer_weights(num_student, self.params.layer_weights)
         except ValueError as error:
             raise ConfigError(f"methods.tinybert.params: {error}") from None
         student_heads = student.config.num_attention_heads
-        if self._active("attention") and student_heads != teacher.num_attention_heads:
+        uses_attention = self._active("attention") or self.params.general_distillation
+        if uses_attention and student_heads != teacher.num_attention_heads:
             raise ConfigError(
                 f"methods.tinybert: the attention term matches attention head by head, so "
                 f"the student needs as many heads as the teacher ({teacher.num_attention_heads}"
@@ -143,13 +216,14 @@ class TinyBERT(Method):
         student_width = context.shape.hidden_size
         teacher_width = context.teacher_config.hidden_size
         modules = nn.ModuleDict()
+        general = self.params.general_distillation
         if self.params.shared_projection:
-            if self._active("embedding") or self._active("hidden"):
+            if self._active("embedding") or self._active("hidden") or general:
                 modules["shared"] = nn.Linear(student_width, teacher_width)
             return modules
-        if self._active("embedding"):
+        if self._active("embedding") or general:
             modules["embedding"] = nn.Linear(student_width, teacher_width)
-        if self._active("hidden"):
+        if self._active("hidden") or general:
             for layer in range(1, context.shape.num_layers + 1):
                 modules[f"hidden{layer}"] = nn.Linear(student_width, teacher_width)
         return modules
@@ -191,8 +265,10 @@ class TinyBERT(Method):
             view = inputs.teacher
             num_teacher = (len(view.attention_scores) if view.attention_scores is not None
                            else len(view.hidden_states) - 1)
-            inputs.cache["mapping"] = layer_map(inputs.student.num_layers, num_teacher,
-                                                self.params.mapping)
+            mapping = self.params.mapping
+            if inputs.stage.is_general:
+                mapping = self.params.general_mapping or mapping
+            inputs.cache["mapping"] = layer_map(inputs.student.num_layers, num_teacher, mapping)
         return inputs.cache["mapping"]
 
     def _lambdas(self, inputs: StepInputs) -> list[float]:
@@ -224,6 +300,9 @@ class TinyBERT(Method):
             lambdas[m] * attention_score_loss(student[m - 1], teacher[g - 1],
                                               inputs.batch["attention_mask"])
             for m, g in enumerate(self._mapping(inputs), start=1))
+
+    def loss_gold(self, inputs: StepInputs) -> torch.Tensor:
+        return gold_loss(inputs.student.logits, inputs.batch["labels"], inputs.task.is_regression)
 
     def loss_prediction(self, inputs: StepInputs) -> torch.Tensor:
         weight = self._lambdas(inputs)[-1]

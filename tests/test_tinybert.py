@@ -40,7 +40,13 @@ def student_context(task: TaskSpec, heads: int = HEADS) -> StudentContext:
                           teacher_config=tiny_teacher_config())
 
 
+TASK_ONLY = {"general_distillation": False, "augment": False}
+
+
 def tinybert(**recipe) -> Method:
+    """Task distillation alone on the plain task data, unless the recipe's params say
+    otherwise (the two-stage procedure is tested apart)."""
+    recipe["params"] = {**TASK_ONLY, **recipe.get("params", {})}
     return instantiate("tinybert", MethodRecipe(**recipe))
 
 
@@ -237,9 +243,16 @@ def test_intermediate_stage_is_left_out_when_all_its_terms_are_off():
     assert [stage.name for stage in method.stages(get_task("rte"))] == ["prediction"]
 
 
-def test_prediction_term_cannot_be_switched_off():
+def test_without_the_prediction_term_the_head_learns_from_gold_labels():
+    intermediate, prediction = tinybert(disabled_losses=["prediction"]).stages(get_task("rte"))
+    assert intermediate.name == "intermediate"
+    assert prediction.loss_terms == ("gold",) and prediction.teacher == "none"
+    assert prediction.data == "task" and prediction.evaluate
+
+
+def test_gold_term_cannot_be_switched_off_when_it_is_what_trains_the_head():
     with pytest.raises(ConfigError, match="classifier"):
-        tinybert(disabled_losses=["prediction"]).stages(get_task("rte"))
+        tinybert(disabled_losses=["prediction", "gold"]).stages(get_task("rte"))
 
 
 # -- projections, shapes, errors ------------------------------------------------------------

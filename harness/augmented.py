@@ -1,0 +1,143 @@
+"""Augmented training sets: synthetic copies made once, labelled by the teacher, cached.
+
+The copies depend on the task data, the augmenter's description and a seed, not on the run
+seed, so every seed and ablation of a suite shares them; the teacher's logits on them are
+cached apart (keyed by the teacher too), since a different teacher relabels the same text.
+A synthetic row keeps its source row's gold label for bookkeeping only: stages on augmented
+data learn from the teacher, and gold-label terms train on the plain task split.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import datasets
+import numpy as np
+from accelerate import Accelerator
+from transformers import PreTrainedTokenizerBase
+
+from harness.cache import ArtifactCache, content_hash
+from harness.data import TaskData
+from harness.engine import predict_logits
+from harness.features import EncodedSplit, encode_split
+from harness.method import Augmenter
+from harness.teacher import TeacherArtifacts
+
+AUGMENTED_VERSION = 1
+
+
+@dataclass
+class AugmentedSet:
+    split: EncodedSplit
+    """The original training rows first, then the synthetic ones."""
+    teacher_logits: np.ndarray
+    source_rows: np.ndarray
+    """For every row of ``split``, the original training row it came from."""
+    summary: dict[str, Any]
+
+
+def _examples(data: TaskData) -> list[tuple[str, ...]]:
+    train = data.splits["train"]
+    if data.task.is_pair:
+        return list(zip(train["text_a"], train["text_b"], strict=True))
+    return [(text,) for text in train["text_a"]]
+
+
+def _as_dataset(data: TaskData, copies: list[tuple[int, tuple[str, ...]]]) -> datasets.Dataset:
+    labels = data.splits["train"]["label"]
+    columns: dict[str, list[Any]] = {
+        "text_a": [fields[0] for _, fields in copies],
+        "label": [labels[row] for row, _ in copies],
+    }
+    if data.task.is_pair:
+        columns["text_b"] = [fields[1] for _, fields in copies]
+    return datasets.Dataset.from_dict(columns)
+
+
+def _concat(first: EncodedSplit, second: EncodedSplit) -> EncodedSplit:
+    return EncodedSplit(
+        name="train+augmented",
+        input_ids=[*first.input_ids, *second.input_ids],
+        token_type_ids=[*first.token_type_ids, *second.token_type_ids],
+        labels=np.concatenate([first.labels, second.labels]),
+        lengths=np.concatenate([first.lengths, second.lengths]),
+    )
+
+
+def prepare_augmented(
+    *,
+    data: TaskData,
+    train_split: EncodedSplit,
+    augmenter: Augmenter,
+    teacher: TeacherArtifacts,
+    tokenizer: PreTrainedTokenizerBase,
+    max_length: int,
+    cache: ArtifactCache,
+    accelerator: Accelerator,
+    inference_batch_size: int,
+    seed: int,
+    log: Callable[[str], None] = print,
+) -> AugmentedSet:
+    """The task's training split plus its cached synthetic copies and teacher logits."""
+    task = data.task
+    description = augmenter.describe()
+    text_key = content_hash({"kind": "augmented", "version": AUGMENTED_VERSION,
+                             "task": task.name, "data": data.fingerprint,
+                             "augmenter": description, "seed": seed})
+    if not cache.has("augmented", text_key):
+        log(f"[augment] {task.name}: making synthetic copies ({description})")
+        started = time.perf_counter()
+        copies = augmenter.augment(_examples(data), seed=seed)
+        seconds = time.perf_counter() - started
+        with cache.build("augmented", text_key, {"task": task.name, "augmenter": description,
+                                                 "data": data.fingerprint}) as scratch:
+            with (scratch / "examples.jsonl").open("w") as handle:
+                for row, fields in copies:
+                    handle.write(json.dumps({"source_row": row, "fields": list(fields)}) + "\n")
+            summary = {"examples": len(copies), "source_examples": len(train_split),
+                       "seconds": seconds,
+                       "sentences_per_second": len(train_split) / seconds if seconds else None,
+                       "augmenter": description}
+            (scratch / "summary.json").write_text(json.dumps(summary, indent=2))
+        log(f"[augment] {task.name}: {len(copies)} copies of {len(train_split)} examples "
+            f"in {seconds:.0f}s")
+    text_path = cache.path("augmented", text_key)
+    copies = []
+    with (text_path / "examples.jsonl").open() as handle:
+        for line in handle:
+            item = json.loads(line)
+            copies.append((int(item["source_row"]), tuple(item["fields"])))
+    text_summary = json.loads((text_path / "summary.json").read_text())
+    synthetic = encode_split("augmented", _as_dataset(data, copies), task, tokenizer, max_length)
+
+    logits_key = content_hash({"kind": "augmented_logits", "text": text_key,
+                               "teacher": teacher.key, "max_length": max_length})
+    if not cache.has("augmented_logits", logits_key):
+        log(f"[augment] {task.name}: teacher logits on {len(synthetic)} synthetic examples")
+        started = time.perf_counter()
+        model = teacher.load_model()
+        logits = predict_logits(model, synthetic, accelerator, inference_batch_size)
+        with cache.build("augmented_logits", logits_key,
+                         {"task": task.name, "text": text_key, "teacher": teacher.key}) as scratch:
+            np.save(scratch / "logits.npy", logits)
+            (scratch / "summary.json").write_text(json.dumps(
+                {"seconds": time.perf_counter() - started, "rows": len(synthetic)}))
+    logits_path = cache.path("augmented_logits", logits_key)
+    synthetic_logits = np.load(logits_path / "logits.npy")
+    logits_summary = json.loads((logits_path / "summary.json").read_text())
+    split = _concat(train_split, synthetic)
+    return AugmentedSet(
+        split=split,
+        teacher_logits=np.concatenate([np.asarray(teacher.logits("train")), synthetic_logits]),
+        source_rows=np.concatenate([np.arange(len(train_split)),
+                                    np.asarray([row for row, _ in copies], dtype=np.int64)]),
+        summary={"key": text_key, "logits_key": logits_key, "rows": len(split),
+                 "synthetic_rows": len(synthetic), "original_rows": len(train_split),
+                 "augment_seconds": text_summary["seconds"],
+                 "teacher_logits_seconds": logits_summary["seconds"],
+                 "augmenter": description},
+    )

@@ -1,0 +1,215 @@
+"""General distillation (corpus stages), the unlabeled corpus and cached augmented sets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from harness.augmented import prepare_augmented
+from harness.config import CorpusConfig, load_suite
+from harness.corpus import build_corpus, encode_corpus
+from harness.data import DataNotFoundError, load_task
+from harness.runner import SuiteRunner
+from tests.conftest import tiny_suite_dict
+
+NO_AUGMENT = {"augment": False}
+
+
+def tiny_suite(tmp_path, tiny_data_dir, tiny_teacher_dir, tinybert_params=None, **extra):
+    tree = tiny_suite_dict(tiny_data_dir, tiny_teacher_dir)
+    tree["methods"] = {"tinybert": {"params": {**NO_AUGMENT, **(tinybert_params or {})}}}
+    tree.update(extra)
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    return load_suite(str(path))
+
+
+def test_corpus_is_the_unique_training_sentences_of_both_sides_of_pairs(tiny_data_dir):
+    rte = load_task("rte", data_dir=tiny_data_dir)
+    corpus = build_corpus(CorpusConfig(), [rte])
+    train = rte.splits["train"]
+    expected = {" ".join(text.split()) for text in [*train["text_a"], *train["text_b"]]}
+    assert set(corpus.sentences) == expected
+    assert len(corpus.sentences) == len(expected)  # duplicates dropped
+    assert corpus.sources == [f"task:rte:{rte.fingerprint[:12]}"]
+
+
+def test_corpus_adds_text_files_drops_short_lines_and_samples_by_seed(tmp_path, tiny_data_dir):
+    rte = load_task("rte", data_dir=tiny_data_dir)
+    text = tmp_path / "extra.txt"
+    text.write_text("one two\nthe extra line is here\n  the   extra line is here  \n")
+    corpus = build_corpus(CorpusConfig(text_files=[str(text)]), [rte])
+    assert "the extra line is here" in corpus.sentences
+    assert "one two" not in corpus.sentences  # under min_words
+    assert corpus.sentences.count("the extra line is here") == 1
+    files_only = build_corpus(CorpusConfig(task_sentences=False, text_files=[str(text)]), [])
+    assert files_only.sentences == ["the extra line is here"]
+    assert files_only.fingerprint != corpus.fingerprint
+
+    sample = build_corpus(CorpusConfig(max_sentences=10, seed=3), [rte])
+    again = build_corpus(CorpusConfig(max_sentences=10, seed=3), [rte])
+    other = build_corpus(CorpusConfig(max_sentences=10, seed=4), [rte])
+    assert len(sample) == 10 and sample.sentences == again.sentences
+    assert sample.sentences != other.sentences and set(sample.sentences) <= set(corpus.sentences)
+
+
+def test_missing_corpus_file_and_empty_corpus_are_clear_errors(tmp_path):
+    with pytest.raises(DataNotFoundError, match="corpus.text_files"):
+        build_corpus(CorpusConfig(text_files=[str(tmp_path / "nope.txt")]), [])
+    with pytest.raises(ValueError, match="empty"):
+        build_corpus(CorpusConfig(task_sentences=False), [])
+
+
+def test_encoded_corpus_is_single_segment_and_truncated(tiny_data_dir, tiny_teacher_dir):
+    from transformers import AutoTokenizer
+
+    corpus = build_corpus(CorpusConfig(), [load_task("rte", data_dir=tiny_data_dir)])
+    split = encode_corpus(corpus, AutoTokenizer.from_pretrained(tiny_teacher_dir), 10)
+    assert len(split) == len(corpus) and split.lengths.max() <= 10
+    assert all(not ids.any() for ids in split.token_type_ids)
+
+
+def test_general_distillation_runs_once_and_every_task_and_seed_starts_from_it(
+        tmp_path, tiny_data_dir, tiny_teacher_dir):
+    suite = tiny_suite(tmp_path, tiny_data_dir, tiny_teacher_dir)
+    messages: list[str] = []
+    runner = SuiteRunner(suite, tmp_path / "results", tmp_path / "cache", log=messages.append)
+    outcomes = [runner.run_one("tinybert", task, seed) for task, seed in
+                (("rte", 1), ("stsb", 1), ("rte", 2))]
+    assert [outcome.status for outcome in outcomes] == ["finished"] * 3
+    assert sum(message.startswith("[general] tinybert") for message in messages) == 1
+    (entry,) = (tmp_path / "cache" / "general").iterdir()
+    records = [runner.store.load(outcome.path) for outcome in outcomes]
+    assert {record["general_distillation"]["key"] for record in records} == {entry.name}
+    general = records[0]["general_distillation"]
+    assert general["corpus_sentences"] == len(runner.corpus())
+    assert set(general["final_losses"]) == {"embedding", "attention", "hidden", "total"}
+    assert [stage["name"] for stage in records[0]["stages"]] == ["intermediate", "prediction"]
+
+    # A fresh process reuses the cached general TinyBERT instead of training it again.
+    messages.clear()
+    fresh = SuiteRunner(suite, tmp_path / "other-results", tmp_path / "cache",
+                        log=messages.append)
+    assert fresh.run_one("tinybert", "rte", 3).status == "finished"
+    assert not any(message.startswith("[general] tinybert") for message in messages)
+
+
+def test_loading_the_general_body_copies_it_and_keeps_a_fresh_head(
+        tmp_path, tiny_data_dir, tiny_teacher_dir):
+    suite = tiny_suite(tmp_path, tiny_data_dir, tiny_teacher_dir)
+    runner = SuiteRunner(suite, tmp_path / "results", tmp_path / "cache", log=lambda _: None)
+    method, spec, stage_configs = runner.resolve("tinybert", "rte", 1)
+    context = runner._student_context(method, runner.prepare_task("rte").task)
+    general = [stage for stage in method.stages(context.task) if stage.is_general]
+    summary = runner._general_distillation(method, context, general, stage_configs)
+    torch.manual_seed(123)
+    student, extra = method.build_student(context), method.extra_modules(context)
+    head_before = student.classifier.weight.detach().clone()
+    runner._load_general(student, extra, tmp_path / "cache" / "general" / summary["key"])
+    body = torch.load(tmp_path / "cache" / "general" / summary["key"] / "student_body.pt")
+    saved_extra = torch.load(tmp_path / "cache" / "general" / summary["key"] / "extra.pt")
+    state = student.state_dict()
+    assert body and all(name.startswith("bert.") for name in body)
+    for name, value in body.items():
+        torch.testing.assert_close(state[name], value)
+    for name, value in saved_extra.items():
+        torch.testing.assert_close(extra.state_dict()[name], value)
+    torch.testing.assert_close(student.classifier.weight, head_before)
+    assert spec["general"]["key"] == summary["key"]
+
+
+def test_task_stage_ablations_share_one_general_checkpoint_and_the_mapping_does_not(
+        tmp_path, tiny_data_dir, tiny_teacher_dir):
+    def general_key(**recipe):
+        tree = tiny_suite_dict(tiny_data_dir, tiny_teacher_dir)
+        recipe["params"] = {**NO_AUGMENT, **recipe.get("params", {})}
+        tree["methods"] = {"tinybert": recipe}
+        path = tmp_path / "suite.yaml"
+        path.write_text(yaml.safe_dump(tree))
+        runner = SuiteRunner(load_suite(str(path)), tmp_path / "r", tmp_path / "c",
+                             log=lambda _: None)
+        return runner.resolve("tinybert", "rte", 1)[1]["general"]["key"]
+
+    full = general_key()
+    assert general_key(disabled_losses=["attention", "hidden"]) == full
+    assert general_key(params={"temperature": 3.0}) == full
+    assert general_key(params={"task_distillation": False}) == full
+    assert general_key(params={"mapping": "top"}) != full
+    assert general_key(params={"mapping": "top", "general_mapping": "uniform"}) == full
+    assert general_key(stages={"general": {"lr": 1e-4}}) != full
+
+
+def test_without_general_distillation_no_general_stage_runs(
+        tmp_path, tiny_data_dir, tiny_teacher_dir):
+    suite = tiny_suite(tmp_path, tiny_data_dir, tiny_teacher_dir,
+                       tinybert_params={"general_distillation": False})
+    runner = SuiteRunner(suite, tmp_path / "results", tmp_path / "cache", log=lambda _: None)
+    record = runner.store.load(runner.run_one("tinybert", "rte", 1).path)
+    assert "general_distillation" not in record
+    assert not (tmp_path / "cache" / "general").exists()
+
+
+def test_without_task_distillation_the_general_student_is_fine_tuned_on_gold_labels(
+        tmp_path, tiny_data_dir, tiny_teacher_dir):
+    suite = tiny_suite(tmp_path, tiny_data_dir, tiny_teacher_dir,
+                       tinybert_params={"task_distillation": False})
+    runner = SuiteRunner(suite, tmp_path / "results", tmp_path / "cache", log=lambda _: None)
+    record = runner.store.load(runner.run_one("tinybert", "rte", 1).path)
+    assert [stage["name"] for stage in record["stages"]] == ["finetune"]
+    assert set(record["final_losses"]) == {"gold", "total"}
+    assert "general_distillation" in record
+
+
+class ReversingAugmenter:
+    """A deterministic stand-in for a real augmenter: each copy reverses the word order of
+    the first field (enough to check the caching, labelling and bookkeeping around it)."""
+
+    def __init__(self, copies: int) -> None:
+        self.copies = copies
+        self.calls = 0
+
+    def describe(self):
+        return {"kind": "reverse", "copies": self.copies}
+
+    def augment(self, examples, seed, progress=True):
+        self.calls += 1
+        return [(row, (" ".join(reversed(fields[0].split())), *fields[1:]))
+                for row, fields in enumerate(examples) for _ in range(self.copies)]
+
+
+def test_augmented_set_is_cached_labelled_by_the_teacher_and_keeps_source_labels(
+        tmp_path, tiny_data_dir, tiny_teacher_dir):
+    suite = tiny_suite(tmp_path, tiny_data_dir, tiny_teacher_dir)
+    runner = SuiteRunner(suite, tmp_path / "results", tmp_path / "cache", log=lambda _: None)
+    prepared = runner.prepare_task("rte")
+    teacher = runner.teacher("rte")
+    augmenter = ReversingAugmenter(copies=2)
+
+    def make():
+        return prepare_augmented(
+            data=prepared.data, train_split=prepared.splits["train"], augmenter=augmenter,
+            teacher=teacher, tokenizer=runner.tokenizer, max_length=prepared.max_length,
+            cache=runner.cache, accelerator=runner.accelerator, inference_batch_size=16,
+            seed=0, log=lambda _: None)
+
+    augmented = make()
+    original = len(prepared.splits["train"])
+    assert len(augmented.split) == 3 * original
+    assert augmented.summary["synthetic_rows"] == 2 * original
+    np.testing.assert_array_equal(augmented.split.labels,
+                                  prepared.splits["train"].labels[augmented.source_rows])
+    np.testing.assert_array_equal(augmented.teacher_logits[:original], teacher.logits("train"))
+    # The teacher's logits on a synthetic row are its prediction on that row's text.
+    model = teacher.load_model().eval()
+    row = original + 5
+    with torch.inference_mode():
+        ids = torch.tensor(augmented.split.input_ids[row])[None]
+        types = torch.tensor(augmented.split.token_type_ids[row])[None]
+        direct = model(input_ids=ids, token_type_ids=types).logits[0].numpy()
+    np.testing.assert_allclose(augmented.teacher_logits[row], direct, atol=1e-4)
+
+    again = make()
+    assert augmenter.calls == 1  # the second call read the cache
+    np.testing.assert_array_equal(again.teacher_logits, augmented.teacher_logits)
