@@ -67,7 +67,8 @@ CacheOpt = Annotated[Path | None, typer.Option(
 def run(
     suite: SuiteOpt = "glue-cpu",
     method: Annotated[list[str] | None, typer.Option(
-        "--method", "-m", help="method name (repeatable; default: the suite's default)")] = None,
+        "--method", "-m", help="method or variant name (repeatable; 'all': every method the "
+        "suite declares; default: the suite's default_method)")] = None,
     tasks: TasksOpt = None,
     seeds: Annotated[str | None, typer.Option(help="comma-separated seeds")] = None,
     set_: SetOpt = None,
@@ -83,7 +84,9 @@ def run(
 
     try:
         config = load_suite(suite, _overrides(set_, data_dir, teacher))
-        methods = method or [config.default_method]
+        methods = method or config.default_methods()
+        if "all" in methods:
+            methods = config.method_names()
         task_list = _csv(tasks) or config.tasks
         seed_list = [int(s) for s in _csv(seeds)] if seeds else config.seeds
         runner = SuiteRunner(config, results, cache_dir, log=_echo, retry_failed=retry_failed)
@@ -124,6 +127,30 @@ def teacher(
                   f"{artifacts.summary['baseline']})  cached at {artifacts.path}")
     except (ConfigError, KeyError, FileNotFoundError, RuntimeError, ValueError) as error:
         _fail(str(error).strip("'\""))
+
+
+@app.command()
+def table(
+    suite: SuiteOpt = "glue-cpu",
+    results: ResultsOpt = DEFAULT_RESULTS,
+    method: Annotated[list[str] | None, typer.Option(
+        "--method", "-m", help="rows to show (default: every method with records)")] = None,
+) -> None:
+    """Print method x task scores (mean over seeds) with the suite's paper anchors beside."""
+    from harness.tables import finished_records, load_anchors, markdown, score_table, with_anchors
+
+    try:
+        config = load_suite(suite)
+    except ConfigError as error:
+        _fail(str(error))
+        return
+    records = finished_records(results, config.name)
+    if records.empty:
+        _fail(f"no finished records for suite {config.name} under {results}")
+    order = method or [name for name in config.method_names()
+                       if name in set(records["method"])] or None
+    scores = score_table(records, config.tasks, order)
+    _echo(markdown(with_anchors(scores, load_anchors(config.name))))
 
 
 @app.command("list")

@@ -127,6 +127,16 @@ class StudentConfig(StrictModel):
         return self
 
 
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
 class HubTextDataset(StrictModel):
     """An unlabeled text dataset on the hub (e.g. wikitext), for machines online."""
 
@@ -144,7 +154,10 @@ class CorpusConfig(StrictModel):
     """
 
     task_sentences: bool = Field(True, description="include the training sentences of the "
-                                 "suite's tasks (labels unused)")
+                                 "tasks below (labels unused)")
+    tasks: list[str] | None = Field(None, description="whose training sentences; default: the "
+                                    "suite's tasks (name them to share one corpus, and so one "
+                                    "general-distillation checkpoint, across suites)")
     text_files: list[str] = Field(default_factory=list,
                                   description="plain text, one sentence or passage per line")
     hub_dataset: HubTextDataset | None = None
@@ -157,6 +170,10 @@ class CorpusConfig(StrictModel):
 class MethodRecipe(StrictModel):
     """Per-method settings inside a suite; params are validated by the plugin itself."""
 
+    base: str | None = Field(
+        None, description="make this recipe a variant (e.g. an ablation) of another method "
+        "of the suite: it runs that method's plugin with that recipe, this one's fields "
+        "merged over it, and records under its own name")
     student: str | None = Field(None, description="student shape name; default: the suite's")
     params: dict[str, Any] = Field(default_factory=dict)
     task_params: dict[str, dict[str, Any]] = Field(
@@ -176,7 +193,8 @@ class MethodRecipe(StrictModel):
         return self
 
     def params_for(self, task: str | None) -> dict[str, Any]:
-        return {**self.params, **(self.task_params.get(task, {}) if task else {})}
+        """``params`` with ``task``'s overrides merged in (nested mappings merge too)."""
+        return deep_merge(self.params, self.task_params.get(task, {}) if task else {})
 
     def stage_overrides(self, task: str | None, stage: str) -> list[BaseModel | None]:
         per_task = self.task_stages.get(task, {}) if task else {}
@@ -195,18 +213,25 @@ class SuiteConfig(StrictModel):
     training: TrainConfig = TrainConfig()
     task_training: dict[str, TrainOverride] = Field(default_factory=dict)  # type: ignore[valid-type]
     methods: dict[str, MethodRecipe] = Field(default_factory=dict)
-    default_method: str = "kd"
+    default_method: str | list[str] = Field(
+        "kd", description="what `harness run` runs without --method: a name, a list, or 'all'")
     corpus: CorpusConfig = CorpusConfig()
 
     @model_validator(mode="after")
     def _consistent(self) -> SuiteConfig:
-        for task in [*self.tasks, *self.task_training, *self.teacher.task_training]:
+        for task in [*self.tasks, *self.task_training, *self.teacher.task_training,
+                     *(self.corpus.tasks or [])]:
             get_task(task)
         if self.default_student not in self.students:
             raise ValueError(
                 f"default_student {self.default_student!r} is not one of {sorted(self.students)}"
             )
         for method, recipe in self.methods.items():
+            if recipe.base is not None:
+                base = self.methods.get(recipe.base)
+                if base is None or base.base is not None:
+                    raise ValueError(f"methods.{method}.base {recipe.base!r} must name a "
+                                     f"method of this suite that is not a variant itself")
             if recipe.student is not None and recipe.student not in self.students:
                 raise ValueError(
                     f"methods.{method}.student {recipe.student!r} is not one of "
@@ -223,7 +248,28 @@ class SuiteConfig(StrictModel):
         return apply_overrides(self.teacher.training, self.teacher.task_training.get(task))
 
     def recipe(self, method: str) -> MethodRecipe:
-        return self.methods.get(method, MethodRecipe())
+        """The method's recipe; a variant's is its base's with its own fields merged in."""
+        recipe = self.methods.get(method, MethodRecipe())
+        if recipe.base is None:
+            return recipe
+        base = self.methods[recipe.base].model_dump(exclude_unset=True)
+        own = recipe.model_dump(exclude_unset=True)
+        own.pop("base")
+        return MethodRecipe.model_validate(deep_merge(base, own))
+
+    def plugin(self, method: str) -> str:
+        """The plugin a method name runs: a variant's base, else the name itself."""
+        recipe = self.methods.get(method)
+        return recipe.base if recipe is not None and recipe.base else method
+
+    def method_names(self) -> list[str]:
+        """Every method (and variant) the suite declares, in file order."""
+        return list(self.methods)
+
+    def default_methods(self) -> list[str]:
+        chosen = self.default_method
+        names = [chosen] if isinstance(chosen, str) else list(chosen)
+        return self.method_names() if names == ["all"] else names
 
     def student_for(self, method: str) -> tuple[str, StudentConfig]:
         name = self.recipe(method).student or self.default_student
@@ -283,9 +329,13 @@ def available_suites() -> list[str]:
     return sorted(path.stem for path in SUITES_DIR.glob("*.yaml"))
 
 
-def load_suite(name_or_path: str, overrides: list[str] | None = None) -> SuiteConfig:
-    """Load, apply ``--set`` overrides, and validate a suite recipe."""
-    path = resolve_suite_path(name_or_path)
+def _read_suite_tree(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
+    """The suite's YAML mapping; with ``extends: <suite>`` it is merged over that suite's
+    (mappings merge key by key, anything else is replaced), so a suite that differs from
+    another in a few keys states only those."""
+    if path.resolve() in seen:
+        chain = " -> ".join(str(item) for item in (*seen, path.resolve()))
+        raise ConfigError(f"{path}: 'extends' forms a cycle: {chain}")
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as error:
@@ -293,6 +343,19 @@ def load_suite(name_or_path: str, overrides: list[str] | None = None) -> SuiteCo
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     tree = copy.deepcopy(raw)
+    parent = tree.pop("extends", None)
+    if parent is None:
+        return tree
+    if not isinstance(parent, str):
+        raise ConfigError(f"{path}: extends: expected a suite name or path, got {parent!r}")
+    base_path = resolve_suite_path(parent)
+    return deep_merge(_read_suite_tree(base_path, (*seen, path.resolve())), tree)
+
+
+def load_suite(name_or_path: str, overrides: list[str] | None = None) -> SuiteConfig:
+    """Load, apply ``--set`` overrides, and validate a suite recipe."""
+    path = resolve_suite_path(name_or_path)
+    tree = _read_suite_tree(path, seen=())
     for assignment in overrides or []:
         key_path, value = parse_assignment(assignment)
         set_path(tree, key_path, value)

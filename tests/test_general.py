@@ -56,7 +56,7 @@ def test_corpus_adds_text_files_drops_short_lines_and_samples_by_seed(tmp_path, 
 
 
 def test_missing_corpus_file_and_empty_corpus_are_clear_errors(tmp_path):
-    with pytest.raises(DataNotFoundError, match="corpus.text_files"):
+    with pytest.raises(DataNotFoundError, match=r"corpus\.text_files"):
         build_corpus(CorpusConfig(text_files=[str(tmp_path / "nope.txt")]), [])
     with pytest.raises(ValueError, match="empty"):
         build_corpus(CorpusConfig(task_sentences=False), [])
@@ -101,7 +101,7 @@ def test_loading_the_general_body_copies_it_and_keeps_a_fresh_head(
     suite = tiny_suite(tmp_path, tiny_data_dir, tiny_teacher_dir)
     runner = SuiteRunner(suite, tmp_path / "results", tmp_path / "cache", log=lambda _: None)
     method, spec, stage_configs = runner.resolve("tinybert", "rte", 1)
-    context = runner._student_context(method, runner.prepare_task("rte").task)
+    context = runner._student_context("tinybert", runner.prepare_task("rte").task)
     general = [stage for stage in method.stages(context.task) if stage.is_general]
     summary = runner._general_distillation(method, context, general, stage_configs)
     torch.manual_seed(123)

@@ -1,0 +1,62 @@
+"""Comparison tables from the results store: method x task, mean (and spread) over seeds,
+with a suite's anchor rows (the papers' numbers) beside ours.
+
+Anchors live in ``suites/anchors/<suite>.yaml``: ``columns`` (task names or ``average``)
+and ``rows`` (method or variant name -> values); see suites/anchors/tinybert-ablation.yaml.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from harness.config import SUITES_DIR
+from harness.store import ResultsStore
+
+
+def finished_records(results: Path, suite: str) -> pd.DataFrame:
+    """One row per finished run of ``suite``: method, task, seed, main score, seconds."""
+    rows = []
+    for record in ResultsStore(results / suite).records():
+        if record.get("status") != "finished":
+            continue
+        rows.append({"method": record["method"], "task": record["task"],
+                     "seed": record["seed"], "score": record["main_score"],
+                     "seconds": record.get("wall_seconds")})
+    return pd.DataFrame(rows, columns=["method", "task", "seed", "score", "seconds"])
+
+
+def score_table(records: pd.DataFrame, tasks: list[str], methods: list[str] | None = None
+                ) -> pd.DataFrame:
+    """Mean over seeds per method and task, an ``average`` over the tasks (only where every
+    task has a score), and the seeds counted, in the order of ``methods``."""
+    grouped = records.groupby(["method", "task"])["score"]
+    means = grouped.mean().unstack("task").reindex(columns=tasks)
+    table = means.copy()
+    table["average"] = means.mean(axis=1, skipna=False)
+    table["seeds"] = records.groupby("method")["seed"].nunique().astype(int)
+    spread = grouped.std(ddof=0).unstack("task").reindex(columns=tasks)
+    table["max_std"] = spread.max(axis=1)
+    order = [m for m in (methods or list(table.index)) if m in table.index]
+    return table.loc[order]
+
+
+def load_anchors(suite: str) -> dict[str, Any] | None:
+    path = SUITES_DIR / "anchors" / f"{suite}.yaml"
+    return yaml.safe_load(path.read_text()) if path.exists() else None
+
+
+def with_anchors(table: pd.DataFrame, anchors: dict[str, Any] | None) -> pd.DataFrame:
+    """Ours beside the paper's: paper columns prefixed ``paper_``, on the same rows."""
+    if not anchors:
+        return table
+    paper = pd.DataFrame.from_dict(anchors["rows"], orient="index", columns=anchors["columns"])
+    paper.columns = [f"paper_{column}" for column in paper.columns]
+    return table.join(paper, how="left")
+
+
+def markdown(table: pd.DataFrame) -> str:
+    return table.to_markdown(floatfmt=".2f")

@@ -1,0 +1,41 @@
+"""Comparison tables from records (harness.tables)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from harness.store import ResultsStore
+from harness.tables import finished_records, score_table, with_anchors
+
+
+def write(store: ResultsStore, method: str, task: str, seed: int, score: float,
+          status: str = "finished") -> None:
+    store.write(store.record_path("s", method, task, f"seed{seed}"),
+                {"status": status, "method": method, "task": task, "seed": seed,
+                 "main_score": score, "wall_seconds": 1.0})
+
+
+def test_means_over_seeds_average_over_tasks_and_failed_runs_left_out(tmp_path):
+    store = ResultsStore(tmp_path)
+    for seed, (a, b) in enumerate([(80.0, 50.0), (82.0, 54.0)], start=1):
+        write(store, "kd", "mrpc", seed, a)
+        write(store, "kd", "rte", seed, b)
+    write(store, "kd", "rte", 3, 0.0, status="failed")
+    write(store, "x", "mrpc", 1, 70.0)  # no rte: no average
+    table = score_table(finished_records(tmp_path, "s"), ["mrpc", "rte"], ["x", "kd"])
+    assert list(table.index) == ["x", "kd"]
+    assert table.loc["kd", "mrpc"] == 81.0 and table.loc["kd", "rte"] == 52.0
+    assert table.loc["kd", "average"] == pytest.approx(66.5)
+    assert table.loc["kd", "seeds"] == 2 and table.loc["kd", "max_std"] == 2.0
+    assert pd.isna(table.loc["x", "average"]) and pd.isna(table.loc["x", "rte"])
+
+
+def test_anchor_rows_join_beside_ours(tmp_path):
+    store = ResultsStore(tmp_path)
+    write(store, "kd", "mrpc", 1, 80.0)
+    table = score_table(finished_records(tmp_path, "s"), ["mrpc"])
+    joined = with_anchors(table, {"columns": ["mrpc", "average"],
+                                  "rows": {"kd": [85.0, 70.0], "other": [1.0, 2.0]}})
+    assert joined.loc["kd", "paper_mrpc"] == 85.0 and joined.loc["kd", "mrpc"] == 80.0
+    assert "other" not in joined.index
