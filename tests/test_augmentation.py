@@ -1,0 +1,198 @@
+"""TinyBERT augmentation: determinism, rows, replacement rate, candidate sources, and the
+batched path against the one-forward-per-word reference."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from transformers import AutoTokenizer
+
+from harness.augmentation import (
+    AugmentParams,
+    ContextualAugmenter,
+    augment_per_word_loop,
+    build_augmenter,
+)
+from harness.cache import ArtifactCache, content_hash
+from harness.glove import GloveVectors
+from harness.mlm import MLMHeadConfig, load_masked_lm
+from harness.teacher import Checkpoint, resolve_checkpoint
+from tests.conftest import MINILM_DIR, WORDS
+from tests.test_mlm import write_tiny_mlm
+
+MULTI = "xylophonist"  # five word pieces in the MiniLM vocabulary
+MULTI_NEIGHBOURS = ["marimbist", "vibraphonist", "glockenspielist"]
+
+
+def make_examples(count: int = 12, seed: int = 0) -> list[tuple[str, str]]:
+    rng = random.Random(seed)
+
+    def sentence() -> str:
+        words = [rng.choice(WORDS) for _ in range(rng.randint(4, 9))]
+        words.insert(rng.randrange(len(words)), MULTI)
+        return " ".join(words).capitalize() + "."
+
+    return [(sentence(), sentence()) for _ in range(count)]
+
+
+@pytest.fixture(scope="module")
+def glove_file(tmp_path_factory) -> Path:
+    """Every example word has neighbours; the multi-piece word's are recognisable."""
+    rng = np.random.default_rng(0)
+    rows = {word: rng.normal(size=8) for word in [*WORDS, "."]}
+    base = rng.normal(size=8)
+    rows[MULTI] = base
+    for index, word in enumerate(MULTI_NEIGHBOURS):
+        rows[word] = base + 0.01 * (index + 1) * rng.normal(size=8)
+    path = tmp_path_factory.mktemp("glove") / "tiny.txt"
+    path.write_text("".join(f"{w} " + " ".join(f"{v:.5f}" for v in vec) + "\n"
+                            for w, vec in rows.items()))
+    return path
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return AutoTokenizer.from_pretrained(MINILM_DIR)
+
+
+@pytest.fixture(scope="module")
+def masked_lm(tmp_path_factory, tokenizer):
+    folder = write_tiny_mlm(tmp_path_factory.mktemp("mlm"))
+    cache = ArtifactCache(tmp_path_factory.mktemp("cache"))
+    corpus = [text for example in make_examples(30, seed=1) for text in example]
+    return load_masked_lm(resolve_checkpoint(str(folder)), corpus, cache,
+                          MLMHeadConfig(eval_sentences=10), log=lambda _: None,
+                          tokenizer=tokenizer, device="cpu")
+
+
+def augmenter(tokenizer, masked_lm, glove_file, **params) -> ContextualAugmenter:
+    settings = AugmentParams(**{"copies": 4, "top_k": 5, "batch_size": 7, **params})
+    return ContextualAugmenter(tokenizer, settings, GloveVectors(glove_file), masked_lm)
+
+
+def test_deterministic_under_a_seed_and_different_across_seeds(tokenizer, masked_lm,
+                                                               glove_file):
+    examples = make_examples()
+    first = augmenter(tokenizer, masked_lm, glove_file).augment(examples, 3, progress=False)
+    fresh = augmenter(tokenizer, masked_lm, glove_file).augment(examples, 3, progress=False)
+    assert first == fresh
+    other = augmenter(tokenizer, masked_lm, glove_file).augment(examples, 4, progress=False)
+    assert other != first
+
+
+def test_every_row_gets_exactly_its_copies_and_other_fields_are_untouched(tokenizer,
+                                                                         masked_lm,
+                                                                         glove_file):
+    examples = make_examples()
+    out = augmenter(tokenizer, masked_lm, glove_file, copies=5).augment(examples, 0,
+                                                                       progress=False)
+    assert [row for row, _ in out] == [row for row in range(len(examples)) for _ in range(5)]
+    for row, fields in out:
+        assert len(fields) == 2
+        assert fields[1] == examples[row][1]  # fields="first": the second sentence stays
+    both = augmenter(tokenizer, masked_lm, glove_file, fields="all").augment(
+        examples, 0, progress=False)
+    assert any(fields[1] != examples[row][1] for row, fields in both)
+
+
+def test_chunking_does_not_change_the_output(tokenizer, masked_lm, glove_file):
+    examples = make_examples()
+    whole = augmenter(tokenizer, masked_lm, glove_file).augment(examples, 9, progress=False)
+    chunked = augmenter(tokenizer, masked_lm, glove_file, chunk_examples=5).augment(
+        examples, 9, progress=False)
+    assert whole == chunked
+
+
+@pytest.mark.parametrize("candidates", ["glove", "mlm"])
+def test_replacement_rate_matches_p(tokenizer, masked_lm, glove_file, candidates):
+    examples = make_examples(20, seed=2)
+    aug = augmenter(tokenizer, masked_lm, glove_file, copies=40, p_replace=0.25,
+                    candidates=candidates)
+    changed = total = 0
+    for row, fields in aug.augment(examples, 1, progress=False):
+        original = aug.words(examples[row][0])
+        new = fields[0].split(" ")
+        assert len(new) == len(original)  # one word for one word
+        changed += sum(a != b for a, b in zip(original, new, strict=True))
+        total += len(original)
+    assert total > 5000
+    assert abs(changed / total - 0.25) < 0.025
+    never = augmenter(tokenizer, masked_lm, glove_file, p_replace=0.0)
+    for row, fields in never.augment(examples, 1, progress=False):
+        assert fields[0] == " ".join(never.words(examples[row][0]))
+
+
+def test_single_pieces_get_mlm_candidates_and_multi_pieces_glove(tokenizer, masked_lm,
+                                                                glove_file):
+    aug = augmenter(tokenizer, masked_lm, glove_file, p_replace=1.0, copies=6)
+    text = f"The cat plays the {MULTI} quickly."
+    found = aug.word_candidates(text)
+    words = aug.words(text)
+    assert [c.word for c in found] == words
+    multi = words.index(MULTI)
+    assert found[multi].source == "glove"
+    assert set(found[multi].candidates[:3]) == set(MULTI_NEIGHBOURS)
+    for position, word in enumerate(words):
+        if position == multi:
+            continue
+        assert found[position].source == "mlm"
+        assert len(found[position].candidates) == 5 and word not in found[position].candidates
+        assert not any(c.startswith(("##", "[")) for c in found[position].candidates)
+    glove_neighbours = GloveVectors(glove_file).nearest([MULTI], 5)[MULTI]
+    for _, fields in aug.augment([(text,)], 0, progress=False):
+        new_words = fields[0].split(" ")
+        assert new_words[multi] in glove_neighbours
+        for position, new in enumerate(new_words):
+            assert new in found[position].candidates
+
+
+def test_glove_only_uses_neighbours_for_every_word(tokenizer, glove_file, tmp_path):
+    nowhere = Checkpoint("nowhere", str(tmp_path / "no-model"), {"none": True})
+    aug = build_augmenter(nowhere, tokenizer, [], ArtifactCache(tmp_path),
+                          AugmentParams(candidates="glove", glove_path=str(glove_file)),
+                          log=lambda _: None)
+    assert aug.masked_lm is None and aug.describe()["source"] == "glove_only"
+    assert all(c.source == "glove" for c in aug.word_candidates("the cat plays ."))
+
+
+def test_batched_equals_the_per_word_loop(tokenizer, masked_lm, glove_file):
+    examples = make_examples(10, seed=5)
+    for fields in ("first", "all"):
+        batched = augmenter(tokenizer, masked_lm, glove_file, fields=fields)
+        reference = augmenter(tokenizer, masked_lm, glove_file, fields=fields)
+        fast = batched.augment(examples, 11, progress=False)
+        fast_forwards = batched.stats["mlm_forwards"]
+        slow = augment_per_word_loop(reference, examples, 11, progress=False)
+        assert fast == slow
+        assert fast_forwards < reference.stats["mlm_forwards"]
+
+
+def test_long_sentences_are_windowed_around_the_mask(tokenizer, masked_lm, glove_file):
+    aug = augmenter(tokenizer, masked_lm, glove_file, max_length=16)
+    text = " ".join(f"{WORDS[i % len(WORDS)]}" for i in range(60))
+    sentence = aug._sentence(text)
+    for position in (0, 30, 59):
+        ids, at = aug._masked_sequence(sentence, position)
+        assert len(ids) == 16 and ids[at] == tokenizer.mask_token_id
+        assert ids[0] == tokenizer.cls_token_id and ids[-1] == tokenizer.sep_token_id
+    out = aug.augment([(text,)], 0, progress=False)
+    assert len(out) == 4
+
+
+def test_describe_names_the_source_and_is_hashable(tokenizer, masked_lm, glove_file):
+    description = augmenter(tokenizer, masked_lm, glove_file).describe()
+    assert description["source"] == "checkpoint_head"
+    assert description["mlm"]["source"] == "checkpoint_head"
+    assert description["params"]["copies"] == 4
+    assert content_hash(description) == content_hash(
+        augmenter(tokenizer, masked_lm, glove_file).describe())
+
+
+def test_params_reject_unknown_keys():
+    with pytest.raises(ValueError):
+        AugmentParams(copys=3)
+    assert AugmentParams().copies == 20 and AugmentParams().p_replace == 0.4
+    assert AugmentParams().top_k == 15 and AugmentParams().fields == "first"

