@@ -44,6 +44,10 @@ class TrainConfig(StrictModel):
     eval_batch_size: int = Field(128, gt=0)
     mixed_precision: Literal["no", "bf16", "fp16"] = "no"
     log_every_steps: int = Field(25, gt=0)
+    epoch_size: Literal["data", "task"] = Field(
+        "data", description="data: an epoch is a pass over the stage's data; task: as many "
+        "examples as the task's plain training set, drawn afresh each epoch (on augmented "
+        "data an epoch then costs the same as without augmentation)")
 
 
 TrainOverride = create_model(  # every TrainConfig field, optional, same range checks

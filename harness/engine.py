@@ -136,11 +136,19 @@ def train_stage(
     seed: int,
     description: str = "",
     pad_token_id: int = 0,
+    task_train_size: int | None = None,
 ) -> StageResult:
     """Train ``student`` (and ``extra``) for one stage; leaves the best checkpoint loaded."""
     result = StageResult(name=stage.name)
     task = evaluator.task
-    sampler = BucketBatchSampler(train_split.lengths, config.batch_size, shuffle=True, seed=seed)
+    rows_per_epoch = None
+    if config.epoch_size == "task":
+        if task_train_size is None:
+            raise ValueError(f"stage {stage.name!r}: epoch_size 'task' needs the task's "
+                             "training-set size")
+        rows_per_epoch = task_train_size
+    sampler = BucketBatchSampler(train_split.lengths, config.batch_size, shuffle=True,
+                                 seed=seed, rows_per_epoch=rows_per_epoch)
     loader = DataLoader(range(len(train_split)), batch_sampler=sampler,
                         collate_fn=PaddingCollator(train_split, pad_token_id))
     batches_per_epoch = len(loader)

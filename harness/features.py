@@ -81,19 +81,24 @@ class BucketBatchSampler(Sampler[list[int]]):
     """
 
     def __init__(self, lengths: np.ndarray, batch_size: int, shuffle: bool, seed: int = 0,
-                 pool_batches: int = 50) -> None:
+                 pool_batches: int = 50, rows_per_epoch: int | None = None) -> None:
         self.lengths = lengths
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.seed = seed
         self.pool_batches = pool_batches
         self.epoch = 0
+        if rows_per_epoch is not None and not shuffle:
+            raise ValueError("rows_per_epoch draws a random subset: it needs shuffle=True")
+        self.rows_per_epoch = (min(rows_per_epoch, len(lengths)) if rows_per_epoch
+                               else len(lengths))
+        """An epoch is a fresh random draw of this many rows (all rows by default)."""
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
     def __len__(self) -> int:
-        return (len(self.lengths) + self.batch_size - 1) // self.batch_size
+        return (self.rows_per_epoch + self.batch_size - 1) // self.batch_size
 
     def __iter__(self) -> Iterator[list[int]]:
         if not self.shuffle:
@@ -102,7 +107,7 @@ class BucketBatchSampler(Sampler[list[int]]):
                 yield order[start : start + self.batch_size].tolist()
             return
         rng = np.random.default_rng((self.seed, self.epoch))
-        order = rng.permutation(len(self.lengths))
+        order = rng.permutation(len(self.lengths))[:self.rows_per_epoch]
         pool = self.batch_size * self.pool_batches
         batches = []
         for start in range(0, len(order), pool):

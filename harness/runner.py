@@ -310,7 +310,8 @@ class SuiteRunner:
                 config=stage_configs[stage.name], train_split=train_split,
                 eval_split=prepared.splits[task.selection_split], evaluator=evaluator,
                 teacher=runtime, accelerator=self.accelerator, seed=seed,
-                description=f"{method.name} {task.name} s{seed} {stage.name}")
+                description=f"{method.name} {task.name} s{seed} {stage.name}",
+                task_train_size=len(prepared.splits["train"]))
             student = self.accelerator.unwrap_model(student)
             stage_results.append(result)
         final_stage = stages[-1]

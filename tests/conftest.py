@@ -81,6 +81,9 @@ def tiny_suite_dict(data_dir: Path, teacher_dir: Path, steps: int = 3) -> dict:
                               "intermediate_size": 32, "embedding_init": "teacher_pca"}},
         "default_student": "tiny",
         "training": {"max_steps": steps, "batch_size": 8, "lr": 1e-3, "log_every_steps": 1},
+        # One augmented copy, a masked-LM head fitted in a few steps: seconds, not minutes.
+        "methods": {"tinybert": {"params": {"augmentation": {
+            "copies": 1, "mlm_head": {"steps": 4, "batch_size": 8, "eval_sentences": 8}}}}},
     }
 
 

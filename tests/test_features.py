@@ -267,3 +267,19 @@ def test_sampler_and_collator_in_a_dataloader(pair_split: EncodedSplit) -> None:
         assert batch["attention_mask"].sum(dim=1).tolist() == pair_split.lengths[rows].tolist()
         assert batch["labels"].tolist() == pair_split.labels[rows].tolist()
     assert sorted(seen) == list(range(len(pair_split)))
+
+
+def test_rows_per_epoch_draws_a_fresh_subset_each_epoch():
+    lengths = np.arange(1, 101)
+    sampler = BucketBatchSampler(lengths, batch_size=8, shuffle=True, seed=3, rows_per_epoch=30)
+    assert len(sampler) == 4
+    epochs = []
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        rows = [row for batch in sampler for row in batch]
+        assert len(rows) == len(set(rows)) == 30
+        epochs.append(set(rows))
+    assert epochs[0] != epochs[1] != epochs[2]
+    sampler.set_epoch(1)
+    assert {row for batch in sampler for row in batch} == epochs[1]  # seeded
+    assert len(BucketBatchSampler(lengths, 8, True, rows_per_epoch=500)) == 13  # capped

@@ -213,3 +213,20 @@ def test_augmented_set_is_cached_labelled_by_the_teacher_and_keeps_source_labels
     again = make()
     assert augmenter.calls == 1  # the second call read the cache
     np.testing.assert_array_equal(again.teacher_logits, augmented.teacher_logits)
+
+
+def test_tinybert_trains_on_augmented_copies_labelled_by_the_teacher(
+        tmp_path, tiny_suite_file):
+    runner = SuiteRunner(load_suite(str(tiny_suite_file)), tmp_path / "results",
+                         tmp_path / "cache", log=lambda _: None)
+    record = runner.store.load(runner.run_one("tinybert", "rte", 1).path)
+    augmentation = record["augmentation"]
+    rows = record["data"]["train_examples"]
+    assert augmentation["original_rows"] == rows
+    assert augmentation["synthetic_rows"] == rows  # one copy each
+    assert augmentation["augmenter"]["source"] == "fitted_head"  # the tiny teacher has none
+    assert [stage["name"] for stage in record["stages"]] == ["intermediate", "prediction"]
+    # Seeds share the synthetic set: a second seed makes no new copies.
+    before = sorted(path.name for path in (tmp_path / "cache" / "augmented").iterdir())
+    runner.run_one("tinybert", "rte", 2)
+    assert sorted(path.name for path in (tmp_path / "cache" / "augmented").iterdir()) == before

@@ -43,3 +43,27 @@ def test_kd_on_real_cola_with_the_offline_teacher(tmp_path):
     assert record["parameters"]["non_embedding"] * 4 <= teacher["non_embedding"]
     logits = runner.teacher("cola").logits("dev")
     assert logits.shape == (516, 2)
+
+
+def test_tinybert_both_stages_with_augmentation_on_real_mrpc(tmp_path):
+    """General distillation from the pre-trained MiniLM on a sample of the real corpus, a
+    masked-LM head fitted to MiniLM's embeddings, augmented MRPC, both task stages."""
+    suite = load_suite("glue-cpu", [
+        "tasks=[mrpc]", "data.max_train_examples.mrpc=48", "teacher.training.max_steps=4",
+        "teacher.min_margin=-100", "training.max_steps=4", "corpus.max_sentences=64",
+        "methods.tinybert.stages.general.max_steps=4",
+        "methods.tinybert.params.augmentation.copies=2",
+        "methods.tinybert.params.augmentation.mlm_head.steps=4",
+        "methods.tinybert.params.augmentation.mlm_head.eval_sentences=16",
+    ])
+    runner = SuiteRunner(suite, tmp_path / "results", tmp_path / "cache", log=lambda _: None)
+    record = json.loads(runner.run_one("tinybert", "mrpc", seed=1).path.read_text())
+    assert record["status"] == "finished"
+    assert record["general_distillation"]["corpus_sentences"] == 64
+    assert record["augmentation"]["synthetic_rows"] == 2 * 48
+    assert record["augmentation"]["augmenter"]["source"] == "fitted_head"  # MiniLM has none
+    assert [stage["name"] for stage in record["stages"]] == ["intermediate", "prediction"]
+    intermediate = record["stages"][0]
+    assert set(intermediate["final_losses"]) == {"embedding", "attention", "hidden", "total"}
+    assert record["config"]["params"]["mapping"] == [2, 3, 5, 6]
+    assert record["extra_parameters"] == 5 * (192 * 384 + 384)  # W_e and W_h for 4 layers
