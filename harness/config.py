@@ -49,6 +49,20 @@ class TrainConfig(StrictModel):
         "examples as the task's plain training set, drawn afresh each epoch (on augmented "
         "data an epoch then costs the same as without augmentation)")
 
+    def identity(self) -> dict[str, Any]:
+        """The values that identify a run or a cached teacher.  Fields added since the
+        first records are left out while at their defaults, so adding an option does not
+        orphan every cached teacher and record made before it."""
+        values = self.model_dump()
+        for name, default in LATER_TRAIN_FIELDS.items():
+            if values.get(name) == default:
+                values.pop(name)
+        return values
+
+
+LATER_TRAIN_FIELDS: dict[str, Any] = {"epoch_size": "data"}
+"""TrainConfig fields added after record version 1, with their defaults."""
+
 
 TrainOverride = create_model(  # every TrainConfig field, optional, same range checks
     "TrainOverride",

@@ -202,7 +202,7 @@ class SuiteRunner:
             **({"plugin": plugin} if plugin != method_name else {}),
             "params": method.params.model_dump(),
             "loss_weights": method.weights,
-            "stages": {name: config.model_dump() for name, config in stage_configs.items()},
+            "stages": {name: config.identity() for name, config in stage_configs.items()},
             "teacher": {"checkpoint": self.checkpoint.spec, "key": self.teacher_key(prepared)},
             "data": {  # content, not location: the same data hashes alike anywhere
                 "source": self.suite.data.source,
@@ -384,7 +384,7 @@ class SuiteRunner:
             "corpus": {"fingerprint": corpus.fingerprint,
                        "max_seq_length": self.suite.corpus.max_seq_length,
                        "seed": self.suite.corpus.seed},
-            "stages": {stage.name: stage_configs[stage.name].model_dump() for stage in stages},
+            "stages": {stage.name: stage_configs[stage.name].identity() for stage in stages},
         })
 
     def _general_distillation(self, method: Method, context: StudentContext,

@@ -182,7 +182,7 @@ def teacher_key(checkpoint: Checkpoint, task: TaskSpec, data_fingerprint: str,
         "task": task.name,
         "data": data_fingerprint,
         "finetune": teacher.finetune,
-        "training": training.model_dump() if teacher.finetune else None,
+        "training": training.identity() if teacher.finetune else None,
         "seed": teacher.seed if teacher.finetune else None,
         "max_seq_length": max_length,
     })

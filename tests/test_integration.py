@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -67,3 +68,18 @@ def test_tinybert_both_stages_with_augmentation_on_real_mrpc(tmp_path):
     assert set(intermediate["final_losses"]) == {"embedding", "attention", "hidden", "total"}
     assert record["config"]["params"]["mapping"] == [2, 3, 5, 6]
     assert record["extra_parameters"] == 5 * (192 * 384 + 384)  # W_e and W_h for 4 layers
+
+
+def test_committed_reference_records_keep_their_run_ids():
+    """Adding an option must not orphan the shipped records (nor the cached teachers):
+    each committed glue-cpu record's configuration still hashes to its run id."""
+    from harness.cache import content_hash
+    from harness.store import ResultsStore
+
+    store = ResultsStore(Path(__file__).resolve().parent.parent / "results" / "glue-cpu")
+    records = [record for record in store.records() if record["method"] in {"kd", "finetune"}]
+    assert records
+    runner = SuiteRunner(load_suite("glue-cpu"), store.root.parent, log=lambda _: None)
+    for record in records:
+        _, spec, _ = runner.resolve(record["method"], record["task"], record["seed"])
+        assert content_hash(spec) == record["config_hash"], record["run_id"]
