@@ -164,6 +164,11 @@ class Method:
     description: ClassVar[str] = ""
     Params: ClassVar[type[MethodParams]] = MethodParams
     loss_terms: ClassVar[tuple[LossTerm, ...]] = ()
+    stage_names: ClassVar[tuple[str, ...] | None] = None
+    """Every stage the method can have, when its stages depend on its parameters: a
+    recipe's budget for one of these that a configuration leaves out is ignored (a variant
+    inherits its base's budgets); any other name is an error.  None: the stages of
+    :meth:`stages` are the only valid names."""
 
     def __init__(self, params: MethodParams, weights: dict[str, float]) -> None:
         self.params = params

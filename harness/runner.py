@@ -178,10 +178,11 @@ class SuiteRunner:
         named = [(f"stages.{name}", name) for name in recipe.stages]
         named += [(f"task_stages.{task.name}.{name}", name)
                   for name in recipe.task_stages.get(task.name, {})]
+        known = set(method.stage_names or stage_names)
         for where, stage_name in named:
-            if stage_name not in stage_names:
+            if stage_name not in known:
                 raise ConfigError(f"methods.{method_name}.{where}: {plugin} has no stage "
-                                  f"{stage_name!r} here; its stages are {sorted(stage_names)}")
+                                  f"{stage_name!r}; its stages are {sorted(known)}")
         general = [stage for stage in stages if stage.is_general]
         if stages[:len(general)] != general:
             raise ValueError(f"{method_name}: corpus (general) stages must come first")

@@ -113,6 +113,7 @@ class TinyBERT(Method):
                               "augmented copies (False: the 'w/o DA' ablation)")
         augmentation: AugmentParams = Field(default_factory=AugmentParams)
 
+    stage_names = ("general", "intermediate", "prediction", "finetune")
     loss_terms = (
         LossTerm("embedding", "lambda_0 MSE(E_S W_e, E_T) over real tokens"),
         LossTerm("attention", "sum over mapped layers of lambda_m (1/h) sum_i MSE of "

@@ -169,3 +169,20 @@ def test_run_id_depends_on_data_content_not_on_where_it_lives(
         (moved / "RTE" / "train.tsv").read_text().replace("\t1\t", "\t0\t", 1))
     changed = _runner(tiny_suite_file, tmp_path, [f"data.dir={moved}"]).resolve("kd", "rte", 1)[1]
     assert content_hash(changed) != content_hash(first)
+
+
+def test_a_variant_without_a_stage_ignores_its_inherited_budget_but_not_a_typo(
+        tiny_suite_file, tmp_path):
+    from harness.config import ConfigError
+
+    runner = _runner(tiny_suite_file, tmp_path, [
+        "methods.tinybert.stages.intermediate.lr=1e-4",
+        "methods.tinybert-no-td.base=tinybert",
+        "methods.tinybert-no-td.params.task_distillation=false",
+        "methods.tinybert-no-td.params.augment=false",
+    ])
+    _, spec, _ = runner.resolve("tinybert-no-td", "rte", 1)
+    assert set(spec["stages"]) == {"general", "finetune"} and spec["plugin"] == "tinybert"
+    typo = _runner(tiny_suite_file, tmp_path, ["methods.tinybert.stages.intermediat.lr=1e-4"])
+    with pytest.raises(ConfigError, match=r"stages\.intermediat\b"):
+        typo.resolve("tinybert", "rte", 1)
