@@ -104,7 +104,14 @@ class ContextualAugmenter:
         self.checkpoint = checkpoint
         self._sentences: dict[str, _Sentence] = {}
         self._mlm_memo: dict[tuple[str, int], tuple[str, ...]] = {}
+        self._tokens: list[str] | None = None
         self.stats: dict[str, float] = {}
+
+    def _token_strings(self, ids: Sequence[int]) -> tuple[str, ...]:
+        """Token strings shared across candidate lists (one str object per vocabulary id)."""
+        if self._tokens is None:
+            self._tokens = self.tokenizer.convert_ids_to_tokens(list(range(len(self.tokenizer))))
+        return tuple(self._tokens[i] for i in ids)
 
     # ------------------------------------------------------------------ description
 
@@ -198,7 +205,7 @@ class ContextualAugmenter:
             exclude = torch.tensor([built[i][2] for i in batch])
             top = self.masked_lm.top_k(ids, attention, positions, self.params.top_k, exclude)
             for i, row_ids in zip(batch, top.tolist(), strict=True):
-                self._mlm_memo[todo[i]] = tuple(self.tokenizer.convert_ids_to_tokens(row_ids))
+                self._mlm_memo[todo[i]] = self._token_strings(row_ids)
             bar.update(len(batch))
         bar.close()
 
@@ -265,6 +272,7 @@ class ContextualAugmenter:
         out: Augmented = []
         forwards_before = self.masked_lm.forwards if self.masked_lm is not None else 0
         mlm_words = glove_words = 0
+        mlm_seconds = glove_seconds = 0.0
         bar = tqdm(total=len(examples), desc="augment", unit="ex", disable=not progress)
         for start in range(0, len(examples), self.params.chunk_examples):
             chunk = examples[start:start + self.params.chunk_examples]
@@ -280,9 +288,13 @@ class ContextualAugmenter:
                             mlm_jobs.append((text, int(position)))
                         else:
                             glove_needed[sentence.words[position]] = None
+            clock = time.perf_counter()
             if mlm_jobs:
                 self._mlm_candidates(mlm_jobs, progress)
+            mlm_seconds += time.perf_counter() - clock
+            clock = time.perf_counter()
             neighbours = self.glove.nearest(glove_needed, self.params.top_k)
+            glove_seconds += time.perf_counter() - clock
             mlm_words += len(set(mlm_jobs))
             glove_words += len(glove_needed)
 
@@ -295,6 +307,9 @@ class ContextualAugmenter:
 
             for offset, (example, per_field) in enumerate(zip(chunk, draws, strict=True)):
                 out.extend(self._assemble(start + offset, example, per_field, lookup))
+            # Bounded memory on large tasks: a text seen again in a later chunk is redone.
+            self._mlm_memo.clear()
+            self._sentences.clear()
             bar.update(len(chunk))
         bar.close()
         self.stats = {
@@ -305,6 +320,8 @@ class ContextualAugmenter:
                              if self.masked_lm is not None else 0),
             "mlm_positions": mlm_words,
             "glove_words": glove_words,
+            "mlm_seconds": mlm_seconds,
+            "glove_seconds": glove_seconds,
         }
         return out
 
@@ -324,6 +341,7 @@ def augment_per_word_loop(augmenter: ContextualAugmenter, examples: Sequence[Seq
     out: Augmented = []
     started = time.perf_counter()
     forwards_before = masked_lm.forwards if masked_lm is not None else 0
+    mlm_seconds = glove_seconds = 0.0
     for row, example in enumerate(tqdm(examples, desc="augment (per-word loop)", unit="ex",
                                        disable=not progress)):
         per_field_candidates: dict[str, list[tuple[str, ...]]] = {}
@@ -332,6 +350,7 @@ def augment_per_word_loop(augmenter: ContextualAugmenter, examples: Sequence[Seq
             sentence = augmenter._sentence(text)
             found: list[tuple[str, ...]] = []
             for position, word in enumerate(sentence.words):
+                clock = time.perf_counter()
                 if augmenter._uses_mlm(sentence, position):
                     assert masked_lm is not None
                     ids, at = augmenter._masked_sequence(sentence, position)
@@ -340,9 +359,11 @@ def augment_per_word_loop(augmenter: ContextualAugmenter, examples: Sequence[Seq
                                           torch.tensor([sentence.pieces[position][0]]))
                     found.append(tuple(augmenter.tokenizer.convert_ids_to_tokens(
                         top[0].tolist())))
+                    mlm_seconds += time.perf_counter() - clock
                 else:
                     found.append(tuple(augmenter.glove.nearest([word], params.top_k,
                                                                memo=False)[word]))
+                    glove_seconds += time.perf_counter() - clock
             per_field_candidates[text] = found
         draws = augmenter._draw(rng, [example])[0]
         out.extend(augmenter._assemble(
@@ -353,6 +374,8 @@ def augment_per_word_loop(augmenter: ContextualAugmenter, examples: Sequence[Seq
         "examples": len(examples),
         "outputs": len(out),
         "mlm_forwards": masked_lm.forwards - forwards_before if masked_lm is not None else 0,
+        "mlm_seconds": mlm_seconds,
+        "glove_seconds": glove_seconds,
     }
     return out
 
@@ -370,6 +393,15 @@ def build_augmenter(checkpoint: Checkpoint, tokenizer: PreTrainedTokenizerBase,
         masked_lm = load_masked_lm(checkpoint, corpus, cache, params.mlm_head, log,
                                    tokenizer=tokenizer, device=device)
     augmenter = ContextualAugmenter(tokenizer, params, glove, masked_lm, checkpoint)
+    if masked_lm is not None:
+        recall = masked_lm.summary.get("recall_at_k")
+        baseline = masked_lm.summary.get("unigram_recall_at_k")
+        if recall is not None and baseline is not None and recall < baseline + 0.05:
+            log(f"[augment] WARNING: the {masked_lm.source.replace('_', ' ')}'s held-out "
+                f"recall@{masked_lm.summary['k']} ({recall:.3f}) is hardly above always "
+                f"guessing the most frequent tokens ({baseline:.3f}): its candidates will be "
+                f"mostly function words and punctuation. Consider candidates='glove', more "
+                f"fitting steps, or a checkpoint with a masked-LM head.")
     log(f"[augment] candidates from {augmenter.source}; {params.copies} copies, "
         f"p={params.p_replace}, K={params.top_k}, fields={params.fields}")
     return augmenter
@@ -440,11 +472,13 @@ def run_augment_benchmark(*, task: str, examples: int, copies: int, candidates: 
     result["source"] = first.source
     table = [f"{task}: {len(inputs)} examples x {copies} copies, fields {fields}, candidates "
              f"{first.source}, {result['torch_threads']} torch threads",
-             f"{'method':<16} {'seconds':>8} {'sentences/s':>12} {'MLM forwards':>13}"]
+             f"{'method':<14} {'seconds':>8} {'sentences/s':>12} {'MLM forwards':>13} "
+             f"{'MLM s':>7} {'GloVe s':>8}"]
     for name in ("per_word_loop", "batched"):
         stats = result[name]
-        table.append(f"{name:<16} {stats['seconds']:8.2f} {stats['sentences_per_s']:12.2f} "
-                     f"{stats['mlm_forwards']:>13}")
+        table.append(f"{name:<14} {stats['seconds']:8.2f} {stats['sentences_per_s']:12.2f} "
+                     f"{stats['mlm_forwards']:>13} {stats['mlm_seconds']:7.2f} "
+                     f"{stats['glove_seconds']:8.2f}")
     table.append(f"speedup {result['speedup']:.1f}x; identical outputs "
                  f"{100 * result['identical_outputs']:.1f}%")
     if first.masked_lm is not None and first.masked_lm.summary.get("recall_at_k") is not None:

@@ -216,6 +216,44 @@ def new_method(
           f"`harness run --suite glue-cpu --method {name} --tasks mrpc`")
 
 
+bench_app = typer.Typer(no_args_is_help=True, help="Micro-benchmarks of harness components.")
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command("augment")
+def bench_augment(
+    task: Annotated[str, typer.Option(help="task whose training rows are augmented")] = "mrpc",
+    examples: Annotated[int, typer.Option(help="first N training rows")] = 200,
+    copies: Annotated[int, typer.Option(help="augmented copies per example (N_a)")] = 4,
+    candidates: Annotated[str, typer.Option(help="mlm (paper) or glove")] = "mlm",
+    fields: Annotated[str, typer.Option(help="first or all")] = "first",
+    seed: Annotated[int, typer.Option(help="augmentation seed")] = 0,
+    corpus_tasks: Annotated[str, typer.Option(
+        help="tasks whose unique training sentences fit the MLM head (when one is needed)")]
+        = "sst2,mrpc,rte,stsb,cola",
+    head_steps: Annotated[int | None, typer.Option(help="MLM head fitting steps")] = None,
+    batch_size: Annotated[int, typer.Option(help="masked sequences per forward")] = 64,
+    teacher: TeacherOpt = None,
+    data_dir: DataDirOpt = None,
+    cache_dir: CacheOpt = None,
+) -> None:
+    """Time TinyBERT augmentation, batched vs one forward per word, on real task data."""
+    _quiet_libraries()
+    from harness.augmentation import run_augment_benchmark
+
+    try:
+        result = run_augment_benchmark(
+            task=task, examples=examples, copies=copies, candidates=candidates, fields=fields,
+            seed=seed, corpus_tasks=_csv(corpus_tasks) or [], head_steps=head_steps,
+            batch_size=batch_size, teacher=teacher, data_dir=data_dir, cache_dir=cache_dir,
+            log=_echo)
+    except (KeyError, FileNotFoundError, RuntimeError, ValueError) as error:
+        _fail(str(error).strip("'\""))
+        return
+    for line in result["table"]:
+        _echo(line)
+
+
 def _echo(message: str) -> None:
     typer.echo(message)
     sys.stdout.flush()
