@@ -89,7 +89,8 @@ def prepare_augmented(
                              "task": task.name, "data": data.fingerprint,
                              "augmenter": description, "seed": seed})
     if not cache.has("augmented", text_key):
-        log(f"[augment] {task.name}: making synthetic copies ({description})")
+        log(f"[augment] {task.name}: making synthetic copies (candidates from "
+            f"{description.get('source', '?')})")
         started = time.perf_counter()
         copies = augmenter.augment(_examples(data), seed=seed)
         seconds = time.perf_counter() - started

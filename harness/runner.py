@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 from accelerate import Accelerator
-from accelerate.utils import set_seed
+from accelerate.utils import DistributedDataParallelKwargs, set_seed
 
 from harness.augmented import AugmentedSet, prepare_augmented
 from harness.cache import ArtifactCache, content_hash, default_cache_dir
@@ -111,7 +111,10 @@ class SuiteRunner:
         self.cache = ArtifactCache(cache_dir or default_cache_dir())
         self.log = log
         self.retry_failed = retry_failed
-        self.accelerator = Accelerator()
+        # Stages that train part of the student (the intermediate and general stages leave
+        # the classifier unused) would stop DDP's gradient reduction without this.
+        self.accelerator = Accelerator(kwargs_handlers=[
+            DistributedDataParallelKwargs(find_unused_parameters=True)])
         self.checkpoint: Checkpoint = resolve_checkpoint(suite.teacher.checkpoint)
         self._tokenizer = None
         self._tasks: dict[str, PreparedTask] = {}
