@@ -34,12 +34,12 @@ from typing import Any, Literal
 import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
-from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
 from harness.cache import ArtifactCache
 from harness.glove import GloveVectors
 from harness.mlm import MaskedLM, MLMHeadConfig, load_masked_lm
+from harness.progress import progress_bar
 from harness.teacher import Checkpoint
 
 ALGORITHM_VERSION = 1
@@ -191,7 +191,7 @@ class ContextualAugmenter:
         order = sorted(range(len(todo)), key=lambda i: len(built[i][0]))
         pad = self.tokenizer.pad_token_id or 0
         size = self.params.batch_size
-        bar = tqdm(total=len(order), desc="masked-LM candidates", unit="word", leave=False,
+        bar = progress_bar(total=len(order), desc="masked-LM candidates", unit="word", leave=False,
                    disable=not progress)
         for start in range(0, len(order), size):
             batch = order[start:start + size]
@@ -273,7 +273,7 @@ class ContextualAugmenter:
         forwards_before = self.masked_lm.forwards if self.masked_lm is not None else 0
         mlm_words = glove_words = 0
         mlm_seconds = glove_seconds = 0.0
-        bar = tqdm(total=len(examples), desc="augment", unit="ex", disable=not progress)
+        bar = progress_bar(total=len(examples), desc="augment", unit="ex", disable=not progress)
         for start in range(0, len(examples), self.params.chunk_examples):
             chunk = examples[start:start + self.params.chunk_examples]
             draws = self._draw(rng, chunk)
@@ -342,7 +342,7 @@ def augment_per_word_loop(augmenter: ContextualAugmenter, examples: Sequence[Seq
     started = time.perf_counter()
     forwards_before = masked_lm.forwards if masked_lm is not None else 0
     mlm_seconds = glove_seconds = 0.0
-    for row, example in enumerate(tqdm(examples, desc="augment (per-word loop)", unit="ex",
+    for row, example in enumerate(progress_bar(examples, desc="augment (per-word loop)", unit="ex",
                                        disable=not progress)):
         per_field_candidates: dict[str, list[tuple[str, ...]]] = {}
         for field in augmenter._fields(example):

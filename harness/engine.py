@@ -10,7 +10,6 @@ selection on the task's main metric, and a hard stop on a non-finite loss.
 from __future__ import annotations
 
 import math
-import sys
 import time
 from collections import defaultdict
 from contextlib import ExitStack
@@ -22,7 +21,6 @@ import torch
 from accelerate import Accelerator
 from torch import nn
 from torch.utils.data import DataLoader
-from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
 from harness.capture import capture_attention_scores
@@ -30,6 +28,7 @@ from harness.config import TrainConfig
 from harness.features import BucketBatchSampler, EncodedSplit, PaddingCollator
 from harness.method import Method, Stage, StepInputs, TeacherView
 from harness.metrics import TaskEvaluator
+from harness.progress import progress_bar
 
 
 class NonFiniteLossError(RuntimeError):
@@ -180,9 +179,8 @@ def train_stage(
     step = 0
     epoch = 0
     started = time.perf_counter()
-    progress = tqdm(total=total_steps, desc=description or stage.name, unit="step",
-                    disable=not accelerator.is_local_main_process, dynamic_ncols=True,
-                    mininterval=1.0 if sys.stderr.isatty() else 30.0, leave=False)
+    progress = progress_bar(total=total_steps, desc=description or stage.name, unit="step",
+                    disable=not accelerator.is_local_main_process, leave=False)
     student.train()
     extra.train()
     with ExitStack() as stack:

@@ -26,10 +26,10 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
-from tqdm.auto import tqdm
 from transformers import AutoModel, AutoModelForMaskedLM, PreTrainedTokenizerBase
 
 from harness.cache import CACHE_VERSION, ArtifactCache, content_hash
+from harness.progress import progress_bar
 from harness.teacher import Checkpoint, load_tokenizer
 
 HEAD_KIND = "mlm_head"
@@ -411,7 +411,7 @@ def fit_head(encoder: nn.Module, head: TiedMLMHead, tokenizer: PreTrainedTokeniz
     losses: list[float] = []
     head.train()
     encoder.eval()
-    bar = tqdm(range(config.steps), desc="fit MLM head", unit="step", leave=False,
+    bar = progress_bar(range(config.steps), desc="fit MLM head", unit="step", leave=False,
                disable=config.steps < 50)
     for _ in bar:
         if cursor + config.batch_size > len(order):
