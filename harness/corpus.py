@@ -89,11 +89,16 @@ def build_corpus(config: CorpusConfig, tasks: list[TaskData]) -> Corpus:
     if config.max_sentences is not None and len(sentences) > config.max_sentences:
         order = np.random.default_rng(config.seed).permutation(len(sentences))
         sentences = [sentences[i] for i in sorted(order[:config.max_sentences])]
+    return Corpus(sentences, sentences_fingerprint(sentences), sources)
+
+
+def sentences_fingerprint(sentences: Iterable[str]) -> str:
+    """sha256 of the sentences in order, newline-separated."""
     digest = hashlib.sha256()
     for sentence in sentences:
         digest.update(sentence.encode("utf-8"))
         digest.update(b"\n")
-    return Corpus(sentences, digest.hexdigest(), sources)
+    return digest.hexdigest()
 
 
 def encode_corpus(corpus: Corpus, tokenizer: PreTrainedTokenizerBase,

@@ -14,7 +14,6 @@ the hash of the checkpoint's identity, the corpus and the fit configuration.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import time
@@ -29,6 +28,7 @@ from torch import nn
 from transformers import AutoModel, AutoModelForMaskedLM, PreTrainedTokenizerBase
 
 from harness.cache import CACHE_VERSION, ArtifactCache, content_hash
+from harness.corpus import sentences_fingerprint
 from harness.progress import progress_bar
 from harness.teacher import Checkpoint, load_tokenizer
 
@@ -220,30 +220,11 @@ def _quiet_transformers():
             hf_logging.enable_progress_bar()
 
 
-def corpus_from_splits(splits: Sequence[Any]) -> list[str]:
-    """Unique non-empty sentences of ``datasets`` splits (``text_a`` then ``text_b`` of
-    each split, in order): the usual corpus for fitting a head."""
-    sentences: dict[str, None] = {}
-    for split in splits:
-        for column in ("text_a", "text_b"):
-            if column in split.column_names:
-                sentences.update((text, None) for text in split[column] if text.strip())
-    return list(sentences)
-
-
-def corpus_fingerprint(corpus: Sequence[str]) -> str:
-    digest = hashlib.sha256()
-    for sentence in corpus:
-        digest.update(sentence.encode())
-        digest.update(b"\n")
-    return digest.hexdigest()
-
-
 def head_key(checkpoint: Checkpoint, corpus: Sequence[str], config: MLMHeadConfig,
              source: HeadSource) -> str:
     return content_hash({"kind": HEAD_KIND, "cache_version": CACHE_VERSION,
                          "checkpoint": checkpoint.identity, "source": source,
-                         "corpus": corpus_fingerprint(corpus), "config": config.model_dump()})
+                         "corpus": sentences_fingerprint(corpus), "config": config.model_dump()})
 
 
 def load_masked_lm(checkpoint: Checkpoint, corpus: Sequence[str], cache: ArtifactCache,
