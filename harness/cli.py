@@ -100,7 +100,7 @@ def run(
         score = f"{outcome.main_score:7.2f}" if outcome.main_score is not None else "      -"
         _echo(f"{outcome.method:<12} {outcome.task:<6} {outcome.seed:>4} {outcome.status:<9} "
               f"{score}  {outcome.path}")
-    _echo(f"\nrecords: {results / config.name}")
+    _echo(f"\nrecords: {results / config.record_suite}")
     if any(outcome.status == "failed" for outcome in outcomes):
         raise typer.Exit(1)
 
@@ -144,7 +144,8 @@ def table(
     except ConfigError as error:
         _fail(str(error))
         return
-    records = finished_records(results, config.name)
+    records = finished_records(results, config.record_suite)
+    records = records[records["task"].isin(config.tasks)]
     if records.empty:
         _fail(f"no finished records for suite {config.name} under {results}")
     order = method or [name for name in config.method_names()

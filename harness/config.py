@@ -222,6 +222,10 @@ class MethodRecipe(StrictModel):
 class SuiteConfig(StrictModel):
     name: str
     description: str = ""
+    protocol: str | None = Field(
+        None, description="the suite whose runs these are (a view of it: other tasks, seeds "
+        "or variants, the same data, teacher, student and budgets): runs hash and record "
+        "under its name, so a configuration both run is trained once")
     tasks: list[str] = Field(min_length=1)
     seeds: list[int] = Field(default=[1], min_length=1)
     data: DataConfig = DataConfig()
@@ -279,6 +283,11 @@ class SuiteConfig(StrictModel):
         """The plugin a method name runs: a variant's base, else the name itself."""
         recipe = self.methods.get(method)
         return recipe.base if recipe is not None and recipe.base else method
+
+    @property
+    def record_suite(self) -> str:
+        """The name runs are identified and stored under: the protocol's, else the suite's."""
+        return self.protocol or self.name
 
     def method_names(self) -> list[str]:
         """Every method (and variant) the suite declares, in file order."""

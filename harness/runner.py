@@ -198,7 +198,7 @@ class SuiteRunner:
         shape_name, shape = self.suite.student_for(method_name)
         spec = {
             "record_version": RECORD_VERSION,
-            "suite": self.suite.name,
+            "suite": self.suite.record_suite,
             "task": task.name,
             "method": method_name,
             "seed": seed,
@@ -235,12 +235,12 @@ class SuiteRunner:
         prepared = self.prepare_task(task_name)
         teacher = self.teacher(task_name)
         path = self.store.record_path(
-            self.suite.name, method_name, task.name,
+            self.suite.record_suite, method_name, task.name,
             f"{spec['student']['name']}-seed{seed}-{run_hash[:16]}")
         record: dict[str, Any] = {
             "run_id": run_hash,
             "status": "running",
-            "suite": self.suite.name,
+            "suite": self.suite.record_suite,
             "method": method_name,
             "task": task.name,
             "task_display": task.display_name,
