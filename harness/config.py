@@ -190,8 +190,8 @@ class MethodRecipe(StrictModel):
 
     base: str | None = Field(
         None, description="make this recipe a variant (e.g. an ablation) of another method "
-        "of the suite: it runs that method's plugin with that recipe, this one's fields "
-        "merged over it, and records under its own name")
+        "(a plugin name): it runs that plugin with the suite's recipe for it, this one's "
+        "fields merged over it, and records under its own name")
     student: str | None = Field(None, description="student shape name; default: the suite's")
     params: dict[str, Any] = Field(default_factory=dict)
     task_params: dict[str, dict[str, Any]] = Field(
@@ -249,11 +249,10 @@ class SuiteConfig(StrictModel):
                 f"default_student {self.default_student!r} is not one of {sorted(self.students)}"
             )
         for method, recipe in self.methods.items():
-            if recipe.base is not None:
-                base = self.methods.get(recipe.base)
-                if base is None or base.base is not None:
-                    raise ValueError(f"methods.{method}.base {recipe.base!r} must name a "
-                                     f"method of this suite that is not a variant itself")
+            base = self.methods.get(recipe.base) if recipe.base is not None else None
+            if base is not None and base.base is not None:
+                raise ValueError(f"methods.{method}.base {recipe.base!r} is a variant "
+                                 "itself; name the method it varies")
             if recipe.student is not None and recipe.student not in self.students:
                 raise ValueError(
                     f"methods.{method}.student {recipe.student!r} is not one of "
@@ -274,7 +273,7 @@ class SuiteConfig(StrictModel):
         recipe = self.methods.get(method, MethodRecipe())
         if recipe.base is None:
             return recipe
-        base = self.methods[recipe.base].model_dump(exclude_unset=True)
+        base = self.methods.get(recipe.base, MethodRecipe()).model_dump(exclude_unset=True)
         own = recipe.model_dump(exclude_unset=True)
         own.pop("base")
         return MethodRecipe.model_validate(deep_merge(base, own))

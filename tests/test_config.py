@@ -497,13 +497,21 @@ def test_variant_merges_its_fields_over_its_base_and_runs_the_base_plugin(tmp_pa
     assert suite.method_names() == ["finetune", "kd", "kd-hot"]
 
 
-@pytest.mark.parametrize("base", ["nope", "kd-hot"])
-def test_variant_base_must_be_a_plain_method_of_the_suite(tmp_path: Path, base: str) -> None:
+def test_variant_base_must_not_be_a_variant_itself(tmp_path: Path) -> None:
     def edit(tree: dict[str, Any]) -> None:
         tree["methods"]["kd-hot"] = {"base": "kd"}
-        tree["methods"]["kd-hotter"] = {"base": base}
+        tree["methods"]["kd-hotter"] = {"base": "kd-hot"}
 
     assert "methods.kd-hotter.base" in config_error(write_suite(tmp_path, edit))
+
+
+def test_variant_of_an_undeclared_plugin_starts_from_its_defaults(tmp_path: Path) -> None:
+    def edit(tree: dict[str, Any]) -> None:
+        tree["methods"]["tinybert-no-da"] = {"base": "tinybert", "params": {"augment": False}}
+
+    suite = load_suite(str(write_suite(tmp_path, edit)))
+    assert suite.plugin("tinybert-no-da") == "tinybert"
+    assert suite.recipe("tinybert-no-da").params == {"augment": False}
 
 
 def test_task_params_merge_nested_mappings() -> None:

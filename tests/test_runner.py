@@ -186,3 +186,20 @@ def test_a_variant_without_a_stage_ignores_its_inherited_budget_but_not_a_typo(
     typo = _runner(tiny_suite_file, tmp_path, ["methods.tinybert.stages.intermediat.lr=1e-4"])
     with pytest.raises(ConfigError, match=r"stages\.intermediat\b"):
         typo.resolve("tinybert", "rte", 1)
+
+
+def test_a_protocol_view_shares_run_ids_and_records_with_its_protocol(
+        tiny_suite_file, tmp_path):
+    view_file = tmp_path / "view.yaml"
+    view_file.write_text(yaml.safe_dump({
+        "extends": str(tiny_suite_file), "name": "tiny-view", "protocol": "tiny",
+        "tasks": ["rte"], "methods": {"kd-hot": {"base": "kd",
+                                                 "params": {"temperature": 4.0}}}}))
+    first = _runner(tiny_suite_file, tmp_path).run_one("kd", "rte", seed=1)
+    view = _runner(view_file, tmp_path)
+    again = view.run_one("kd", "rte", seed=1)
+    assert (first.status, again.status) == ("finished", "skipped") and again.path == first.path
+    variant = view.run_one("kd-hot", "rte", seed=1)
+    assert variant.status == "finished"
+    assert variant.path.parent.parent.parent == first.path.parent.parent.parent  # results/tiny
+    assert view.store.load(variant.path)["suite"] == "tiny"
