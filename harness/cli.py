@@ -145,7 +145,7 @@ def table(
         _fail(str(error))
         return
     records = finished_records(results, config.record_suite)
-    records = records[records["task"].isin(config.tasks)]
+    records = records[records["task"].isin(config.tasks) & records["seed"].isin(config.seeds)]
     if records.empty:
         _fail(f"no finished records for suite {config.name} under {results}")
     order = method or [name for name in config.method_names()
