@@ -75,6 +75,9 @@ def _init_embeddings(student: BertForSequenceClassification, shape: StudentConfi
         for name in ("word_embeddings", "position_embeddings", "token_type_embeddings"):
             source = teacher_state[f"{prefix}{name}.weight"].float()
             getattr(embeddings, name).weight.copy_(source @ projection)
+        if shape.embedding_init == "teacher":  # a copy keeps the teacher's normalisation too
+            embeddings.LayerNorm.weight.copy_(teacher_state[prefix + "LayerNorm.weight"])
+            embeddings.LayerNorm.bias.copy_(teacher_state[prefix + "LayerNorm.bias"])
 
 
 def _init_layers(student: BertForSequenceClassification, shape: StudentConfig,
@@ -97,6 +100,12 @@ def _init_layers(student: BertForSequenceClassification, shape: StudentConfig,
                                      f"{key} is {tuple(value.shape)}, student "
                                      f"{target} is {tuple(student_state[target].shape)}")
                 student_state[target] = value.clone()
+    # The pooler reads the last layer's [CLS]; it comes along when the widths agree.
+    pooler_prefix = prefix.replace("encoder.layer.", "pooler.")
+    for key, value in teacher_state.items():
+        target = "bert.pooler." + key[len(pooler_prefix):]
+        if key.startswith(pooler_prefix) and student_state[target].shape == value.shape:
+            student_state[target] = value.clone()
     student.load_state_dict(student_state)
 
 

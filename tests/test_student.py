@@ -41,8 +41,10 @@ def test_teacher_layer_init_copies_exactly_the_chosen_layers():
             assert torch.equal(copied, state[f"encoder.layer.{teacher_layer}.{suffix}"])
     assert not torch.equal(student_state["bert.encoder.layer.1.attention.self.query.weight"],
                            state["encoder.layer.1.attention.self.query.weight"])
-    assert torch.equal(student_state["bert.embeddings.word_embeddings.weight"],
-                       state["embeddings.word_embeddings.weight"])
+    for name in ("word_embeddings.weight", "position_embeddings.weight", "LayerNorm.weight",
+                 "LayerNorm.bias"):
+        assert torch.equal(student_state[f"bert.embeddings.{name}"], state[f"embeddings.{name}"])
+    assert torch.equal(student_state["bert.pooler.dense.weight"], state["pooler.dense.weight"])
 
 
 def test_teacher_layer_init_with_a_different_width_is_a_clear_error():
