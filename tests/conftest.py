@@ -78,12 +78,18 @@ def tiny_suite_dict(data_dir: Path, teacher_dir: Path, steps: int = 3) -> dict:
                     "training": {"max_steps": steps, "batch_size": 8, "lr": 1e-3,
                                  "log_every_steps": 1}},
         "students": {"tiny": {"num_layers": 2, "hidden_size": 16, "num_heads": 4,
-                              "intermediate_size": 32, "embedding_init": "teacher_pca"}},
+                              "intermediate_size": 32, "embedding_init": "teacher_pca"},
+                     # the teacher's width: students built from teacher layers (PKD, DistilBERT)
+                     "tiny-wide": {"num_layers": 2, "hidden_size": 32, "num_heads": 4,
+                                   "intermediate_size": 64, "init": "teacher_layers",
+                                   "teacher_layers": [0, 1], "embedding_init": "teacher"}},
         "default_student": "tiny",
         "training": {"max_steps": steps, "batch_size": 8, "lr": 1e-3, "log_every_steps": 1},
         # One augmented copy, a masked-LM head fitted in a few steps: seconds, not minutes.
         "methods": {"tinybert": {"params": {"augmentation": {
-            "copies": 1, "mlm_head": {"steps": 4, "batch_size": 8, "eval_sentences": 8}}}}},
+            "copies": 1, "mlm_head": {"steps": 4, "batch_size": 8, "eval_sentences": 8}}}},
+                    "bert-pkd": {"student": "tiny-wide"},
+                    "distilbert": {"student": "tiny-wide"}},
     }
 
 
