@@ -173,6 +173,8 @@ def train_stage(
     if teacher_model is not None:
         teacher_model.to(accelerator.device).eval()
 
+    batch_generator = torch.Generator(device=accelerator.device)
+    batch_generator.manual_seed(seed + accelerator.process_index)
     best_score = -math.inf
     best_state: dict[str, torch.Tensor] | None = None
     window: dict[str, list[torch.Tensor]] = defaultdict(list)
@@ -191,6 +193,7 @@ def train_stage(
         while step < total_steps:
             sampler.set_epoch(epoch)
             for batch_index, batch in enumerate(loader):
+                batch = method.prepare_batch(batch, stage, batch_generator)
                 with autocast(accelerator, config.mixed_precision):
                     view = TeacherView()
                     if teacher_logits is not None:

@@ -104,7 +104,10 @@ class StudentContext:
     shape: StudentConfig
     teacher_config: PretrainedConfig
     teacher_state: dict[str, torch.Tensor] | None = None
-    """The teacher's weights, for students initialised from teacher layers."""
+    """The pre-trained teacher's weights, for students initialised from teacher layers."""
+    assets: AugmentContext | None = None
+    """The teacher checkpoint, its tokenizer, the suite's corpus and the artifact cache, for
+    methods that need more of the teacher than its weights (e.g. its masked-LM head)."""
 
 
 @dataclass
@@ -204,6 +207,12 @@ class Method:
     def search_space(self, trial: optuna.Trial) -> dict[str, Any]:
         """Optuna search space as dotted recipe overrides, e.g. ``{"params.alpha": 0.5}``."""
         return {}
+
+    def prepare_batch(self, batch: dict[str, torch.Tensor], stage: Stage,
+                      generator: torch.Generator) -> dict[str, torch.Tensor]:
+        """Rewrite a training batch before the teacher and the student see it (e.g. masking
+        for a masked-LM objective); ``generator`` is seeded per stage, so runs repeat."""
+        return batch
 
     def augmenter(self, context: AugmentContext) -> Augmenter | None:
         """The augmenter behind ``data="augmented"`` stages (None: no augmentation)."""

@@ -362,11 +362,16 @@ class SuiteRunner:
 
     def _student_context(self, method_name: str, task: TaskSpec) -> StudentContext:
         shape_name, shape = self.suite.student_for(method_name)
-        needs_teacher_weights = shape.init != "random" or shape.embedding_init != "random"
+        # Always given: a plugin may initialise from the teacher whatever the shape says.
         return StudentContext(
             task=task, shape_name=shape_name, shape=shape,
             teacher_config=load_base_config(self.checkpoint),
-            teacher_state=self.teacher_state() if needs_teacher_weights else None)
+            teacher_state=self.teacher_state(), assets=self._assets())
+
+    def _assets(self) -> AugmentContext:
+        return AugmentContext(checkpoint=self.checkpoint, tokenizer=self.tokenizer,
+                              corpus=lambda: self.corpus().sentences, cache=self.cache,
+                              log=self.log)
 
     # -- general distillation ------------------------------------------------------------
     def corpus(self) -> Corpus:
@@ -463,10 +468,7 @@ class SuiteRunner:
     def augmented(self, method: Method, task_name: str) -> AugmentedSet:
         """The task's training split plus the method's cached synthetic copies."""
         prepared = self.prepare_task(task_name)
-        context = AugmentContext(checkpoint=self.checkpoint, tokenizer=self.tokenizer,
-                                 corpus=lambda: self.corpus().sentences, cache=self.cache,
-                                 log=self.log)
-        augmenter = method.augmenter(context)
+        augmenter = method.augmenter(self._assets())
         if augmenter is None:
             raise ValueError(f"{method.name} has a stage on augmented data but no augmenter")
         memo_key = content_hash({"task": task_name, "augmenter": augmenter.describe()})

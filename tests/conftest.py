@@ -89,7 +89,8 @@ def tiny_suite_dict(data_dir: Path, teacher_dir: Path, steps: int = 3) -> dict:
         "methods": {"tinybert": {"params": {"augmentation": {
             "copies": 1, "mlm_head": {"steps": 4, "batch_size": 8, "eval_sentences": 8}}}},
                     "bert-pkd": {"student": "tiny-wide"},
-                    "distilbert": {"student": "tiny-wide"}},
+                    "distilbert": {"student": "tiny-wide", "params": {"mlm_head": {
+                        "steps": 4, "batch_size": 8, "eval_sentences": 8}}}},
     }
 
 

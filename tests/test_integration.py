@@ -69,6 +69,30 @@ def test_tinybert_both_stages_with_augmentation_on_real_mrpc(tmp_path):
     assert record["extra_parameters"] == 5 * (192 * 384 + 384)  # W_e and W_h for 4 layers
 
 
+def test_distilbert_general_distillation_then_finetuning_on_real_rte(tmp_path):
+    """The 3L-384 student from MiniLM layers [0, 3, 5], general distillation on a sample of
+    the real corpus with the fitted masked-LM head (a few fit steps), then fine-tuning."""
+    suite = load_suite("glue-cpu", [
+        "tasks=[rte]", "data.max_train_examples.rte=48", "teacher.training.max_steps=4",
+        "teacher.min_margin=-100", "corpus.max_sentences=64",
+        "methods.distilbert.stages.general.max_steps=3",
+        "methods.distilbert.stages.finetune.max_steps=3",
+        "methods.distilbert.params.mlm_head.steps=2",
+        "methods.distilbert.params.mlm_head.eval_sentences=8",
+    ])
+    runner = SuiteRunner(suite, tmp_path / "results", tmp_path / "cache", log=lambda _: None)
+    record = json.loads(runner.run_one("distilbert", "rte", seed=1).path.read_text())
+    assert record["status"] == "finished"
+    general = record["general_distillation"]
+    assert general["corpus_sentences"] == 64
+    assert set(general["final_losses"]) == {"ce", "mlm", "cos", "total"}
+    assert all(value > 0 for value in general["final_losses"].values())
+    assert [stage["name"] for stage in record["stages"]] == ["finetune"]
+    assert record["parameters"]["non_embedding"] < 6_000_000  # 3 of MiniLM's 6 layers
+    student = runner.suite.students["3L-384"]
+    assert (student.num_layers, student.hidden_size) == (3, 384)
+
+
 def test_committed_reference_records_keep_their_run_ids():
     """Adding an option must not orphan the shipped records (nor the cached teachers):
     each committed glue-cpu record's configuration still hashes to its run id (ablation
