@@ -331,3 +331,27 @@ def test_beta_zero_reproduces_vanilla_kd_exactly(tmp_path, tiny_data_dir, tiny_t
         assert set(full["final_losses"]) == {"gold", "soft", "patient", "total"}
         assert full["final_losses"]["gold"] != kd["final_losses"]["gold"]
         assert not torch.equal(full_pred[-1], kd_pred[-1])
+
+
+# -- the suites' recipes -------------------------------------------------------------------------
+def test_glue_cpu_pkd_differs_from_kd_3l_only_by_the_patient_term():
+    suite = load_suite("glue-cpu")
+    kd, pkd_recipe = suite.recipe("kd-3L"), suite.recipe("bert-pkd")
+    assert suite.student_for("bert-pkd") == suite.student_for("kd-3L")
+    assert pkd_recipe.stages == kd.stages and pkd_recipe.task_stages == kd.task_stages
+    for name in ("bert-pkd", "bert-pkd-last", "bert-pkd-beta0"):
+        method = instantiate(suite.plugin(name), suite.recipe(name), "mrpc")
+        assert {k: method.weights[k] for k in ("gold", "soft")} == instantiate(
+            "kd", kd, "mrpc").weights
+    assert instantiate("bert-pkd", suite.recipe("bert-pkd-beta0")).weights["patient"] == 0.0
+    assert instantiate("bert-pkd", suite.recipe("bert-pkd-last")).params.mapping == "last"
+
+
+def test_glue_pkd_recipes_use_the_papers_students():
+    suite = load_suite("glue")
+    for name, layers, mapping in (("bert-pkd", 6, [2, 4, 6, 8, 10]), ("bert-pkd-3L", 3, [4, 8])):
+        shape = suite.student_for(name)[1]
+        assert (shape.num_layers, shape.hidden_size, shape.num_heads) == (layers, 768, 12)
+        method = instantiate(suite.plugin(name), suite.recipe(name), "rte")
+        assert patient_layers(layers, 12, method.params.mapping) == mapping
+        assert method.weights == {"gold": pytest.approx(0.3), "soft": 0.7, "patient": 500.0}
