@@ -46,6 +46,28 @@ def test_kd_on_real_cola_with_the_offline_teacher(tmp_path):
     assert logits.shape == (516, 2)
 
 
+
+def test_bert_pkd_on_real_cola_with_the_offline_teacher(tmp_path):
+    """PKD-Skip on the 3L-384 student: MiniLM's first 3 layers copied, [CLS] of student
+    layers 1, 2 against the fine-tuned teacher's layers 2, 4 (live teacher forward)."""
+    suite = load_suite("glue-cpu", [
+        "data.max_train_examples.cola=128", "teacher.training.max_steps=4",
+        "teacher.min_margin=-100", "methods.bert-pkd.stages.task.max_steps=4",
+    ])
+    runner = SuiteRunner(suite, tmp_path / "results", tmp_path / "cache", log=lambda _: None)
+    record = json.loads(runner.run_one("bert-pkd", "cola", seed=1).path.read_text())
+    assert record["status"] == "finished"
+    assert record["student_shape"] == "3L-384"
+    assert record["config"]["params"]["mapping"] == "skip"
+    assert record["config"]["loss_weights"] == {"gold": 0.5, "soft": 0.5, "patient": 100.0}
+    assert [stage["steps"] for stage in record["stages"]] == [4]
+    assert set(record["final_losses"]) == {"gold", "soft", "patient", "total"}
+    assert 0 < record["final_losses"]["patient"] < 4  # unit vectors: at most 4 per layer
+    assert -100 <= record["main_score"] <= 100
+    teacher = count_parameters(load_pretrained_encoder(runner.checkpoint))
+    half = record["parameters"]["non_embedding"] / teacher["non_embedding"]
+    assert 0.45 < half < 0.55  # 3 of the 6 layers (plus pooler and classifier)
+
 def test_tinybert_both_stages_with_augmentation_on_real_mrpc(tmp_path):
     """General distillation from the pre-trained MiniLM on a sample of the real corpus,
     augmented MRPC (GloVe candidates, as glue-cpu configures for MiniLM), both task stages.
