@@ -40,8 +40,8 @@ on both, as theirs with ``normalized_patience``), but their patience loss is
 layers and the d hidden dimensions, while the paper's formula (implemented here, the default
 ``patient_reduction: sum``) sums over both.  Their beta grid therefore corresponds to a
 (k - 1) d times smaller beta here: ``patient_reduction: mean`` reproduces their scale
-(divides the term by (k - 1) d); ``glue`` uses it with the grid's beta, ``glue-cpu`` the
-paper's formula (see the suites' comments).  Their teacher
+(divides the term by (k - 1) d); both suites use it with a beta from the grid (see
+their comments).  Their teacher
 predictions were cached to disk; here the logits are cached and hidden states come from a
 live teacher forward.  The student shape's own ``teacher_layers`` is ignored: this plugin
 copies the first k layers (or ``params.teacher_layers``).

@@ -225,3 +225,22 @@ def test_switches_choose_terms_stages_and_what_general_distillation_depends_on()
         distilbert(disabled_losses=["ce", "mlm", "cos"]).stages(sst2)
     with pytest.raises(ConfigError, match="gold term"):
         distilbert(disabled_losses=["gold"]).stages(sst2)
+
+
+def test_a_checkpoint_mlm_head_carries_over_to_the_student_head_exactly():
+    """BERT checkpoints (suite glue) ship a ``cls`` head: the student's head, tied to the
+    same embeddings, must compute the same vocabulary logits from it."""
+    from transformers import BertForMaskedLM
+
+    from methods.distilbert import _head_state
+
+    torch.manual_seed(0)
+    masked_lm = BertForMaskedLM(BertConfig(vocab_size=VOCAB, hidden_size=HIDDEN,
+                                           num_hidden_layers=1, num_attention_heads=HEADS,
+                                           intermediate_size=64))
+    torch.nn.init.normal_(masked_lm.cls.predictions.bias)
+    head = StudentMLMHead(HIDDEN, VOCAB)
+    head.load_state_dict(_head_state(masked_lm.cls))
+    hidden = torch.randn(5, HIDDEN)
+    embeddings = masked_lm.get_input_embeddings().weight
+    torch.testing.assert_close(head(hidden, embeddings), masked_lm.cls(hidden))
