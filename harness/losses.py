@@ -34,3 +34,12 @@ def teacher_regression_loss(student_logits: torch.Tensor,
                             teacher_logits: torch.Tensor) -> torch.Tensor:
     """Regression distillation: MSE to the teacher's prediction (never the gold score)."""
     return F.mse_loss(student_logits.squeeze(-1).float(), teacher_logits.squeeze(-1).float())
+
+
+def soft_target_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
+                     temperature: float, is_regression: bool) -> torch.Tensor:
+    """Hinton's soft term: :func:`soft_kl`, or :func:`teacher_regression_loss` for
+    regression tasks (kd, BERT-PKD, DistilBERT's task distillation)."""
+    if is_regression:
+        return teacher_regression_loss(student_logits, teacher_logits)
+    return soft_kl(student_logits, teacher_logits, temperature)

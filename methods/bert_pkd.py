@@ -58,7 +58,7 @@ from pydantic import Field
 from torch import nn
 
 from harness.config import ConfigError
-from harness.losses import gold_loss, soft_kl, teacher_regression_loss
+from harness.losses import gold_loss, soft_target_loss
 from harness.method import (
     LossTerm,
     Method,
@@ -265,9 +265,8 @@ class BertPKD(Method):
         return gold_loss(inputs.student.logits, inputs.batch["labels"], inputs.task.is_regression)
 
     def loss_soft(self, inputs: StepInputs) -> torch.Tensor:
-        if inputs.task.is_regression:
-            return teacher_regression_loss(inputs.student.logits, inputs.teacher.logits)
-        return soft_kl(inputs.student.logits, inputs.teacher.logits, self.params.temperature)
+        return soft_target_loss(inputs.student.logits, inputs.teacher.logits,
+                                self.params.temperature, inputs.task.is_regression)
 
     def loss_patient(self, inputs: StepInputs) -> torch.Tensor:
         student, teacher = inputs.student.hidden_states, inputs.teacher.hidden_states

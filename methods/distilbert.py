@@ -47,7 +47,7 @@ from pydantic import Field
 from torch import nn
 
 from harness.config import ConfigError
-from harness.losses import gold_loss, soft_kl, teacher_regression_loss
+from harness.losses import gold_loss, soft_kl, soft_target_loss
 from harness.method import (
     LossTerm,
     Method,
@@ -350,9 +350,8 @@ class DistilBERT(Method):
         if inputs.stage.is_general:
             student_logits, teacher_logits, _ = self._masked_rows(inputs)
             return soft_kl(student_logits, teacher_logits, self.params.temperature)
-        if inputs.task.is_regression:
-            return teacher_regression_loss(inputs.student.logits, inputs.teacher.logits)
-        return soft_kl(inputs.student.logits, inputs.teacher.logits, self.params.temperature)
+        return soft_target_loss(inputs.student.logits, inputs.teacher.logits,
+                                self.params.temperature, inputs.task.is_regression)
 
     def loss_mlm(self, inputs: StepInputs) -> torch.Tensor:
         student_logits, _, labels = self._masked_rows(inputs)

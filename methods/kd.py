@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from pydantic import Field
 
-from harness.losses import gold_loss, soft_kl, teacher_regression_loss
+from harness.losses import gold_loss, soft_target_loss
 from harness.method import LossTerm, Method, MethodParams, Stage, StepInputs, register_method
 from harness.tasks import TaskSpec
 
@@ -40,9 +40,8 @@ class VanillaKD(Method):
         return gold_loss(inputs.student.logits, inputs.batch["labels"], inputs.task.is_regression)
 
     def loss_soft(self, inputs: StepInputs) -> torch.Tensor:
-        if inputs.task.is_regression:
-            return teacher_regression_loss(inputs.student.logits, inputs.teacher.logits)
-        return soft_kl(inputs.student.logits, inputs.teacher.logits, self.params.temperature)
+        return soft_target_loss(inputs.student.logits, inputs.teacher.logits,
+                                self.params.temperature, inputs.task.is_regression)
 
     def search_space(self, trial) -> dict:
         return {
