@@ -242,9 +242,8 @@ class BertPKD(Method):
             raise ConfigError(f"{where}: a 1-layer student has no intermediate layer for the "
                               "patient term; set beta to 0 (vanilla KD) or use more layers")
         if context.teacher_state is None:
-            raise ConfigError(f"{where}: no teacher weights to copy; the student shape "
-                              f"{context.shape_name!r} must set init: teacher_layers (the "
-                              "runner loads the teacher's weights for such shapes)")
+            raise ConfigError(f"{where}: no teacher weights to copy; pass the pre-trained "
+                              "teacher's state_dict as StudentContext.teacher_state")
         shape = shape.model_copy(update={"init": "teacher_layers", "teacher_layers": layers,
                                          "embedding_init": "teacher"})
         built = StudentContext(task=context.task, shape_name=context.shape_name, shape=shape,

@@ -46,7 +46,6 @@ def test_kd_on_real_cola_with_the_offline_teacher(tmp_path):
     assert logits.shape == (516, 2)
 
 
-
 def test_bert_pkd_on_real_cola_with_the_offline_teacher(tmp_path):
     """PKD-Skip on the 3L-384 student: MiniLM's first 3 layers copied, [CLS] of student
     layers 1, 2 against the fine-tuned teacher's layers 2, 4 (live teacher forward)."""
