@@ -65,6 +65,11 @@ def _concat(first: EncodedSplit, second: EncodedSplit) -> EncodedSplit:
         token_type_ids=[*first.token_type_ids, *second.token_type_ids],
         labels=np.concatenate([first.labels, second.labels]),
         lengths=np.concatenate([first.lengths, second.lengths]),
+        texts=([*first.texts, *second.texts]
+               if first.texts is not None and second.texts is not None else None),
+        # Synthetic rows carry their source row's label for bookkeeping only.
+        has_gold=np.concatenate([np.ones(len(first), dtype=bool),
+                                 np.zeros(len(second), dtype=bool)]),
     )
 
 

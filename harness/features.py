@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
 
 import datasets
 import numpy as np
@@ -23,9 +23,47 @@ class EncodedSplit:
     token_type_ids: list[np.ndarray]
     labels: np.ndarray
     lengths: np.ndarray
+    texts: list[tuple[str, ...]] | None = None
+    """The raw text fields of every row (one, or two for sentence pairs)."""
+    features: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    """A student's own per-row inputs (e.g. word ids of a non-BERT student), padded with 0
+    per batch into ``batch[name]`` beside ``batch[name + "_lengths"]``."""
+    has_gold: np.ndarray | None = None
+    """False for synthetic rows, whose ``labels`` are only their source row's (None: every
+    row has its gold label)."""
 
     def __len__(self) -> int:
         return len(self.input_ids)
+
+    def texts_by_field(self) -> tuple[list[str], list[str] | None]:
+        """``(first texts, second texts or None)`` of every row."""
+        if self.texts is None:
+            raise ValueError(f"split {self.name!r} was encoded without its texts")
+        first = [fields[0] for fields in self.texts]
+        second = ([fields[1] for fields in self.texts]
+                  if self.texts and len(self.texts[0]) > 1 else None)
+        return first, second
+
+    def subset(self, rows: Sequence[int], name: str | None = None) -> EncodedSplit:
+        """The given rows, in that order (features and texts included)."""
+        rows = [int(row) for row in rows]
+        return EncodedSplit(
+            name=name or self.name,
+            input_ids=[self.input_ids[row] for row in rows],
+            token_type_ids=[self.token_type_ids[row] for row in rows],
+            labels=self.labels[rows], lengths=self.lengths[rows],
+            texts=[self.texts[row] for row in rows] if self.texts is not None else None,
+            features={key: [values[row] for row in rows]
+                      for key, values in self.features.items()},
+            has_gold=self.has_gold[rows] if self.has_gold is not None else None)
+
+    def with_features(self, features: dict[str, Sequence[np.ndarray]]) -> EncodedSplit:
+        """A copy carrying ``features`` (one array per row for each name)."""
+        for name, rows in features.items():
+            if len(rows) != len(self):
+                raise ValueError(f"feature {name!r} has {len(rows)} rows; split "
+                                 f"{self.name!r} has {len(self)}")
+        return replace(self, features={name: list(rows) for name, rows in features.items()})
 
 
 def encode_split(name: str, split: datasets.Dataset, task: TaskSpec,
@@ -36,12 +74,16 @@ def encode_split(name: str, split: datasets.Dataset, task: TaskSpec,
     input_ids = [np.asarray(ids, dtype=np.int64) for ids in encoded["input_ids"]]
     token_types = [np.asarray(ids, dtype=np.int64) for ids in encoded["token_type_ids"]]
     label_dtype = np.float32 if task.is_regression else np.int64
+    texts_a = list(split["text_a"])
+    texts = (list(zip(texts_a, texts_b, strict=True)) if texts_b is not None
+             else [(text,) for text in texts_a])
     return EncodedSplit(
         name=name,
         input_ids=input_ids,
         token_type_ids=token_types,
         labels=np.asarray(list(split["label"]), dtype=label_dtype),
         lengths=np.asarray([len(ids) for ids in input_ids], dtype=np.int64),
+        texts=texts,
     )
 
 
@@ -62,13 +104,23 @@ class PaddingCollator:
             input_ids[position, :length] = self.split.input_ids[row]
             token_type_ids[position, :length] = self.split.token_type_ids[row]
             attention_mask[position, :length] = 1
-        return {
+        batch = {
             "input_ids": torch.from_numpy(input_ids),
             "token_type_ids": torch.from_numpy(token_type_ids),
             "attention_mask": torch.from_numpy(attention_mask),
             "labels": torch.from_numpy(self.split.labels[rows]),
             "row": torch.as_tensor(rows, dtype=torch.long),
         }
+        if self.split.has_gold is not None:
+            batch["has_gold"] = torch.from_numpy(self.split.has_gold[rows])
+        for name, feature in self.split.features.items():
+            lengths = np.asarray([len(feature[row]) for row in rows], dtype=np.int64)
+            padded = np.zeros((len(rows), max(1, int(lengths.max()))), dtype=np.int64)
+            for position, row in enumerate(rows):
+                padded[position, :lengths[position]] = feature[row]
+            batch[name] = torch.from_numpy(padded)
+            batch[f"{name}_lengths"] = torch.from_numpy(lengths)
+        return batch
 
 
 class BucketBatchSampler(Sampler[list[int]]):

@@ -6,8 +6,17 @@ import torch
 import torch.nn.functional as F
 
 
-def gold_loss(logits: torch.Tensor, labels: torch.Tensor, is_regression: bool) -> torch.Tensor:
-    """Cross-entropy to gold classes, or MSE to gold scores for regression tasks."""
+def gold_loss(logits: torch.Tensor, labels: torch.Tensor, is_regression: bool,
+              has_gold: torch.Tensor | None = None) -> torch.Tensor:
+    """Cross-entropy to gold classes, or MSE to gold scores for regression tasks.
+
+    ``has_gold`` (bool per row, from batches of augmented data) restricts the mean to rows
+    with a gold label; a batch without any gives 0 (with a gradient path, so DDP is happy).
+    """
+    if has_gold is not None:
+        if not bool(has_gold.any()):
+            return logits.float().sum() * 0.0
+        logits, labels = logits[has_gold], labels[has_gold]
     if is_regression:
         return F.mse_loss(logits.squeeze(-1).float(), labels.float())
     return F.cross_entropy(logits.float(), labels.long())

@@ -10,7 +10,9 @@ A method is one module in ``methods/`` (or a third-party package registered unde
 * :meth:`Method.stages`: the training stages, each naming its data, its teacher (fine-tuned,
   pre-trained or none), the teacher outputs it needs and the loss terms it uses;
 * :meth:`Method.build_student`, :meth:`Method.extra_modules` (learnable projections, trained
-  with the student but not counted as student parameters) and :meth:`Method.search_space`.
+  with the student but not counted as student parameters) and :meth:`Method.search_space`;
+* for a student that does not read the teacher's WordPiece ids (e.g. a word-level BiLSTM),
+  :meth:`Method.student_encoder`: its own tokenisation, fitted on the training texts.
 
 The engine owns everything else: data, the teacher and its cache, the training loop,
 evaluation, checkpoint selection and the results store.
@@ -29,7 +31,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
 from torch import nn
 
-from harness.config import ConfigError, MethodRecipe, StudentConfig
+from harness.config import BiLSTMStudentConfig, ConfigError, MethodRecipe, StudentConfig
 from harness.tasks import TaskSpec
 
 if TYPE_CHECKING:
@@ -101,13 +103,16 @@ class StudentContext:
 
     task: TaskSpec
     shape_name: str
-    shape: StudentConfig
+    shape: StudentConfig | BiLSTMStudentConfig
     teacher_config: PretrainedConfig
     teacher_state: dict[str, torch.Tensor] | None = None
     """The pre-trained teacher's weights, for students initialised from teacher layers."""
     assets: AugmentContext | None = None
     """The teacher checkpoint, its tokenizer, the suite's corpus and the artifact cache, for
     methods that need more of the teacher than its weights (e.g. its masked-LM head)."""
+    encoder: StudentEncoder | None = None
+    """The method's own student encoder (:meth:`Method.student_encoder`), fitted on the
+    task's training texts, e.g. to size a word-embedding table."""
 
 
 @dataclass
@@ -120,6 +125,21 @@ class AugmentContext:
     corpus: Callable[[], list[str]]
     cache: Any
     log: Callable[[str], None]
+
+
+class StudentEncoder(Protocol):
+    """A student's own tokenisation: texts -> named per-row id arrays.
+
+    The runner adds them to every split the student reads (training, augmented, dev), and
+    batches carry them zero-padded as ``batch[name]`` with ``batch[name + "_lengths"]``;
+    the teacher keeps reading its WordPiece ``input_ids``.  :meth:`describe` identifies
+    the encoder (vocabulary included) for records and memoisation.
+    """
+
+    def describe(self) -> dict[str, Any]: ...
+
+    def encode(self, texts_a: Sequence[str], texts_b: Sequence[str] | None
+               ) -> dict[str, list[Any]]: ...
 
 
 class Augmenter(Protocol):
@@ -167,6 +187,8 @@ class Method:
     description: ClassVar[str] = ""
     Params: ClassVar[type[MethodParams]] = MethodParams
     loss_terms: ClassVar[tuple[LossTerm, ...]] = ()
+    student_kinds: ClassVar[tuple[str, ...]] = ("bert",)
+    """The student shape kinds (``kind`` in a suite's ``students``) the method can build."""
     stage_names: ClassVar[tuple[str, ...] | None] = None
     """Every stage the method can have, when its stages depend on its parameters: a
     recipe's budget for one of these that a configuration leaves out is ignored (a variant
@@ -186,6 +208,8 @@ class Method:
         return {term.name: 1.0 for term in self.loss_terms}
 
     def build_student(self, context: StudentContext) -> nn.Module:
+        """The student, ready to train.  A dict set as ``student.init_summary`` (e.g. word
+        vector coverage) goes into the run record."""
         from harness.student import build_bert_student
 
         return build_bert_student(context)
@@ -213,6 +237,12 @@ class Method:
         """Rewrite a training batch before the teacher and the student see it (e.g. masking
         for a masked-LM objective); ``generator`` is seeded per stage, so runs repeat."""
         return batch
+
+    def student_encoder(self, context: StudentContext,
+                        train_texts: Sequence[tuple[str, ...]]) -> StudentEncoder | None:
+        """The student's own tokenisation, fitted on the task's training texts (None: the
+        student reads the teacher's WordPiece ids)."""
+        return None
 
     def augmenter(self, context: AugmentContext) -> Augmenter | None:
         """The augmenter behind ``data="augmented"`` stages (None: no augmentation)."""

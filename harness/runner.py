@@ -26,7 +26,7 @@ from accelerate.utils import DistributedDataParallelKwargs, set_seed
 
 from harness.augmented import AugmentedSet, prepare_augmented
 from harness.cache import ArtifactCache, content_hash, default_cache_dir
-from harness.config import ConfigError, StudentConfig, SuiteConfig, TrainConfig
+from harness.config import ConfigError, StudentConfig, SuiteConfig, TrainConfig, student_kind
 from harness.corpus import Corpus, build_corpus, encode_corpus
 from harness.data import TaskData, load_task
 from harness.engine import NonFiniteLossError, TeacherRuntime, predict_logits, train_stage
@@ -36,6 +36,7 @@ from harness.method import (
     Method,
     Stage,
     StudentContext,
+    StudentEncoder,
     instantiate,
     registry,
 )
@@ -56,6 +57,8 @@ from harness.teacher import (
 )
 
 GENERAL_VERSION = 1
+INFERENCE_ROWS = 512
+"""Dev rows timed for the student-vs-teacher inference speed in every record."""
 PACKAGES = ("torch", "transformers", "datasets", "evaluate", "accelerate", "optuna", "numpy",
             "pandas", "pydantic", "distill-bench")
 
@@ -122,6 +125,8 @@ class SuiteRunner:
         self._teacher_state: dict[str, torch.Tensor] | None = None
         self._corpus: Corpus | None = None
         self._augmented: dict[str, AugmentedSet] = {}
+        self._student_splits: dict[tuple[str, str, str], EncodedSplit] = {}
+        self._teacher_speed: dict[str, float] = {}
 
     # -- preparation ---------------------------------------------------------------------
     @property
@@ -196,6 +201,10 @@ class SuiteRunner:
             for stage in stages}
         prepared = self.prepare_task(task_name)
         shape_name, shape = self.suite.student_for(method_name)
+        if student_kind(shape) not in method.student_kinds:
+            raise ConfigError(f"methods.{method_name}: student {shape_name!r} is of kind "
+                              f"{student_kind(shape)!r}; {plugin} builds "
+                              f"{' or '.join(method.student_kinds)} students")
         spec = {
             "record_version": RECORD_VERSION,
             "suite": self.suite.record_suite,
@@ -290,8 +299,18 @@ class SuiteRunner:
         context = self._student_context(spec["method"], task)
         stages = method.stages(task)
         general = [stage for stage in stages if stage.is_general]
+        encoder = method.student_encoder(context, prepared.splits["train"].texts or [])
+        if encoder is not None and general:
+            raise ConfigError(f"{spec['method']}: general distillation reads the teacher's "
+                              "WordPiece ids; a student with its own encoder cannot have "
+                              "corpus stages")
+        context.encoder = encoder
         general_summary = (self._general_distillation(method, context, general, stage_configs)
                            if general else None)
+
+        def for_student(split: EncodedSplit, key: str) -> EncodedSplit:
+            return self._student_split(encoder, task.name, key, split)
+
         set_seed(seed)
         student = method.build_student(context)
         if hasattr(student, "config"):
@@ -303,16 +322,19 @@ class SuiteRunner:
         augmented = None
         stage_results = []
         for stage in stages[len(general):]:
-            train_split = prepared.splits["train"]
+            train_split = for_student(prepared.splits["train"], "train")
             train_logits = None
             if stage.data == "augmented":
                 augmented = augmented or self.augmented(method, task.name)
-                train_split, train_logits = augmented.split, augmented.teacher_logits
+                train_split = for_student(augmented.split, f"augmented:{augmented.summary['key']}")
+                train_logits = augmented.teacher_logits
             runtime = self._teacher_runtime(stage, teacher, train_logits)
             result = train_stage(
                 method=method, stage=stage, student=student, extra=extra,
                 config=stage_configs[stage.name], train_split=train_split,
-                eval_split=prepared.splits[task.selection_split], evaluator=evaluator,
+                eval_split=for_student(prepared.splits[task.selection_split],
+                                       task.selection_split),
+                evaluator=evaluator,
                 teacher=runtime, accelerator=self.accelerator, seed=seed,
                 description=f"{method.name} {task.name} s{seed} {stage.name}",
                 task_train_size=len(prepared.splits["train"]))
@@ -323,13 +345,17 @@ class SuiteRunner:
         def forward(batch):
             return method.forward_student(student, batch, final_stage)
 
+        eval_batch_size = stage_configs[final_stage.name].eval_batch_size
         dev = {}
         for split in task.dev_splits:
             logits = predict_logits(
-                student, prepared.splits[split], self.accelerator,
-                stage_configs[final_stage.name].eval_batch_size, forward=forward)
+                student, for_student(prepared.splits[split], split), self.accelerator,
+                eval_batch_size, forward=forward)
             dev[split] = evaluator.score(logits, prepared.splits[split].labels)
         main_score = dev[task.selection_split][task.main_metric]
+        inference = self._inference_speed(
+            task.name, student, for_student(prepared.splits[task.selection_split],
+                                            task.selection_split), forward, eval_batch_size)
         seconds = sum(result.seconds for result in stage_results)
         examples = sum(result.examples_seen for result in stage_results)
         outcome = {
@@ -340,6 +366,7 @@ class SuiteRunner:
             "pct_of_teacher": (100.0 * main_score / teacher.main_score
                                if teacher.main_score else None),
             "parameters": count_parameters(student),
+            "inference": inference,
             "extra_parameters": sum(p.numel() for p in extra.parameters()),
             "train_seconds": seconds,
             "train_examples_per_second": examples / seconds if seconds else 0.0,
@@ -358,7 +385,52 @@ class SuiteRunner:
             outcome["general_distillation"] = general_summary
         if augmented is not None:
             outcome["augmentation"] = augmented.summary
+        if encoder is not None:
+            outcome["student_encoder"] = encoder.describe()
+        if getattr(student, "init_summary", None) is not None:
+            outcome["student_init"] = student.init_summary
         return outcome
+
+    def _student_split(self, encoder: StudentEncoder | None, task_name: str, key: str,
+                       split: EncodedSplit) -> EncodedSplit:
+        """``split`` with the student encoder's features (memoised per process)."""
+        if encoder is None:
+            return split
+        memo = (content_hash(encoder.describe()), task_name, key)
+        if memo not in self._student_splits:
+            texts_a, texts_b = split.texts_by_field()
+            self._student_splits[memo] = split.with_features(encoder.encode(texts_a, texts_b))
+        return self._student_splits[memo]
+
+    def _inference_speed(self, task_name: str, student: torch.nn.Module, split: EncodedSplit,
+                         forward: Callable[[dict[str, torch.Tensor]], Any], batch_size: int
+                         ) -> dict[str, Any]:
+        """Inference throughput of the student and of the fine-tuned teacher on the same
+        dev rows (up to ``INFERENCE_ROWS``, spread evenly over the split), timed alike:
+        same batch size, threads and device, after an untimed warm-up batch."""
+        count = min(len(split), INFERENCE_ROWS)
+        rows = np.unique(np.linspace(0, len(split) - 1, count).round().astype(int))
+        sample = split.subset(rows, name=f"{split.name}[{len(rows)} rows]")
+        warmup = sample.subset(range(min(len(sample), batch_size)))
+
+        def timed(model: torch.nn.Module, run_forward=None) -> float:
+            predict_logits(model, warmup, self.accelerator, batch_size, forward=run_forward)
+            started = time.perf_counter()
+            predict_logits(model, sample, self.accelerator, batch_size, forward=run_forward)
+            return time.perf_counter() - started
+
+        if task_name not in self._teacher_speed:
+            model = self.teacher(task_name).load_model().to(self.accelerator.device)
+            self._teacher_speed[task_name] = timed(model)
+            del model
+        student_seconds = timed(student, forward)
+        teacher_seconds = self._teacher_speed[task_name]
+        return {"split": sample.name, "examples": len(sample), "batch_size": batch_size,
+                "threads": torch.get_num_threads(), "device": str(self.accelerator.device),
+                "student_seconds": student_seconds, "teacher_seconds": teacher_seconds,
+                "student_examples_per_second": len(sample) / student_seconds,
+                "teacher_examples_per_second": len(sample) / teacher_seconds,
+                "speedup": teacher_seconds / student_seconds}
 
     def _student_context(self, method_name: str, task: TaskSpec) -> StudentContext:
         shape_name, shape = self.suite.student_for(method_name)

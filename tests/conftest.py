@@ -82,13 +82,16 @@ def tiny_suite_dict(data_dir: Path, teacher_dir: Path, steps: int = 3) -> dict:
                      # the teacher's width: students built from teacher layers (PKD, DistilBERT)
                      "tiny-wide": {"num_layers": 2, "hidden_size": 32, "num_heads": 4,
                                    "intermediate_size": 64, "init": "teacher_layers",
-                                   "teacher_layers": [0, 1], "embedding_init": "teacher"}},
+                                   "teacher_layers": [0, 1], "embedding_init": "teacher"},
+                     "tiny-bilstm": {"kind": "bilstm", "hidden_size": 8, "fc_size": 8}},
         "default_student": "tiny",
         "training": {"max_steps": steps, "batch_size": 8, "lr": 1e-3, "log_every_steps": 1},
         # One augmented copy, a masked-LM head fitted in a few steps: seconds, not minutes.
         "methods": {"tinybert": {"params": {"augmentation": {
             "copies": 1, "mlm_head": {"steps": 4, "batch_size": 8, "eval_sentences": 8}}}},
                     "bert-pkd": {"student": "tiny-wide"},
+                    "bilstm-soft": {"student": "tiny-bilstm",
+                                    "params": {"augmentation": {"n_iter": 1}}},
                     "distilbert": {"student": "tiny-wide", "params": {"mlm_head": {
                         "steps": 4, "batch_size": 8, "eval_sentences": 8}}}},
     }

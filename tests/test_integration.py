@@ -117,6 +117,33 @@ def test_distilbert_general_distillation_then_finetuning_on_real_rte(tmp_path):
     assert (student.num_layers, student.hidden_size) == (3, 384)
 
 
+def test_bilstm_soft_with_augmentation_on_real_sst2(tmp_path):
+    """The glue-cpu BiLSTM (GloVe 50-d, spaCy words) on real SST-2 sentences: POS tagging
+    with the real spaCy model, two augmented copies per sentence labelled by the MiniLM
+    teacher, a few distillation steps, and the speed measured against the teacher."""
+    suite = load_suite("glue-cpu", [
+        "data.max_train_examples.sst2=64", "teacher.training.max_steps=4",
+        "teacher.min_margin=-100", "methods.bilstm-soft.task_params.sst2.augmentation.n_iter=2",
+        "methods.bilstm-soft.stages.task.max_steps=4",
+    ])
+    runner = SuiteRunner(suite, tmp_path / "results", tmp_path / "cache", log=lambda _: None)
+    record = json.loads(runner.run_one("bilstm-soft", "sst2", seed=1).path.read_text())
+    assert record["status"] == "finished" and record["student_shape"] == "BiLSTM-150"
+    augmentation = record["augmentation"]
+    assert augmentation["original_rows"] == 64
+    assert 64 < augmentation["synthetic_rows"] <= 128  # 2 copies each, duplicates dropped
+    assert augmentation["augmenter"]["p_ng"] == 0.25
+    assert record["final_losses"].keys() == {"distill", "total"}
+    embeddings = record["student_init"]["embeddings"]
+    assert embeddings["dim"] == 50 and embeddings["coverage"] > 0.9  # GloVe knows SST-2
+    # 150 units per direction over 50-d inputs, the siamese-free single-sentence head
+    assert record["parameters"]["non_embedding"] == (
+        2 * 4 * 150 * (50 + 150 + 2) + (300 * 200 + 200) + (200 * 2 + 2))
+    assert record["inference"]["speedup"] > 1  # a BiLSTM is faster than MiniLM
+    tagged = runner.cache.root / "pos"
+    assert len(list(tagged.iterdir())) == 1
+
+
 def test_committed_reference_records_keep_their_run_ids():
     """Adding an option must not orphan the shipped records (nor the cached teachers):
     each committed glue-cpu record's configuration still hashes to its run id (ablation

@@ -1,0 +1,347 @@
+"""BiLSTM-Soft: augmentation operations, word vocabulary and GloVe init, the BiLSTM
+students, the loss terms and the recipe checks."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from harness.cache import ArtifactCache
+from harness.config import ConfigError, load_suite
+from harness.features import EncodedSplit, PaddingCollator
+from harness.glove import GloveVectors
+from harness.losses import gold_loss
+from harness.method import StepInputs, TeacherView, instantiate
+from harness.pos import tag_texts, tag_texts_cached
+from harness.runner import SuiteRunner
+from harness.tasks import get_task
+from harness.words import MASK, SPECIALS, WordVocabulary, embedding_matrix, tokenize
+from methods.bilstm_soft import (
+    KEEP,
+    MASKED,
+    POS_SWAP,
+    AugmentationParams,
+    AugmentationRates,
+    BiLSTMClassifier,
+    TagVocabulary,
+    augment_examples,
+    augment_words,
+)
+from tests.conftest import tiny_suite_dict
+
+# A small tagged corpus: several words per tag, with known frequencies.
+CORPUS = [
+    [("the", "DT"), ("cat", "NN"), ("runs", "VBZ"), ("quickly", "RB")],
+    [("a", "DT"), ("dog", "NN"), ("sings", "VBZ"), ("slowly", "RB")],
+    [("the", "DT"), ("man", "NN"), ("walks", "VBZ"), ("very", "RB"), ("happily", "RB")],
+    [("the", "DT"), ("cat", "NN"), ("plays", "VBZ")],
+]
+LONG = [(word, tag) for sentence in CORPUS for word, tag in sentence] * 3  # 48 words
+
+
+def tags() -> TagVocabulary:
+    return TagVocabulary(CORPUS)
+
+
+def test_mask_and_pos_rates_are_respected_and_exclusive_per_word():
+    rates = AugmentationRates(p_mask=0.1, p_pos=0.2, p_ng=0.0, max_ngram=5)
+    rng = np.random.default_rng(0)
+    counts: Counter[int] = Counter()
+    for _ in range(2000):
+        words, operations, ngram = augment_words(LONG, rng, rates, tags())
+        assert ngram is None and len(words) == len(LONG) == len(operations)
+        counts.update(operations)
+        for (word, _), new, operation in zip(LONG, words, operations, strict=True):
+            # each word gets exactly one operation, and it shows in the output
+            assert (new == MASK) == (operation == MASKED)
+            if operation == KEEP:
+                assert new == word
+    total = sum(counts.values())  # 96k words: the standard error of a rate is ~0.001
+    assert abs(counts[MASKED] / total - 0.1) < 0.005
+    assert abs(counts[POS_SWAP] / total - 0.2) < 0.005
+    assert abs(counts[KEEP] / total - 0.7) < 0.006
+
+
+def test_pos_replacements_keep_the_tag_and_follow_the_tag_unigram_distribution():
+    vocabulary = tags()
+    rates = AugmentationRates(p_mask=0.0, p_pos=1.0, p_ng=0.0, max_ngram=5)
+    rng = np.random.default_rng(1)
+    nouns: Counter[str] = Counter()
+    by_tag = {tag: set(words) for tag, words in vocabulary.words.items()}
+    for _ in range(3000):
+        words, operations, _ = augment_words(CORPUS[0], rng, rates, vocabulary)
+        assert operations == [POS_SWAP] * 4
+        for (old, tag), new in zip(CORPUS[0], words, strict=True):
+            assert new in by_tag[tag] and new != old
+        nouns[words[1]] += 1
+    # "cat" (the original) is avoided; "dog" and "man" appear once each in the corpus, so
+    # they share the renormalised mass equally.
+    assert set(nouns) == {"dog", "man"}
+    assert abs(nouns["dog"] / 3000 - 0.5) < 0.04
+    # Frequencies matter when sampling freely: "the" is 3 of the 4 determiners.
+    rng = np.random.default_rng(2)
+    drawn = Counter(vocabulary.sample("DT", rng, avoid="") for _ in range(4000))
+    assert abs(drawn["the"] / 4000 - 0.75) < 0.03
+
+
+def test_a_tag_with_one_word_keeps_it():
+    vocabulary = TagVocabulary([[("alone", "UH")]])
+    assert vocabulary.sample("UH", np.random.default_rng(0), avoid="alone") == "alone"
+    assert vocabulary.sample("XX", np.random.default_rng(0), avoid="unseen") == "unseen"
+
+
+def test_ngram_sampling_rate_and_lengths():
+    rates = AugmentationRates(p_mask=0.0, p_pos=0.0, p_ng=0.25, max_ngram=5)
+    rng = np.random.default_rng(3)
+    lengths: Counter[int] = Counter()
+    original = [word for word, _ in LONG]
+    draws = 4000
+    for _ in range(draws):
+        words, _, ngram = augment_words(LONG, rng, rates, tags())
+        if ngram is None:
+            assert words == original
+            continue
+        assert 1 <= ngram <= 5 and len(words) == ngram
+        # a contiguous span of the sentence
+        assert any(original[start:start + ngram] == words for start in range(len(original)))
+        lengths[ngram] += 1
+    sampled = sum(lengths.values())
+    assert abs(sampled / draws - 0.25) < 0.03
+    assert set(lengths) == {1, 2, 3, 4, 5}  # n uniform in 1..5
+    assert all(abs(count / sampled - 0.2) < 0.05 for count in lengths.values())
+    # a sentence shorter than n gives the whole sentence
+    short = [("hi", "UH"), ("there", "RB")]
+    for _ in range(50):
+        words, _, ngram = augment_words(short, rng, AugmentationRates(0, 0, 1.0, 5), tags())
+        assert ngram is not None and 1 <= len(words) <= 2
+
+
+def test_augmentation_is_deterministic_per_seed_and_dedupes():
+    examples = [[sentence] for sentence in CORPUS]
+    params = AugmentationParams(n_iter=6)
+    first = augment_examples(examples, tags(), params, seed=7)
+    assert first == augment_examples(examples, tags(), params, seed=7)
+    assert first != augment_examples(examples, tags(), params, seed=8)
+    # One example's copies do not depend on the others (per-example generators).
+    changed = augment_examples([examples[0], [CORPUS[3]], *examples[2:]], tags(), params, 7)
+    for row in (0, 2, 3):
+        mine = [texts for other, texts in first if other == row]
+        assert mine and mine == [texts for other, texts in changed if other == row]
+    for row, (text,) in first:
+        copies = [texts for other, texts in first if other == row]
+        assert len(copies) == len(set(copies)) <= 6
+        assert text != " ".join(word for word, _ in CORPUS[row])
+    kept = augment_examples(examples, tags(), params.model_copy(update={"dedupe": False}), 7)
+    assert len(kept) == 6 * len(CORPUS) >= len(first)
+
+
+def test_pairs_augment_the_chosen_sides():
+    pair = [[CORPUS[0], CORPUS[2]]]
+    originals = tuple(" ".join(word for word, _ in sentence) for sentence in pair[0])
+    heavy = {"p_mask": 0.5, "p_pos": 0.5, "p_ng": 0.0, "n_iter": 30, "dedupe": False}
+    for sides, changed in (("first", {0}), ("second", {1}), ("both", {0, 1})):
+        copies = augment_examples(pair, tags(), AugmentationParams(**heavy, pair_sides=sides),
+                                  seed=0)
+        for _, texts in copies:
+            assert {side for side in (0, 1) if texts[side] != originals[side]} == changed
+    copies = augment_examples(pair, tags(), AugmentationParams(
+        **{**heavy, "n_iter": 300}, pair_sides="random"), seed=0)
+    kinds = Counter(frozenset(side for side in (0, 1) if texts[side] != originals[side])
+                    for _, texts in copies)
+    assert set(kinds) == {frozenset({0}), frozenset({1}), frozenset({0, 1})}
+    assert all(70 < count < 130 for count in kinds.values())
+
+
+def test_augmentation_params_are_checked():
+    with pytest.raises(ValueError, match="p_mask \\+ p_pos"):
+        AugmentationParams(p_mask=0.6, p_pos=0.6)
+    with pytest.raises(ValueError):
+        AugmentationParams(pair_sides="middle")
+
+
+def test_spacy_pos_tags_are_cached_and_match_the_tokenizer(tmp_path):
+    texts = ["The cat doesn't sing.", "Dogs run quickly", "The cat doesn't sing."]
+    tagged = tag_texts(texts, progress=False)
+    assert tagged[0] == tagged[2]
+    assert [word for word, _ in tagged[0]] == tokenize([texts[0]])[0]
+    assert dict(tagged[1])["dogs"] == "NNS" and dict(tagged[0])["cat"] == "NN"
+    cache = ArtifactCache(tmp_path)
+    logs: list[str] = []
+    assert tag_texts_cached(texts, cache, log=logs.append, progress=False) == tagged
+    assert tag_texts_cached(texts, cache, log=logs.append, progress=False) == tagged
+    assert sum("tagging" in line for line in logs) == 1  # the second call read the cache
+
+
+def test_word_vocabulary_and_tokenizer():
+    assert tokenize(["I don't like [MASK] here."]) == [
+        ["i", "do", "n't", "like", MASK, "here", "."]]
+    vocabulary = WordVocabulary.build([["b", "a", "b"], ["c", "b", "a", MASK]])
+    assert vocabulary.words == [*SPECIALS, "b", "a", "c"]
+    assert vocabulary.ids(["a", "zzz", MASK]).tolist() == [4, 1, 2]
+    assert vocabulary.ids([]).tolist() == [1]  # never an empty row
+    assert vocabulary.ids(["a", "b", "c"], max_words=2).tolist() == [4, 3]
+    rare = WordVocabulary.build([["b", "a", "b"]], min_count=2)
+    assert rare.words == [*SPECIALS, "b"]
+
+
+def test_embeddings_start_from_glove_and_oov_words_are_random():
+    vectors = GloveVectors()
+    vocabulary = WordVocabulary([*SPECIALS, "cat", "dog", "qwzxv-not-a-word"])
+    table, summary = embedding_matrix(vocabulary, vectors,
+                                      torch.Generator().manual_seed(0))
+    assert table.shape == (6, 50)
+    assert torch.equal(table[3], torch.from_numpy(vectors.vector("cat")))
+    assert torch.equal(table[4], torch.from_numpy(vectors.vector("dog")))
+    assert torch.count_nonzero(table[0]) == 0  # [PAD]
+    assert torch.count_nonzero(table[5]) == 50 and torch.count_nonzero(table[2]) == 50
+    assert summary["found"] == 2 and summary["random"] == 3  # [UNK], [MASK], the OOV word
+    assert summary["coverage"] == pytest.approx(2 / 3)
+
+
+def _words(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    lengths = torch.tensor([len(row) for row in rows])
+    padded = torch.zeros(len(rows), int(lengths.max()), dtype=torch.long)
+    for index, row in enumerate(rows):
+        padded[index, :len(row)] = torch.tensor(row)
+    return padded, lengths
+
+
+def test_single_sentence_student_shapes_and_padding_invariance():
+    torch.manual_seed(0)
+    model = BiLSTMClassifier(20, 6, 5, 7, num_labels=2, is_pair=False).eval()
+    words, lengths = _words([[3, 4, 5], [6, 7], [8]])
+    logits = model(words, lengths).logits
+    assert logits.shape == (3, 2)
+    wider = torch.nn.functional.pad(words, (0, 4))  # more padding changes nothing
+    assert torch.allclose(model(wider, lengths).logits, logits, atol=1e-6)
+    alone = model(*_words([[6, 7]])).logits
+    assert torch.allclose(alone, logits[1:2], atol=1e-6)
+    parameters = sum(p.numel() for p in model.parameters())
+    lstm = 2 * 4 * 5 * (6 + 5 + 2)  # two directions, four gates, two bias vectors
+    assert parameters == 20 * 6 + lstm + (2 * 5 * 7 + 7) + (7 * 2 + 2)
+
+
+def test_pair_student_is_siamese_with_the_paper_features():
+    torch.manual_seed(0)
+    model = BiLSTMClassifier(20, 6, 5, 7, num_labels=3, is_pair=True).eval()
+    first, first_lengths = _words([[3, 4, 5], [6]])
+    second, second_lengths = _words([[7, 8], [9, 10, 11, 12]])
+    logits = model(first, first_lengths, second, second_lengths).logits
+    assert logits.shape == (2, 3)
+    h1, h2 = model.encode(first, first_lengths), model.encode(second, second_lengths)
+    assert h1.shape == (2, 10)
+    features = torch.cat([h1, h2, h1 * h2, (h1 - h2).abs()], dim=-1)
+    assert torch.allclose(model.classifier(model.hidden(features)), logits, atol=1e-6)
+    regression = BiLSTMClassifier(20, 6, 5, 7, num_labels=1, is_pair=True)
+    assert regression(first, first_lengths, second, second_lengths).logits.shape == (2, 1)
+    with pytest.raises(ValueError, match="words_b"):
+        model(first, first_lengths)
+
+
+def test_collator_pads_student_features_and_marks_synthetic_rows():
+    split = EncodedSplit(
+        name="x", input_ids=[np.array([101, 5, 102]), np.array([101, 102])],
+        token_type_ids=[np.zeros(3, dtype=np.int64), np.zeros(2, dtype=np.int64)],
+        labels=np.array([1, 0]), lengths=np.array([3, 2]), has_gold=np.array([True, False]))
+    split = split.with_features({"words_a": [np.array([4, 5, 6]), np.array([7])]})
+    batch = PaddingCollator(split)([1, 0])
+    assert batch["words_a"].tolist() == [[7, 0, 0], [4, 5, 6]]
+    assert batch["words_a_lengths"].tolist() == [1, 3]
+    assert batch["has_gold"].tolist() == [False, True]
+    with pytest.raises(ValueError, match="rows"):
+        split.with_features({"words_a": [np.array([1])]})
+
+
+def _inputs(method, task_name, logits, teacher, labels, has_gold=None):
+    task = get_task(task_name)
+    batch = {"labels": labels}
+    if has_gold is not None:
+        batch["has_gold"] = has_gold
+    stage = method.stages(task)[0]
+    return StepInputs(batch=batch, student=type("Out", (), {"logits": logits})(),
+                      teacher=TeacherView(logits=teacher), task=task, stage=stage,
+                      extra=torch.nn.ModuleDict())
+
+
+def test_loss_terms():
+    torch.manual_seed(0)
+    student, teacher = torch.randn(4, 2), torch.randn(4, 2)
+    labels = torch.tensor([0, 1, 1, 0])
+    has_gold = torch.tensor([True, False, True, False])
+    method = instantiate("bilstm-soft")
+    assert method.weights == {"gold": 0.0, "distill": 1.0}
+    inputs = _inputs(method, "rte", student, teacher, labels, has_gold)
+    assert torch.isclose(method.loss_distill(inputs), ((student - teacher) ** 2).mean())
+    expected_gold = torch.nn.functional.cross_entropy(student[has_gold], labels[has_gold])
+    assert torch.isclose(method.loss_gold(inputs), expected_gold)
+    none = torch.zeros(4, dtype=torch.bool)
+    assert gold_loss(student, labels, False, none).item() == 0.0
+    soft = instantiate("bilstm-soft", _recipe({"distill_loss": "soft_ce"}))
+    probabilities = teacher.softmax(-1)
+    expected = -(probabilities * student.log_softmax(-1)).sum(-1).mean()
+    assert torch.isclose(soft.loss_distill(_inputs(soft, "rte", student, teacher, labels)),
+                         expected)
+    # regression: MSE to the teacher's prediction
+    inputs = _inputs(method, "stsb", student[:, :1], teacher[:, :1], labels.float())
+    assert torch.isclose(method.loss_distill(inputs), ((student[:, 0] - teacher[:, 0]) ** 2)
+                         .mean())
+
+
+def _recipe(params: dict):
+    from harness.config import MethodRecipe
+
+    return MethodRecipe(params=params)
+
+
+def test_stages_follow_the_switches():
+    task = get_task("rte")
+    augmented = instantiate("bilstm-soft").stages(task)[0]
+    assert augmented.data == "augmented" and augmented.teacher == "finetuned"
+    plain = instantiate("bilstm-soft", _recipe({"augment": False})).stages(task)[0]
+    assert plain.data == "task" and plain.teacher_outputs == {"logits"}
+    gold_only = instantiate("bilstm-soft", _recipe({"alpha": 1.0, "augment": False}))
+    stage = gold_only.stages(task)[0]
+    assert stage.teacher == "none" and stage.loss_terms == ("gold",)
+    with pytest.raises(ValueError, match="no gold labels"):
+        instantiate("bilstm-soft", _recipe({"alpha": 1.0})).stages(task)
+
+
+def test_student_kinds_are_checked_against_methods(tiny_data_dir, tiny_teacher_dir, tmp_path):
+    tree = tiny_suite_dict(tiny_data_dir, tiny_teacher_dir)
+    tree["methods"]["bilstm-bert"] = {"base": "bilstm-soft", "student": "tiny"}
+    tree["methods"]["kd-on-bilstm"] = {"base": "kd", "student": "tiny-bilstm"}
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    runner = SuiteRunner(load_suite(str(path)), tmp_path / "r", tmp_path / "c",
+                         log=lambda _: None)
+    with pytest.raises(ConfigError, match="'tiny' is of kind 'bert'; bilstm-soft builds "
+                                          "bilstm students"):
+        runner.resolve("bilstm-bert", "rte", 1)
+    with pytest.raises(ConfigError, match="kind 'bilstm'; kd builds bert"):
+        runner.resolve("kd-on-bilstm", "rte", 1)
+    tree["students"]["tiny-bilstm"]["hidden_sise"] = 3
+    path.write_text(yaml.safe_dump(tree))
+    with pytest.raises(ConfigError, match="hidden_sise"):
+        load_suite(str(path))
+
+
+def test_run_records_the_vocabulary_vectors_and_speed(tiny_suite_file, tmp_path):
+    runner = SuiteRunner(load_suite(str(tiny_suite_file)), tmp_path / "r", tmp_path / "c",
+                         log=lambda _: None)
+    record = json.loads(runner.run_one("bilstm-soft", "rte", seed=1).path.read_text())
+    assert record["status"] == "finished" and record["student_shape"] == "tiny-bilstm"
+    encoder = record["student_encoder"]
+    assert encoder["kind"] == "words" and encoder["vocabulary_size"] > len(SPECIALS)
+    assert record["student_init"]["embeddings"]["dim"] == 50
+    augmentation = record["augmentation"]
+    assert augmentation["original_rows"] == 48 and 0 < augmentation["synthetic_rows"] <= 48
+    speed = record["inference"]
+    assert speed["student_examples_per_second"] > 0 and speed["teacher_examples_per_second"] > 0
+    assert speed["speedup"] == pytest.approx(speed["teacher_seconds"] / speed["student_seconds"])
+    assert record["parameters"]["total"] - record["parameters"]["non_embedding"] == (
+        encoder["vocabulary_size"] * 50)
