@@ -126,7 +126,8 @@ def prepare_augmented(
         log(f"[augment] {task.name}: teacher logits on {len(synthetic)} synthetic examples")
         started = time.perf_counter()
         model = teacher.load_model()
-        logits = predict_logits(model, synthetic, accelerator, inference_batch_size)
+        logits = predict_logits(model, synthetic, accelerator, inference_batch_size,
+                                progress=f"teacher labels {task.name}")
         with cache.build("augmented_logits", logits_key,
                          {"task": task.name, "text": text_key, "teacher": teacher.key}) as scratch:
             np.save(scratch / "logits.npy", logits)

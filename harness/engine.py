@@ -98,8 +98,9 @@ def eval_loader(split: EncodedSplit, batch_size: int, pad_token_id: int = 0) -> 
 @torch.inference_mode()
 def predict_logits(model: nn.Module, split: EncodedSplit, accelerator: Accelerator,
                    batch_size: int, precision: str = "no",
-                   forward=None) -> np.ndarray:
-    """Logits for every row of ``split``, in row order."""
+                   forward=None, progress: str | None = None) -> np.ndarray:
+    """Logits for every row of ``split``, in row order (``progress``: show a bar with this
+    description, for long labelling passes)."""
     forward = forward or (lambda batch: model(
         input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
         token_type_ids=batch["token_type_ids"]))
@@ -107,13 +108,17 @@ def predict_logits(model: nn.Module, split: EncodedSplit, accelerator: Accelerat
     model.eval()
     loader = accelerator.prepare_data_loader(eval_loader(split, batch_size))
     rows, outputs = [], []
+    bar = progress_bar(total=len(loader), desc=progress, unit="batch", leave=False,
+                       disable=progress is None or not accelerator.is_local_main_process)
     for batch in loader:
+        bar.update(1)
         with autocast(accelerator, precision):
             logits = forward(batch).logits
         gathered_rows, gathered_logits = accelerator.gather_for_metrics(
             (batch["row"], logits.float()))
         rows.append(gathered_rows.cpu())
         outputs.append(gathered_logits.cpu())
+    bar.close()
     model.train(was_training)
     ordered = torch.empty((len(split), outputs[0].shape[-1]), dtype=torch.float32)
     ordered[torch.cat(rows)] = torch.cat(outputs)

@@ -255,6 +255,9 @@ def test_collator_pads_student_features_and_marks_synthetic_rows():
     assert batch["has_gold"].tolist() == [False, True]
     with pytest.raises(ValueError, match="rows"):
         split.with_features({"words_a": [np.array([1])]})
+    second = split.subset([1])  # the inference-speed sample keeps features and flags
+    assert len(second) == 1 and second.features["words_a"][0].tolist() == [7]
+    assert second.has_gold.tolist() == [False] and second.input_ids[0].tolist() == [101, 102]
 
 
 def _inputs(method, task_name, logits, teacher, labels, has_gold=None):
