@@ -59,6 +59,8 @@ from harness.teacher import (
 GENERAL_VERSION = 1
 INFERENCE_ROWS = 512
 """Dev rows timed for the student-vs-teacher inference speed in every record."""
+INFERENCE_SECONDS = 2.0
+"""Minimum timed span per model (whole passes over the rows)."""
 PACKAGES = ("torch", "transformers", "datasets", "evaluate", "accelerate", "optuna", "numpy",
             "pandas", "pydantic", "distill-bench")
 
@@ -407,17 +409,22 @@ class SuiteRunner:
                          ) -> dict[str, Any]:
         """Inference throughput of the student and of the fine-tuned teacher on the same
         dev rows (up to ``INFERENCE_ROWS``, spread evenly over the split), timed alike:
-        same batch size, threads and device, after an untimed warm-up batch."""
+        same batch size, threads and device, after an untimed warm-up batch.  Other jobs on
+        the machine slow both; the ratio is what the record is for."""
         count = min(len(split), INFERENCE_ROWS)
         rows = np.unique(np.linspace(0, len(split) - 1, count).round().astype(int))
         sample = split.subset(rows, name=f"{split.name}[{len(rows)} rows]")
         warmup = sample.subset(range(min(len(sample), batch_size)))
 
         def timed(model: torch.nn.Module, run_forward=None) -> float:
+            """Seconds per pass over ``sample``: passes repeat until INFERENCE_SECONDS have
+            gone by, so that a fast student is not timed on a few milliseconds."""
             predict_logits(model, warmup, self.accelerator, batch_size, forward=run_forward)
-            started = time.perf_counter()
-            predict_logits(model, sample, self.accelerator, batch_size, forward=run_forward)
-            return time.perf_counter() - started
+            passes, started = 0, time.perf_counter()
+            while not passes or time.perf_counter() - started < INFERENCE_SECONDS:
+                predict_logits(model, sample, self.accelerator, batch_size, forward=run_forward)
+                passes += 1
+            return (time.perf_counter() - started) / passes
 
         if task_name not in self._teacher_speed:
             model = self.teacher(task_name).load_model().to(self.accelerator.device)
