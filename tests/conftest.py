@@ -11,6 +11,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HARNESS_INFERENCE_SECONDS", "0")  # one timed pass per model
 
 import pytest
 import yaml
