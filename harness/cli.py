@@ -23,8 +23,13 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_RESULTS = REPO_ROOT / "results"
 
 
-def _csv(value: str | None) -> list[str] | None:
-    return [item.strip() for item in value.split(",") if item.strip()] if value else None
+def _csv(value: str | list[str] | None) -> list[str] | None:
+    """Items of a comma-separated option, or of a repeatable one (``--tasks a --tasks b,c``:
+    every occurrence counts, none silently replaces another)."""
+    if not value:
+        return None
+    values = [value] if isinstance(value, str) else value
+    return [item.strip() for text in values for item in text.split(",") if item.strip()] or None
 
 
 def _fail(message: str) -> None:
@@ -51,7 +56,8 @@ def _overrides(sets: list[str] | None, data_dir: str | None, teacher: str | None
 
 
 SuiteOpt = Annotated[str, typer.Option("--suite", "-s", help="suite name or YAML path")]
-TasksOpt = Annotated[str | None, typer.Option(help="comma-separated tasks (default: suite's)")]
+TasksOpt = Annotated[list[str] | None, typer.Option(
+    help="tasks, comma-separated or repeated (default: the suite's)")]
 SetOpt = Annotated[list[str] | None, typer.Option(
     "--set", help="override a recipe value: key.path=value (repeatable)")]
 DataDirOpt = Annotated[str | None, typer.Option(
@@ -70,7 +76,8 @@ def run(
         "--method", "-m", help="method or variant name (repeatable; 'all': every method the "
         "suite declares; default: the suite's default_method)")] = None,
     tasks: TasksOpt = None,
-    seeds: Annotated[str | None, typer.Option(help="comma-separated seeds")] = None,
+    seeds: Annotated[list[str] | None, typer.Option(
+        help="seeds, comma-separated or repeated")] = None,
     set_: SetOpt = None,
     data_dir: DataDirOpt = None,
     teacher: TeacherOpt = None,

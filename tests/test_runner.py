@@ -203,3 +203,11 @@ def test_a_protocol_view_shares_run_ids_and_records_with_its_protocol(
     assert variant.status == "finished"
     assert variant.path.parent.parent.parent == first.path.parent.parent.parent  # results/tiny
     assert view.store.load(variant.path)["suite"] == "tiny"
+
+
+def test_repeated_or_comma_separated_list_options_all_count():
+    from harness.cli import _csv
+
+    assert _csv(["rte", "stsb,cola"]) == ["rte", "stsb", "cola"]
+    assert _csv("1, 2") == ["1", "2"]
+    assert _csv(None) is None and _csv([]) is None and _csv([" , "]) is None
