@@ -128,7 +128,7 @@ class SuiteRunner:
         self._corpus: Corpus | None = None
         self._augmented: dict[str, AugmentedSet] = {}
         self._student_splits: dict[tuple[str, str, str], EncodedSplit] = {}
-        self._teacher_speed: dict[str, float] = {}
+        self._teacher_speed: dict[tuple[str, int], float] = {}
 
     # -- preparation ---------------------------------------------------------------------
     @property
@@ -426,12 +426,12 @@ class SuiteRunner:
                 passes += 1
             return (time.perf_counter() - started) / passes
 
-        if task_name not in self._teacher_speed:
+        if (task_name, batch_size) not in self._teacher_speed:
             model = self.teacher(task_name).load_model().to(self.accelerator.device)
-            self._teacher_speed[task_name] = timed(model)
+            self._teacher_speed[task_name, batch_size] = timed(model)
             del model
         student_seconds = timed(student, forward)
-        teacher_seconds = self._teacher_speed[task_name]
+        teacher_seconds = self._teacher_speed[task_name, batch_size]
         return {"split": sample.name, "examples": len(sample), "batch_size": batch_size,
                 "threads": torch.get_num_threads(), "device": str(self.accelerator.device),
                 "student_seconds": student_seconds, "teacher_seconds": teacher_seconds,
