@@ -348,3 +348,13 @@ def test_run_records_the_vocabulary_vectors_and_speed(tiny_suite_file, tmp_path)
     assert speed["speedup"] == pytest.approx(speed["teacher_seconds"] / speed["student_seconds"])
     assert record["parameters"]["total"] - record["parameters"]["non_embedding"] == (
         encoder["vocabulary_size"] * 50)
+
+
+def test_a_glove_text_file_sets_the_embedding_width(tmp_path):
+    """The path used for the paper's 300-d vectors: any GloVe text file, its own width."""
+    path = tmp_path / "vectors.txt"
+    path.write_text("cat 1 2 3 4\ndog 0.5 0.5 0.5 0.5\n")
+    vocabulary = WordVocabulary([*SPECIALS, "dog", "emu"])
+    table, summary = embedding_matrix(vocabulary, GloveVectors(path))
+    assert table.shape == (5, 4) and table[3].tolist() == [0.5] * 4
+    assert summary["vectors"]["source"] == "file" and summary["found"] == 1
