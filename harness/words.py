@@ -70,18 +70,6 @@ class WordVocabulary:
     def __len__(self) -> int:
         return len(self.words)
 
-    @property
-    def pad_id(self) -> int:
-        return 0
-
-    @property
-    def unk_id(self) -> int:
-        return 1
-
-    @property
-    def mask_id(self) -> int:
-        return 2
-
     def ids(self, words: Sequence[str], max_words: int | None = None) -> np.ndarray:
         """Ids of ``words`` (truncated to ``max_words``); an empty text becomes ``[UNK]``
         so that every row has a length of at least 1."""
@@ -91,7 +79,9 @@ class WordVocabulary:
                           count=len(words))
         return ids if len(ids) else np.array([1], dtype=np.int64)
 
+    @functools.cached_property
     def fingerprint(self) -> str:
+        """Hash of the word list (computed once: it keys every encoded split)."""
         return content_hash(self.words)
 
 

@@ -112,7 +112,7 @@ class WordEncoder:
     def describe(self) -> dict[str, Any]:
         return {"kind": "words", "tokenizer": "spacy-en", "lowercase": True,
                 "vocabulary_size": len(self.vocabulary),
-                "vocabulary_fingerprint": self.vocabulary.fingerprint(),
+                "vocabulary_fingerprint": self.vocabulary.fingerprint,
                 "max_words": self.max_words}
 
     def encode(self, texts_a: Sequence[str], texts_b: Sequence[str] | None
@@ -266,13 +266,12 @@ def augment_examples(tagged_examples: Sequence[Sequence[TaggedText]], tags: TagV
             if not is_pair:
                 sides: tuple[int, ...] = (0,)
             elif params.pair_sides == "random":
-                sides = (("first", "second", "both")[int(rng.integers(3))],)
-                sides = sides_choice[sides[0]]
+                sides = list(sides_choice.values())[int(rng.integers(3))]
             else:
                 sides = sides_choice[params.pair_sides]
             texts = list(original)
             for side in sides:
-                words, _, _ = augment_words(list(example[side]), rng, rates, tags)
+                words, _, _ = augment_words(example[side], rng, rates, tags)
                 texts[side] = " ".join(words)
             copy = tuple(texts)
             if params.dedupe and copy in seen:
