@@ -313,6 +313,11 @@ class SuiteRunner:
         def for_student(split: EncodedSplit, key: str) -> EncodedSplit:
             return self._student_split(encoder, task.name, key, split)
 
+        # Built (or read from the cache) before seeding: building draws on the global RNG
+        # (the teacher is loaded to label copies), so a run would otherwise differ with
+        # the state of the cache.
+        augmented = (self.augmented(method, task.name)
+                     if any(stage.data == "augmented" for stage in stages) else None)
         set_seed(seed)
         student = method.build_student(context)
         if hasattr(student, "config"):
@@ -321,13 +326,12 @@ class SuiteRunner:
         if general_summary is not None:
             self._load_general(student, extra, Path(general_summary["path"]))
         evaluator = TaskEvaluator(task)
-        augmented = None
         stage_results = []
         for stage in stages[len(general):]:
             train_split = for_student(prepared.splits["train"], "train")
             train_logits = None
             if stage.data == "augmented":
-                augmented = augmented or self.augmented(method, task.name)
+                assert augmented is not None
                 train_split = for_student(augmented.split, f"augmented:{augmented.summary['key']}")
                 train_logits = augmented.teacher_logits
             runtime = self._teacher_runtime(stage, teacher, train_logits)

@@ -358,3 +358,19 @@ def test_a_glove_text_file_sets_the_embedding_width(tmp_path):
     table, summary = embedding_matrix(vocabulary, GloveVectors(path))
     assert table.shape == (5, 4) and table[3].tolist() == [0.5] * 4
     assert summary["vectors"]["source"] == "file" and summary["found"] == 1
+
+
+def test_a_run_does_not_depend_on_whether_the_augmented_set_was_cached(tiny_suite_file,
+                                                                       tmp_path):
+    """Making the copies (and loading the teacher to label them) uses the global RNG; it
+    happens before the run is seeded, so a cold-cache run trains exactly like a warm one."""
+    runner = SuiteRunner(load_suite(str(tiny_suite_file)), tmp_path / "r", tmp_path / "c",
+                         log=lambda _: None)
+    cold = runner.run_one("bilstm-soft", "rte", seed=1).path
+    first = json.loads(cold.read_text())
+    cold.unlink()
+    fresh = SuiteRunner(load_suite(str(tiny_suite_file)), tmp_path / "r", tmp_path / "c",
+                        log=lambda _: None)
+    second = json.loads(fresh.run_one("bilstm-soft", "rte", seed=1).path.read_text())
+    assert second["stages"][0]["history"] == first["stages"][0]["history"]
+    assert second["dev"] == first["dev"]
