@@ -8,9 +8,13 @@ export HF_DATASETS_OFFLINE ?= 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run test lint clean-venv
+.PHONY: setup postgres run test lint clean-venv
 
-setup: $(STAMP)
+setup: $(STAMP) postgres
+
+# PostgreSQL server binaries for the tests' throw-away server (apt-get install when missing).
+postgres:
+	@sh scripts/ensure-postgres.sh
 
 # torch goes first and pinned: an unpinned torch pulls several GB of CUDA wheels here.
 $(STAMP): pyproject.toml

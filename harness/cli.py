@@ -67,6 +67,12 @@ TeacherOpt = Annotated[str | None, typer.Option(
 ResultsOpt = Annotated[Path, typer.Option(help="results store directory")]
 CacheOpt = Annotated[Path | None, typer.Option(
     help="artefact cache (default: HARNESS_CACHE_DIR or ~/.cache/distill-bench)")]
+ParamsOpt = Annotated[list[str] | None, typer.Option(
+    "--params", help="tuned parameters: a file written by `harness tune`, or its study name "
+    "(repeatable; each applies to its own method and task)")]
+StorageOpt = Annotated[str | None, typer.Option(
+    help="Optuna storage URL (default: SQLite at <results>/optuna.db; for many machines "
+    "postgresql+psycopg2://user@host/db)")]
 
 
 @app.command()
@@ -84,10 +90,12 @@ def run(
     results: ResultsOpt = DEFAULT_RESULTS,
     cache_dir: CacheOpt = None,
     retry_failed: Annotated[bool, typer.Option(help="re-run configurations that failed")] = False,
+    params: ParamsOpt = None,
 ) -> None:
     """Train and evaluate METHOD(s) on the suite's tasks; one record per run."""
     _quiet_libraries()
     from harness.runner import SuiteRunner
+    from harness.tuning import load_tuned
 
     try:
         config = load_suite(suite, _overrides(set_, data_dir, teacher))
@@ -96,8 +104,9 @@ def run(
             methods = config.method_names()
         task_list = _csv(tasks) or config.tasks
         seed_list = [int(s) for s in _csv(seeds)] if seeds else config.seeds
+        tuned = [load_tuned(reference, results) for reference in params or []]
         runner = SuiteRunner(config, results, cache_dir, log=_echo, retry_failed=retry_failed)
-        outcomes = runner.run(methods, task_list, seed_list)
+        outcomes = runner.run(methods, task_list, seed_list, tuned=tuned)
     except (ConfigError, KeyError, FileNotFoundError, RuntimeError, ValueError) as error:
         _fail(str(error).strip("'\""))
         return
@@ -110,6 +119,63 @@ def run(
     _echo(f"\nrecords: {results / config.record_suite}")
     if any(outcome.status == "failed" for outcome in outcomes):
         raise typer.Exit(1)
+
+
+@app.command()
+def tune(
+    method: Annotated[str, typer.Option("--method", "-m", help="method or variant to tune")],
+    task: Annotated[str, typer.Option(help="task whose dev main metric is the objective")],
+    trials: Annotated[int, typer.Option(
+        help="finished (complete or pruned) trials the study should reach")] = 20,
+    suite: SuiteOpt = "glue-cpu",
+    seeds: Annotated[list[str] | None, typer.Option(
+        help="seeds each trial averages over (default: the suite's first)")] = None,
+    storage: StorageOpt = None,
+    pruner: Annotated[str, typer.Option(help="median, halving or none")] = "median",
+    student: Annotated[str | None, typer.Option(
+        help="tune on this suite student shape instead of the method's own")] = None,
+    set_: SetOpt = None,
+    data_dir: DataDirOpt = None,
+    teacher: TeacherOpt = None,
+    results: ResultsOpt = DEFAULT_RESULTS,
+    cache_dir: CacheOpt = None,
+) -> None:
+    """Create or resume the Optuna study of METHOD on TASK; write its best parameters."""
+    _quiet_libraries()
+    from harness.tuning import Tuner, TuningTarget, default_storage
+
+    if pruner not in {"median", "halving", "none"}:
+        _fail(f"--pruner {pruner!r}: choose median, halving or none")
+    try:
+        config = load_suite(suite, _overrides(set_, data_dir, teacher))
+        seed_list = [int(s) for s in _csv(seeds)] if seeds else config.seeds[:1]
+        target = TuningTarget(method=method, task=task, seeds=seed_list, student=student)
+        tuner = Tuner(config, target, results, storage or default_storage(results), cache_dir,
+                      pruner=pruner, log=_echo)
+        tuner.optimize(trials)
+        if not tuner.runner.accelerator.is_main_process:
+            return
+        path = tuner.write_best()
+    except (ConfigError, KeyError, FileNotFoundError, RuntimeError, ValueError) as error:
+        _fail(str(error).strip("'\""))
+        return
+    _print_study(tuner)
+    _echo(f"\nbest parameters: {path}\nuse them: harness run --suite {suite} --method {method} "
+          f"--tasks {task} --params {tuner.name}")
+
+
+def _print_study(tuner) -> None:
+    study = tuner.study()
+    _echo(f"\n{'trial':>5} {'state':<9} {'value':>7} {'evals':>5}  parameters")
+    for trial in study.get_trials(deepcopy=False):
+        value = f"{trial.value:7.2f}" if trial.value is not None else "      -"
+        shown = ", ".join(f"{key}={value:.3g}" if isinstance(value, float) else f"{key}={value}"
+                          for key, value in trial.params.items())
+        _echo(f"{trial.number:>5} {trial.state.name.lower():<9} {value} "
+              f"{len(trial.intermediate_values):>5}  {shown}")
+    best = study.best_trial
+    _echo(f"best: trial {best.number}, {best.value:.2f} "
+          f"(seeds {best.user_attrs.get('scores')})")
 
 
 @app.command()

@@ -259,6 +259,85 @@ class MethodRecipe(StrictModel):
         return [self.stages.get(stage), per_task.get(stage)]
 
 
+OVERRIDE_ROOTS = ("params", "stages", "loss_weights")
+
+
+def recipe_with_overrides(recipe: MethodRecipe, task: str, overrides: dict[str, Any],
+                          where: str = "overrides") -> MethodRecipe:
+    """``recipe`` with dotted overrides for ``task`` (the form search spaces and tuned
+    parameter files use: ``params.alpha``, ``stages.task.lr``, ``loss_weights.soft``).
+
+    Parameters and stage budgets go into the task's own ``task_params`` / ``task_stages``,
+    so they win over any per-task value the recipe already sets; the result is validated
+    like any recipe, so a bad key or value is an error that names it."""
+    tree = recipe.model_dump(exclude_unset=True)
+    for key, value in overrides.items():
+        path = [part for part in key.split(".") if part]
+        if len(path) < 2 or path[0] not in OVERRIDE_ROOTS:
+            raise ConfigError(f"{where}: {key!r} is not a recipe override; expected "
+                              "params.<name>, stages.<stage>.<field> or loss_weights.<term>")
+        if path[0] == "params":
+            target = ["task_params", task, *path[1:]]
+        elif path[0] == "stages":
+            if len(path) != 3:
+                raise ConfigError(f"{where}: {key!r}: expected stages.<stage>.<field>")
+            target = ["task_stages", task, *path[1:]]
+        else:
+            target = path
+        set_path(tree, target, value)
+    try:
+        return MethodRecipe.model_validate(tree)
+    except ValidationError as error:
+        raise ConfigError(_format_validation_error(where, error)) from None
+
+
+class GridBudget(StrictModel):
+    """What every cell of a grid gets, whatever its method: the fairness rule."""
+
+    task_epochs: float | None = Field(
+        None, gt=0, description="training examples seen over a cell's task stages, in "
+        "units of the task's training-set size (stage epochs are scaled in proportion, "
+        "augmented stages count with epoch_size: task); None: each recipe's own budget")
+    task_epochs_for: dict[str, float] = Field(
+        default_factory=dict, description="per-task task_epochs, e.g. {sst2: 1}")
+    tuning_trials: int = Field(0, ge=0, description="Optuna trials per method and task "
+                               "before the grid runs it with the best parameters (0: none)")
+    tuning_seeds: list[int] = Field(default=[1], min_length=1,
+                                    description="seeds each trial's objective averages over")
+    pruner: Literal["median", "halving", "none"] = "median"
+
+    @model_validator(mode="after")
+    def _known_tasks(self) -> GridBudget:
+        for task, epochs in self.task_epochs_for.items():
+            get_task(task)
+            if epochs <= 0:
+                raise ValueError(f"task_epochs_for.{task}: must be positive (got {epochs})")
+        return self
+
+    def epochs_for(self, task: str) -> float | None:
+        return self.task_epochs_for.get(task, self.task_epochs)
+
+
+class GridConfig(StrictModel):
+    """The suite's common grid: methods x variants x student shapes x tasks x seeds."""
+
+    methods: list[str] = Field(min_length=1, description="methods (suite recipes or plugins)")
+    variants: list[str] = Field(default_factory=list, description="ablation variants (suite "
+                                "recipes with a base), run like the methods")
+    students: list[str] = Field(
+        default_factory=list, description="student shapes crossed with every method whose "
+        "plugin builds their kind; empty: each method's own student")
+    tasks: list[str] | None = Field(None, description="default: the suite's tasks")
+    seeds: list[int] | None = Field(None, description="default: the suite's seeds")
+    budget: GridBudget = GridBudget()
+
+    @model_validator(mode="after")
+    def _known_tasks(self) -> GridConfig:
+        for task in self.tasks or []:
+            get_task(task)
+        return self
+
+
 class SuiteConfig(StrictModel):
     name: str
     description: str = ""
@@ -278,6 +357,7 @@ class SuiteConfig(StrictModel):
     default_method: str | list[str] = Field(
         "kd", description="what `harness run` runs without --method: a name, a list, or 'all'")
     corpus: CorpusConfig = CorpusConfig()
+    grid: GridConfig | None = Field(None, description="the common grid `harness grid` runs")
 
     @model_validator(mode="after")
     def _consistent(self) -> SuiteConfig:
@@ -298,6 +378,14 @@ class SuiteConfig(StrictModel):
                     f"methods.{method}.student {recipe.student!r} is not one of "
                     f"{sorted(self.students)}"
                 )
+        if self.grid is not None:
+            for student in self.grid.students:
+                if student not in self.students:
+                    raise ValueError(f"grid.students: {student!r} is not one of "
+                                     f"{sorted(self.students)}")
+            for variant in self.grid.variants:
+                if variant not in self.methods:
+                    raise ValueError(f"grid.variants: {variant!r} is not a method of this suite")
         return self
 
     def train_config(self, task: str | None, *stage_overrides: BaseModel | None) -> TrainConfig:

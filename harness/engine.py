@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -141,8 +142,12 @@ def train_stage(
     description: str = "",
     pad_token_id: int = 0,
     task_train_size: int | None = None,
+    on_evaluate: Callable[[dict[str, Any]], None] | None = None,
 ) -> StageResult:
-    """Train ``student`` (and ``extra``) for one stage; leaves the best checkpoint loaded."""
+    """Train ``student`` (and ``extra``) for one stage; leaves the best checkpoint loaded.
+
+    ``on_evaluate`` sees every dev evaluation (stage, step, epoch, metrics, ``main``) as it
+    happens; an exception it raises (e.g. a pruned tuning trial) stops the stage."""
     result = StageResult(name=stage.name)
     task = evaluator.task
     rows_per_epoch = None
@@ -261,6 +266,9 @@ def train_stage(
                     metrics = evaluator.score(logits, eval_split.labels)
                     result.evaluations.append({"step": step, "epoch": epoch + 1, **metrics})
                     main = metrics[task.main_metric]
+                    if on_evaluate is not None:
+                        on_evaluate({"stage": stage.name, "step": step, "epoch": epoch + 1,
+                                     "metrics": metrics, "main": main})
                     if main > best_score:
                         best_score = main
                         result.best_metrics = metrics

@@ -26,7 +26,15 @@ from accelerate.utils import DistributedDataParallelKwargs, set_seed
 
 from harness.augmented import AugmentedSet, prepare_augmented
 from harness.cache import ArtifactCache, content_hash, default_cache_dir
-from harness.config import ConfigError, StudentConfig, SuiteConfig, TrainConfig, student_kind
+from harness.config import (
+    ConfigError,
+    MethodRecipe,
+    StudentConfig,
+    SuiteConfig,
+    TrainConfig,
+    recipe_with_overrides,
+    student_kind,
+)
 from harness.corpus import Corpus, build_corpus, encode_corpus
 from harness.data import TaskData, load_task
 from harness.engine import NonFiniteLossError, TeacherRuntime, predict_logits, train_stage
@@ -96,6 +104,50 @@ class PreparedTask:
     data: TaskData
     splits: dict[str, EncodedSplit]
     max_length: int
+
+
+@dataclass(frozen=True)
+class Variation:
+    """How a grid cell or a tuning trial departs from the suite's recipe for its method.
+    The default changes nothing, so a plain run and an unvaried grid cell share a run id."""
+
+    student: str | None = None
+    """A suite student shape instead of the recipe's."""
+    overrides: tuple[tuple[str, Any], ...] = ()
+    """Dotted recipe overrides (``params.alpha``, ``stages.task.lr``), e.g. tuned values."""
+    task_epochs: float | None = None
+    """A grid budget: training examples over the task stages, in task-set units."""
+
+    @classmethod
+    def of(cls, student: str | None = None, overrides: dict[str, Any] | None = None,
+           task_epochs: float | None = None) -> Variation:
+        return cls(student, tuple(sorted((overrides or {}).items())), task_epochs)
+
+
+EvaluationCallback = Callable[[int, dict[str, Any]], None]
+"""Called after every dev evaluation of a run with its running index over the run's
+stages and the evaluation (stage, step, epoch, metrics, ``main``); may raise to stop."""
+
+
+def scale_to_budget(stages: list[Stage], configs: dict[str, TrainConfig], task_epochs: float
+                    ) -> dict[str, TrainConfig]:
+    """Stage budgets scaled so the task stages together see ``task_epochs`` times the task's
+    training-set size (the grid's fairness rule).  Augmented stages are counted in task
+    epochs (``epoch_size: task``); their split is larger than the task's.  Stages already
+    on budget are returned unchanged, so their run ids stay those of a plain run."""
+    task_stages = [stage for stage in stages if not stage.is_general]
+    for stage in task_stages:
+        if configs[stage.name].max_steps is not None:
+            raise ConfigError(f"stage {stage.name!r} is budgeted by max_steps; a grid budget "
+                              "in task epochs needs epoch budgets")
+    updated = {stage.name: configs[stage.name].model_copy(update={"epoch_size": "task"})
+               if stage.data == "augmented" else configs[stage.name] for stage in task_stages}
+    total = sum(config.epochs for config in updated.values())
+    if abs(total - task_epochs) > 1e-9 or updated != {s.name: configs[s.name] for s in task_stages}:
+        factor = task_epochs / total
+        updated = {name: config.model_copy(update={"epochs": round(config.epochs * factor, 6)})
+                   for name, config in updated.items()}
+    return {**configs, **updated}
 
 
 @dataclass
@@ -176,11 +228,25 @@ class SuiteRunner:
         return self._teacher_state
 
     # -- one cell ------------------------------------------------------------------------
-    def resolve(self, method_name: str, task_name: str, seed: int
+    def recipe(self, method_name: str, task_name: str, variation: Variation) -> MethodRecipe:
+        """The method's recipe for ``task_name`` with ``variation`` applied."""
+        recipe = self.suite.recipe(method_name)
+        if variation.overrides:
+            recipe = recipe_with_overrides(recipe, task_name, dict(variation.overrides),
+                                           where=f"methods.{method_name} (overrides)")
+        if variation.student is not None:
+            if variation.student not in self.suite.students:
+                raise ConfigError(f"student {variation.student!r} is not one of "
+                                  f"{sorted(self.suite.students)}")
+            recipe = recipe.model_copy(update={"student": variation.student})
+        return recipe
+
+    def resolve(self, method_name: str, task_name: str, seed: int,
+                variation: Variation = Variation()
                 ) -> tuple[Method, dict[str, Any], dict[str, TrainConfig]]:
         """The method and the fully resolved configuration of one run (hashed for the id)."""
         task = get_task(task_name)
-        recipe = self.suite.recipe(method_name)
+        recipe = self.recipe(method_name, task.name, variation)
         plugin = self.suite.plugin(method_name)
         method = instantiate(plugin, recipe, task.name)
         stages = method.stages(task)
@@ -201,8 +267,11 @@ class SuiteRunner:
                 None if stage.is_general else task.name,
                 *recipe.stage_overrides(None if stage.is_general else task.name, stage.name))
             for stage in stages}
+        if variation.task_epochs is not None:
+            stage_configs = scale_to_budget(stages, stage_configs, variation.task_epochs)
         prepared = self.prepare_task(task_name)
-        shape_name, shape = self.suite.student_for(method_name)
+        shape_name = recipe.student or self.suite.default_student
+        shape = self.suite.students[shape_name]
         if student_kind(shape) not in method.student_kinds:
             raise ConfigError(f"methods.{method_name}: student {shape_name!r} is of kind "
                               f"{student_kind(shape)!r}; {plugin} builds "
@@ -231,8 +300,18 @@ class SuiteRunner:
             spec["general"] = {"key": self.general_key(method, shape, general, stage_configs)}
         return method, spec, stage_configs
 
-    def run_one(self, method_name: str, task_name: str, seed: int) -> RunOutcome:
-        method, spec, stage_configs = self.resolve(method_name, task_name, seed)
+    def run_id(self, method_name: str, task_name: str, seed: int,
+               variation: Variation = Variation()) -> str:
+        """The run's id: the hash of its resolved configuration."""
+        return content_hash(self.resolve(method_name, task_name, seed, variation)[1])
+
+    def run_one(self, method_name: str, task_name: str, seed: int,
+                variation: Variation = Variation(), *,
+                on_evaluate: EvaluationCallback | None = None,
+                annotations: dict[str, Any] | None = None) -> RunOutcome:
+        """Train and record one run, or find its record.  ``annotations`` go into the
+        record (e.g. the tuning trial it served) without entering its id."""
+        method, spec, stage_configs = self.resolve(method_name, task_name, seed, variation)
         run_hash = content_hash(spec)
         existing = self.store.find(run_hash)
         if existing is not None:
@@ -271,12 +350,13 @@ class SuiteRunner:
             "config": spec,
             "config_hash": run_hash,
             "started_at": datetime.now(timezone.utc).isoformat(),
+            **(annotations or {}),
         }
         self.log(f"[run] {method_name} on {task.name}, seed {seed} -> {path}")
         started = time.perf_counter()
         try:
             record.update(self._train(method, task, prepared, teacher, seed, spec,
-                                      stage_configs))
+                                      stage_configs, on_evaluate))
             record["status"] = "finished"
         except NonFiniteLossError as error:
             record["status"] = "failed"
@@ -297,8 +377,9 @@ class SuiteRunner:
 
     def _train(self, method: Method, task: TaskSpec, prepared: PreparedTask,
                teacher: TeacherArtifacts, seed: int, spec: dict[str, Any],
-               stage_configs: dict[str, TrainConfig]) -> dict[str, Any]:
-        context = self._student_context(spec["method"], task)
+               stage_configs: dict[str, TrainConfig],
+               on_evaluate: EvaluationCallback | None = None) -> dict[str, Any]:
+        context = self._student_context(spec["student"]["name"], task)
         stages = method.stages(task)
         general = [stage for stage in stages if stage.is_general]
         encoder = method.student_encoder(context, prepared.splits["train"].texts or [])
@@ -327,6 +408,14 @@ class SuiteRunner:
             self._load_general(student, extra, Path(general_summary["path"]))
         evaluator = TaskEvaluator(task)
         stage_results = []
+        evaluations = 0
+
+        def evaluated(evaluation: dict[str, Any]) -> None:
+            nonlocal evaluations
+            if on_evaluate is not None:
+                on_evaluate(evaluations, evaluation)
+            evaluations += 1
+
         for stage in stages[len(general):]:
             train_split = for_student(prepared.splits["train"], "train")
             train_logits = None
@@ -343,7 +432,7 @@ class SuiteRunner:
                 evaluator=evaluator,
                 teacher=runtime, accelerator=self.accelerator, seed=seed,
                 description=f"{method.name} {task.name} s{seed} {stage.name}",
-                task_train_size=len(prepared.splits["train"]))
+                task_train_size=len(prepared.splits["train"]), on_evaluate=evaluated)
             student = self.accelerator.unwrap_model(student)
             stage_results.append(result)
         final_stage = stages[-1]
@@ -443,8 +532,8 @@ class SuiteRunner:
                 "teacher_examples_per_second": len(sample) / teacher_seconds,
                 "speedup": teacher_seconds / student_seconds}
 
-    def _student_context(self, method_name: str, task: TaskSpec) -> StudentContext:
-        shape_name, shape = self.suite.student_for(method_name)
+    def _student_context(self, shape_name: str, task: TaskSpec) -> StudentContext:
+        shape = self.suite.students[shape_name]
         # Always given: a plugin may initialise from the teacher whatever the shape says.
         return StudentContext(
             task=task, shape_name=shape_name, shape=shape,
@@ -590,13 +679,30 @@ class SuiteRunner:
         return runtime
 
     # -- many cells ----------------------------------------------------------------------
-    def run(self, methods: list[str], tasks: list[str], seeds: list[int]) -> list[RunOutcome]:
+    def run(self, methods: list[str], tasks: list[str], seeds: list[int],
+            tuned: list[Any] | None = None) -> list[RunOutcome]:
+        """Every (task, method, seed) cell; ``tuned`` parameter files (see
+        :func:`harness.tuning.load_tuned`) apply to their own method and task."""
         for method in methods:
             registry.get(self.suite.plugin(method))
+        by_cell = {}
+        for params in tuned or []:
+            if params.suite and params.suite != self.suite.record_suite:
+                raise ConfigError(f"{params.path}: tuned on suite {params.suite!r}, not "
+                                  f"{self.suite.record_suite!r}")
+            if params.method not in methods or params.task not in tasks:
+                raise ConfigError(f"{params.path}: parameters for {params.method} on "
+                                  f"{params.task}, which this run does not include")
+            by_cell[params.method, params.task] = params
         cells = [(task, method, seed) for task in tasks for method in methods for seed in seeds]
         outcomes = []
         for index, (task, method, seed) in enumerate(cells, start=1):
             self.log(f"== cell {index}/{len(cells)}: {method} / {task} / seed {seed}")
-            outcomes.append(self.run_one(method, task, seed))
+            params = by_cell.get((method, task))
+            if params is None:
+                outcomes.append(self.run_one(method, task, seed))
+            else:
+                outcomes.append(self.run_one(method, task, seed,
+                                             Variation.of(overrides=params.overrides),
+                                             annotations={"tuned": params.annotation()}))
         return outcomes
-

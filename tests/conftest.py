@@ -113,3 +113,21 @@ def tiny_suite_file(tmp_path, tiny_data_dir, tiny_teacher_dir) -> Path:
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(tiny_suite_dict(tiny_data_dir, tiny_teacher_dir)))
     return path
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """SQLAlchemy URL of a throw-away PostgreSQL server on loopback (tests/postgres_server.py),
+    shared by the session and stopped at its end. Missing binaries fail the test: no skip."""
+    from tests.postgres_server import PostgresUnavailable, start_postgres
+
+    try:
+        url, stop = start_postgres()
+    except PostgresUnavailable as e:
+        missing = str(e)  # failed outside the handler: no chained traceback in the report
+    else:
+        missing = ""
+    if missing:
+        pytest.fail(missing, pytrace=False)
+    yield url
+    stop()

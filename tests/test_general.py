@@ -101,7 +101,7 @@ def test_loading_the_general_body_copies_it_and_keeps_a_fresh_head(
     suite = tiny_suite(tmp_path, tiny_data_dir, tiny_teacher_dir)
     runner = SuiteRunner(suite, tmp_path / "results", tmp_path / "cache", log=lambda _: None)
     method, spec, stage_configs = runner.resolve("tinybert", "rte", 1)
-    context = runner._student_context("tinybert", runner.prepare_task("rte").task)
+    context = runner._student_context(spec["student"]["name"], runner.prepare_task("rte").task)
     general = [stage for stage in method.stages(context.task) if stage.is_general]
     summary = runner._general_distillation(method, context, general, stage_configs)
     torch.manual_seed(123)
