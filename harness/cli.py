@@ -178,6 +178,89 @@ def _print_study(tuner) -> None:
           f"(seeds {best.user_attrs.get('scores')})")
 
 
+def _grid(suite: str, storage: str | None, results: Path, cache_dir: Path | None,
+          method: list[str] | None, tasks: list[str] | None, seeds: list[str] | None,
+          set_: list[str] | None, data_dir: str | None, teacher: str | None,
+          dry_run: bool, poll_seconds: float | None, reclaim_local: bool) -> None:
+    _quiet_libraries()
+    from harness.grid import Grid
+    from harness.tuning import default_storage
+
+    try:
+        config = load_suite(suite, _overrides(set_, data_dir, teacher))
+        grid = Grid(config, results, storage or default_storage(results), cache_dir,
+                    log=_echo, methods=method, tasks=_csv(tasks),
+                    seeds=[int(s) for s in _csv(seeds)] if seeds else None,
+                    poll_seconds=poll_seconds, reclaim_local=reclaim_local)
+        planned = grid.plan()
+        if dry_run or grid.runner.accelerator.is_main_process:
+            for line in grid.describe(planned):
+                _echo(line)
+        if dry_run:
+            return
+        summary = grid.work()
+    except (ConfigError, KeyError, FileNotFoundError, RuntimeError, ValueError) as error:
+        _fail(str(error).strip("'\""))
+        return
+    if not summary:
+        return
+    _echo(f"\ngrid {grid.study_name}: {summary['complete']} of {summary['cells']} cells "
+          f"complete, {summary['fail'] - summary['retried']} failed, {summary['retried']} "
+          f"retried after a worker died\nrecords: {results / config.record_suite}; table: "
+          f"harness table --suite {suite}")
+    if summary["complete"] < summary["cells"]:
+        raise typer.Exit(1)
+
+
+GridMethodOpt = Annotated[list[str] | None, typer.Option(
+    "--method", "-m", help="only these of the grid's methods (repeatable)")]
+
+
+@app.command()
+def grid(
+    suite: SuiteOpt = "glue-cpu",
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="list the cells, their budgets and estimated cost; run nothing")]
+        = False,
+    storage: StorageOpt = None,
+    method: GridMethodOpt = None,
+    tasks: TasksOpt = None,
+    seeds: Annotated[list[str] | None, typer.Option(
+        help="seeds (default: the grid's)")] = None,
+    set_: SetOpt = None,
+    data_dir: DataDirOpt = None,
+    teacher: TeacherOpt = None,
+    results: ResultsOpt = DEFAULT_RESULTS,
+    cache_dir: CacheOpt = None,
+) -> None:
+    """Run the suite's common grid (resumable: finished cells are skipped by config hash)."""
+    _grid(suite, storage, results, cache_dir, method, tasks, seeds, set_, data_dir, teacher,
+          dry_run, None, reclaim_local=True)
+
+
+@app.command()
+def worker(
+    storage: Annotated[str, typer.Option(
+        help="the Optuna storage every worker shares, e.g. postgresql+psycopg2://user@host/db")],
+    suite: SuiteOpt = "glue-cpu",
+    method: GridMethodOpt = None,
+    tasks: TasksOpt = None,
+    seeds: Annotated[list[str] | None, typer.Option(
+        help="seeds (default: the grid's)")] = None,
+    poll_seconds: Annotated[float | None, typer.Option(
+        help="how often to look again while other workers' cells run")] = None,
+    set_: SetOpt = None,
+    data_dir: DataDirOpt = None,
+    teacher: TeacherOpt = None,
+    results: ResultsOpt = DEFAULT_RESULTS,
+    cache_dir: CacheOpt = None,
+) -> None:
+    """Pull the grid's tuning trials and cells from a shared storage until none is left.
+    Start one per machine (or per GPU); every worker must be given the same options."""
+    _grid(suite, storage, results, cache_dir, method, tasks, seeds, set_, data_dir, teacher,
+          False, poll_seconds, reclaim_local=False)
+
+
 @app.command()
 def teacher(
     suite: SuiteOpt = "glue-cpu",

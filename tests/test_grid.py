@@ -1,0 +1,262 @@
+"""The common grid: cells, budgets, dry run, resume after a kill, and workers sharing one
+Optuna storage (SQLite and a real PostgreSQL server) while one of them is SIGKILLed."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from harness.cli import app
+from harness.config import ConfigError, TrainConfig, load_suite
+from harness.grid import Grid, grid_cells
+from harness.method import Stage
+from harness.runner import SuiteRunner, Variation, scale_to_budget
+from harness.tuning import open_storage
+from tests.conftest import tiny_suite_dict
+
+pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+REPO = Path(__file__).resolve().parent.parent
+
+
+def grid_suite(tmp_path: Path, data_dir: Path, teacher_dir: Path, grid: dict,
+               training: dict | None = None) -> Path:
+    suite = tiny_suite_dict(data_dir, teacher_dir)
+    suite["training"] = training or {"epochs": 2, "batch_size": 8, "lr": 1e-3,
+                                     "log_every_steps": 1}
+    suite["grid"] = grid
+    path = tmp_path / "grid-suite.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    return path
+
+
+# -- cells and budgets ---------------------------------------------------------------------
+def test_cells_cross_methods_variants_students_tasks_and_seeds(
+        tmp_path, tiny_data_dir, tiny_teacher_dir):
+    suite = tiny_suite_dict(tiny_data_dir, tiny_teacher_dir)
+    suite["methods"]["kd-no-soft"] = {"base": "kd", "disabled_losses": ["soft"]}
+    suite["students"]["tiny-3L"] = {"num_layers": 3, "hidden_size": 16, "num_heads": 4,
+                                    "intermediate_size": 32}
+    suite["grid"] = {"methods": ["kd", "bilstm-soft"], "variants": ["kd-no-soft"],
+                     "students": ["tiny", "tiny-3L"], "seeds": [1, 2],
+                     "budget": {"task_epochs": 2, "task_epochs_for": {"stsb": 1}}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    cells = grid_cells(load_suite(str(path)))
+    # kd and its variant on both BERT shapes (their own 'tiny' stays None: same run ids as
+    # plain runs); bilstm-soft builds no BERT student, so it keeps its own shape.
+    per_task = [(c.method, c.student, c.seed) for c in cells if c.task == "rte"]
+    assert per_task == [("kd", None, 1), ("kd", None, 2), ("kd", "tiny-3L", 1),
+                        ("kd", "tiny-3L", 2), ("bilstm-soft", None, 1),
+                        ("bilstm-soft", None, 2), ("kd-no-soft", None, 1),
+                        ("kd-no-soft", None, 2), ("kd-no-soft", "tiny-3L", 1),
+                        ("kd-no-soft", "tiny-3L", 2)]
+    assert {c.task_epochs for c in cells if c.task == "rte"} == {2}
+    assert {c.task_epochs for c in cells if c.task == "stsb"} == {1}
+    assert [c.task for c in cells[:10]] == ["rte"] * 10  # task by task
+
+
+@pytest.mark.parametrize("grid, message", [
+    ({"methods": ["kd"], "students": ["huge"]}, "grid.students: 'huge'"),
+    ({"methods": ["kd"], "variants": ["kd-x"]}, "grid.variants: 'kd-x'"),
+    ({"methods": ["kd"], "budget": {"task_epoch": 3}}, "grid.budget.task_epoch: unknown key"),
+    ({"methods": ["kd"], "budget": {"task_epochs": -1}}, "grid.budget.task_epochs"),
+    ({"methods": ["kd"], "budget": {"task_epochs_for": {"mnli2": 1}}}, "mnli2"),
+])
+def test_grid_section_errors_name_the_key(tmp_path, tiny_data_dir, tiny_teacher_dir, grid,
+                                          message):
+    suite = tiny_suite_dict(tiny_data_dir, tiny_teacher_dir)
+    suite["grid"] = grid
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    with pytest.raises((ConfigError, KeyError)) as error:
+        load_suite(str(path))
+    assert message in str(error.value)
+
+
+def test_budget_scales_task_stages_in_proportion_and_leaves_matching_ones_alone():
+    general = Stage("general", ("a",), teacher="pretrained", teacher_outputs=frozenset(),
+                    evaluate=False, data="corpus")
+    intermediate = Stage("intermediate", ("a",), data="augmented")
+    prediction = Stage("prediction", ("a",), data="augmented")
+    configs = {"general": TrainConfig(epochs=1), "intermediate": TrainConfig(epochs=1,
+                                                                            epoch_size="task"),
+               "prediction": TrainConfig(epochs=2, epoch_size="task")}
+    stages = [general, intermediate, prediction]
+    assert scale_to_budget(stages, configs, 3.0) == configs  # already 3 task epochs
+    scaled = scale_to_budget(stages, configs, 1.5)
+    assert scaled["general"] == configs["general"]  # corpus stages are not task budget
+    assert (scaled["intermediate"].epochs, scaled["prediction"].epochs) == (0.5, 1.0)
+    # an augmented stage counted by passes over its (larger) data is recounted in task epochs
+    by_data = {**configs, "prediction": TrainConfig(epochs=2)}
+    assert scale_to_budget(stages, by_data, 3.0)["prediction"].epoch_size == "task"
+    with pytest.raises(ConfigError, match="max_steps"):
+        scale_to_budget([prediction], {"prediction": TrainConfig(max_steps=5)}, 1.0)
+
+
+def test_an_unvaried_cell_is_the_plain_run_and_a_varied_one_is_not(
+        tmp_path, tiny_data_dir, tiny_teacher_dir):
+    path = grid_suite(tmp_path, tiny_data_dir, tiny_teacher_dir, {"methods": ["kd"]})
+    runner = SuiteRunner(load_suite(str(path)), tmp_path / "r", tmp_path / "c",
+                         log=lambda _: None)
+    plain = runner.run_id("kd", "rte", 1)
+    assert runner.run_id("kd", "rte", 1, Variation.of(task_epochs=2.0)) == plain
+    assert runner.run_id("kd", "rte", 1, Variation.of(student="tiny")) == plain
+    assert runner.run_id("kd", "rte", 1, Variation.of(task_epochs=3.0)) != plain
+    tuned = Variation.of(overrides={"params.alpha": 0.3, "stages.task.lr": 2e-3})
+    _, spec, configs = runner.resolve("kd", "rte", 1, tuned)
+    assert spec["params"]["alpha"] == 0.3 and configs["task"].lr == 2e-3
+    assert runner.run_id("kd", "stsb", 1, tuned) != runner.run_id("kd", "stsb", 1)
+    with pytest.raises(ConfigError, match="methods.kd.params: alpha"):
+        runner.resolve("kd", "rte", 1, Variation.of(overrides={"params.alpha": 7}))
+    with pytest.raises(ConfigError, match="'alpha' is not a recipe override"):
+        runner.resolve("kd", "rte", 1, Variation.of(overrides={"alpha": 0.1}))
+
+
+# -- one machine: dry run, run, kill, resume -------------------------------------------------
+def _env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "HARNESS_INFERENCE_SECONDS": "0",
+            "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **extra}
+
+
+def _harness(*args: str, **env: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "harness.cli", *args], cwd=REPO,
+                            env=_env(**env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+
+
+def _records(root: Path) -> dict[str, list[dict]]:
+    by_id = collections.defaultdict(list)
+    for path in root.glob("**/*.json"):
+        if not path.name.startswith("."):
+            record = json.loads(path.read_text())
+            by_id[record["run_id"]].append(record)
+    return by_id
+
+
+def _wait_for_running_cell(storage_url: str, study_name: str, pid: int | None,
+                           timeout: float = 120) -> optuna.trial.FrozenTrial:
+    """A trial of ``pid`` (any worker when None) that is training right now."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            study = optuna.load_study(study_name=study_name, storage=open_storage(storage_url))
+        except KeyError:  # not created yet
+            time.sleep(0.2)
+            continue
+        for trial in study.get_trials(states=(optuna.trial.TrialState.RUNNING,)):
+            worker = str(trial.user_attrs.get("worker", ""))
+            if worker and (pid is None or worker.endswith(f":{pid}")):
+                return trial
+        time.sleep(0.1)
+    raise AssertionError(f"no running cell of worker {pid} within {timeout}s")
+
+
+def _check_every_cell_once(grid: Grid, results: Path) -> optuna.Study:
+    study = optuna.load_study(study_name=grid.study_name,
+                              storage=open_storage(grid.storage_url))
+    trials = [t for t in study.get_trials() if not t.user_attrs.get("empty")]
+    complete = collections.Counter(json.dumps(t.user_attrs["cell"], sort_keys=True)
+                                   for t in trials if t.state.name == "COMPLETE")
+    assert len(complete) == len(grid.cells) and set(complete.values()) == {1}
+    assert not [t for t in trials if t.state.name in {"RUNNING", "WAITING"}]
+    records = _records(results / "tiny")
+    planned = grid.plan()
+    assert {item.run_id for item in planned} == set(records)
+    assert all(len(copies) == 1 and copies[0]["status"] == "finished"
+               for copies in records.values())
+    assert {item.status for item in planned} == {"done"}
+    return study
+
+
+def test_grid_dry_run_then_run_killed_and_resumed(tmp_path, tiny_data_dir, tiny_teacher_dir):
+    # 4 cells of ~2 s each (many evaluations): long enough to be killed inside one.
+    path = grid_suite(tmp_path, tiny_data_dir, tiny_teacher_dir,
+                      {"methods": ["finetune", "kd"], "tasks": ["rte"], "seeds": [1, 2],
+                       "budget": {"task_epochs": 24}})
+    results, cache = tmp_path / "results", tmp_path / "cache"
+    common = ["--suite", str(path), "--results", str(results), "--cache-dir", str(cache)]
+    dry = CliRunner().invoke(app, ["grid", *common, "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert "4 cells; budget: task epochs 24.0" in dry.output
+    assert dry.output.count(" todo ") == 4 and "estimated cost" in dry.output
+    assert not (results / "tiny").exists()  # nothing ran
+
+    first = _harness("grid", *common)
+    grid = Grid(load_suite(str(path)), results, f"sqlite:///{results / 'optuna.db'}", cache,
+                log=lambda _: None)
+    running = _wait_for_running_cell(grid.storage_url, grid.study_name, first.pid)
+    while len(_records(results / "tiny")) < 1:  # at least one cell finished
+        assert first.poll() is None, first.communicate()[0]
+        time.sleep(0.1)
+    running = _wait_for_running_cell(grid.storage_url, grid.study_name, first.pid)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    done_before = len(_records(results / "tiny"))
+    assert 1 <= done_before < 4
+
+    dry = CliRunner().invoke(app, ["grid", *common, "--dry-run"])
+    assert dry.output.count(" done ") == done_before
+
+    second = _harness("grid", *common)
+    output, _ = second.communicate(timeout=300)
+    assert second.returncode == 0, output
+    assert "4 of 4 cells complete, 0 failed, 1 retried after a worker died" in output
+    study = _check_every_cell_once(grid, results)
+    killed = study.trials[running.number]
+    assert killed.state.name == "FAIL"  # the dead process's cell, retried once
+
+
+# -- many workers on one storage ----------------------------------------------------------
+@pytest.fixture(params=["sqlite", "postgresql"])
+def storage_url(request, tmp_path):
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'shared.db'}"
+    return request.getfixturevalue("postgres_url")
+
+
+def test_two_workers_one_killed_mid_cell_every_cell_finishes_once(
+        storage_url, tmp_path, tiny_data_dir, tiny_teacher_dir):
+    path = grid_suite(tmp_path, tiny_data_dir, tiny_teacher_dir,
+                      {"methods": ["finetune", "kd"], "seeds": [1, 2, 3],
+                       "budget": {"task_epochs": 16}})
+    results, cache = tmp_path / "results", tmp_path / "cache"
+    suite = load_suite(str(path))
+    grid = Grid(suite, results, storage_url, cache, log=lambda _: None)
+    for task in suite.tasks:  # teachers first: the test is about cells
+        grid.runner.teacher(task)
+    common = ["worker", "--storage", storage_url, "--suite", str(path), "--results",
+              str(results), "--cache-dir", str(cache), "--poll-seconds", "0.5"]
+    heartbeat = {"HARNESS_HEARTBEAT_SECONDS": "1", "HARNESS_GRACE_SECONDS": "3"}
+    victim = _harness(*common, **heartbeat)
+    survivor = _harness(*common, **heartbeat)
+    try:
+        running = _wait_for_running_cell(storage_url, grid.study_name, victim.pid)
+        time.sleep(0.5)  # inside the cell's training
+        assert victim.poll() is None
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        output, _ = survivor.communicate(timeout=420)
+    finally:
+        for process in (victim, survivor):
+            if process.poll() is None:
+                process.kill()
+    assert survivor.returncode == 0, output
+    assert f"{len(grid.cells)} of {len(grid.cells)} cells complete" in output
+    study = _check_every_cell_once(grid, results)
+    killed = study.trials[running.number]
+    assert killed.state.name == "FAIL"  # failed by the heartbeat check, not by its worker
+    retries = [t for t in study.trials if t.system_attrs.get("failed_trial") == running.number]
+    assert len(retries) == 1 and retries[0].state.name == "COMPLETE"
+    assert retries[0].user_attrs["cell"] == killed.user_attrs["cell"]
+    assert retries[0].user_attrs["worker"].endswith(f":{survivor.pid}")
