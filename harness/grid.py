@@ -146,6 +146,7 @@ class Grid:
         self.runner = SuiteRunner(suite, results, cache_dir, log=log)
         self._tuners: dict[tuple, Tuner] = {}
         self._estimates: dict[GridCell, float | None] = {}
+        self._recorded: set[GridCell] = set()
 
     # -- tuning ---------------------------------------------------------------------------
     @property
@@ -196,6 +197,8 @@ class Grid:
                           else self.runner.store.load(existing).get("status", "todo"))
                 status = {"finished": "done"}.get(status, status)
             self._estimates[cell] = estimate
+            if status in {"done", "failed"}:
+                self._recorded.add(cell)
             planned.append(PlannedCell(cell, run_id, status, task_epochs, examples, estimate))
         return planned
 
@@ -369,6 +372,8 @@ class Grid:
         left = 0.0
         for cell in pending:
             estimate = self._estimates.get(cell)
+            if cell in self._recorded:  # will be found, not trained
+                continue
             if estimate is not None:
                 left += estimate * ratio
             elif mean is not None:

@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Any
 
 RECORD_VERSION = 1
+NESTED_STORES = ("tuning",)
+"""Sub-folders of a results root holding stores of their own (a tuning study's trial runs):
+a run found only there is not a run of the suite's leaderboard, so :meth:`find` skips them."""
 
 
 class ResultsStore:
@@ -25,7 +28,8 @@ class ResultsStore:
         return self.root / suite / method / task / f"{name}.json"
 
     def find(self, run_hash: str) -> Path | None:
-        matches = list(self.root.glob(f"**/*{run_hash[:16]}.json"))
+        matches = [path for path in self.root.glob(f"**/*{run_hash[:16]}.json")
+                   if path.relative_to(self.root).parts[0] not in NESTED_STORES]
         return matches[0] if matches else None
 
     def load(self, path: Path) -> dict[str, Any]:

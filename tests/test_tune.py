@@ -1,0 +1,153 @@
+"""Tuning: a deterministically named Optuna study over the plugin's search space, pruned on
+every dev evaluation, resumable, whose best parameters `run --params` and the grid use; and
+a worker killed inside a tuning trial, whose trial another worker retries."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from harness.cli import app
+from harness.config import ConfigError, load_suite
+from harness.grid import Grid
+from harness.tuning import Tuner, TuningTarget, load_tuned, open_storage, study_name
+from tests.test_grid import _check_every_cell_once, _harness, _wait_for_running_cell, grid_suite
+
+pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+
+
+@pytest.fixture
+def suite_file(tmp_path, tiny_data_dir, tiny_teacher_dir) -> Path:
+    # STS-B's Pearson varies continuously between trials (accuracy on 24 tiny RTE rows
+    # often ties), so the median pruner has something to compare.
+    return grid_suite(tmp_path, tiny_data_dir, tiny_teacher_dir, {"methods": ["kd"]},
+                      training={"epochs": 4, "batch_size": 8, "lr": 1e-3,
+                                "log_every_steps": 1})
+
+
+def test_tune_prunes_writes_parameters_and_resumes_and_run_uses_them(tmp_path, suite_file):
+    results, cache = tmp_path / "results", tmp_path / "cache"
+    common = ["--suite", str(suite_file), "--results", str(results), "--cache-dir", str(cache)]
+    tune = CliRunner().invoke(app, ["tune", "--method", "kd", "--task", "stsb", "--trials",
+                                    "8", *common])
+    assert tune.exit_code == 0, tune.output
+    name = study_name(Tuner(load_suite(str(suite_file)), TuningTarget("kd", "stsb", [1]),
+                            results, "sqlite://").runner, TuningTarget("kd", "stsb", [1]))
+    study = optuna.load_study(study_name=name, storage=open_storage(
+        f"sqlite:///{results / 'optuna.db'}"))
+    states = [trial.state.name for trial in study.trials]
+    assert states.count("COMPLETE") + states.count("PRUNED") == 8
+    assert "PRUNED" in states  # stopped at an early evaluation
+    pruned = [t for t in study.trials if t.state.name == "PRUNED"]
+    assert all(len(t.intermediate_values) < 4 for t in pruned)  # 4 epochs, 1 eval each
+    complete = [t for t in study.trials if t.state.name == "COMPLETE"]
+    assert all(len(t.intermediate_values) == 4 for t in complete)
+    # trials' runs are recorded apart from the leaderboard
+    assert not (results / "tiny").exists()
+    trial_records = list((results / "tuning" / name).glob("**/*.json"))
+    assert len(trial_records) == len(complete)
+
+    params = load_tuned(name, results)  # by study name
+    best = study.best_trial
+    assert params.overrides == best.user_attrs["overrides"]
+    assert set(params.overrides) == {"params.alpha", "params.temperature", "stages.task.lr"}
+    assert yaml.safe_load(params.path.read_text())["objective"]["value"] == best.value
+
+    again = CliRunner().invoke(app, ["tune", "--method", "kd", "--task", "stsb", "--trials",
+                                     "8", *common])  # the same study, already complete
+    assert again.exit_code == 0 and f"study {name}" in again.output
+    assert len(optuna.load_study(study_name=name, storage=open_storage(
+        f"sqlite:///{results / 'optuna.db'}")).trials) == len(study.trials)
+
+    run = CliRunner().invoke(app, ["run", "--method", "kd", "--tasks", "stsb", "--seeds", "1",
+                                   "--params", str(params.path), *common])
+    assert run.exit_code == 0, run.output
+    record = json.loads(next((results / "tiny").glob("**/*.json")).read_text())
+    assert record["tuned"]["study"] == name
+    assert record["config"]["params"]["alpha"] == params.overrides["params.alpha"]
+    assert record["config"]["stages"]["task"]["lr"] == params.overrides["stages.task.lr"]
+    # the best trial ran seed 1 with these parameters: the same configuration, same score
+    assert record["main_score"] == pytest.approx(best.value)
+
+    wrong = CliRunner().invoke(app, ["run", "--method", "kd", "--tasks", "rte", "--params",
+                                     name, *common])
+    assert wrong.exit_code == 2 and "which this run does not include" in wrong.output
+
+
+def test_study_names_follow_what_is_tuned(tmp_path, suite_file):
+    def name(target: TuningTarget, *sets: str) -> str:
+        suite = load_suite(str(suite_file), list(sets))
+        return Tuner(suite, target, tmp_path, "sqlite://").name
+
+    base = name(TuningTarget("kd", "rte", [1]))
+    assert base.startswith("tune-tiny-kd-rte-")
+    assert name(TuningTarget("kd", "rte", [1])) == base
+    assert name(TuningTarget("kd", "rte", [1, 2])) != base
+    assert name(TuningTarget("kd", "stsb", [1])) != base
+    assert name(TuningTarget("kd", "rte", [1]), "training.batch_size=4") != base
+    assert name(TuningTarget("kd", "rte", [1], task_epochs=2.0)) != base
+
+
+def test_parameter_files_are_checked(tmp_path):
+    with pytest.raises(FileNotFoundError, match="run `harness tune` first"):
+        load_tuned("tune-nothing", tmp_path)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("method: kd\n")
+    with pytest.raises(ConfigError, match="missing task, overrides"):
+        load_tuned(str(bad), tmp_path)
+    bad.write_text("method: kd\ntask: rte\noverrides: [1, 2]\n")
+    with pytest.raises(ConfigError, match="overrides: expected a mapping"):
+        load_tuned(str(bad), tmp_path)
+
+
+def test_grid_tunes_then_runs_and_a_worker_killed_mid_trial_is_retried(
+        postgres_url, tmp_path, tiny_data_dir, tiny_teacher_dir):
+    """tune-then-run on PostgreSQL: 4 trials per method and task, then the cells with the
+    best parameters; one worker is SIGKILLed inside a tuning trial."""
+    path = grid_suite(tmp_path, tiny_data_dir, tiny_teacher_dir,
+                      {"methods": ["kd"], "tasks": ["stsb"], "seeds": [1, 2],
+                       "budget": {"task_epochs": 12, "tuning_trials": 4,
+                                  "tuning_seeds": [1]}})
+    results, cache = tmp_path / "results", tmp_path / "cache"
+    suite = load_suite(str(path))
+    grid = Grid(suite, results, postgres_url, cache, log=lambda _: None)
+    grid.runner.teacher("stsb")
+    tuner = grid.tuner(grid.cells[0])
+    common = ["worker", "--storage", postgres_url, "--suite", str(path), "--results",
+              str(results), "--cache-dir", str(cache), "--poll-seconds", "0.5"]
+    heartbeat = {"HARNESS_HEARTBEAT_SECONDS": "1", "HARNESS_GRACE_SECONDS": "3"}
+    victim = _harness(*common, **heartbeat)
+    survivor = _harness(*common, **heartbeat)
+    try:
+        running = _wait_for_running_cell(postgres_url, tuner.name, victim.pid)
+        time.sleep(0.5)
+        assert victim.poll() is None
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        output, _ = survivor.communicate(timeout=420)
+    finally:
+        for process in (victim, survivor):
+            if process.poll() is None:
+                process.kill()
+    assert survivor.returncode == 0, output
+    study = optuna.load_study(study_name=tuner.name, storage=open_storage(postgres_url))
+    states = [t.state.name for t in study.trials]
+    assert states.count("COMPLETE") + states.count("PRUNED") == 4
+    assert study.trials[running.number].state.name == "FAIL"
+    retried = [t for t in study.trials if t.system_attrs.get("failed_trial") == running.number]
+    assert len(retried) == 1 and retried[0].params == study.trials[running.number].params
+    assert retried[0].state.name in {"COMPLETE", "PRUNED"}
+
+    _check_every_cell_once(grid, results)
+    best = load_tuned(tuner.name, results).overrides
+    for record_path in (results / "tiny").glob("**/*.json"):
+        record = json.loads(record_path.read_text())
+        assert record["tuned"]["study"] == tuner.name
+        assert record["config"]["params"]["alpha"] == best["params.alpha"]
