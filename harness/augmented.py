@@ -22,6 +22,7 @@ from transformers import PreTrainedTokenizerBase
 
 from harness.cache import ArtifactCache, content_hash
 from harness.data import TaskData
+from harness.distributed import any_process
 from harness.engine import predict_logits
 from harness.features import EncodedSplit, encode_split
 from harness.method import Augmenter
@@ -87,30 +88,41 @@ def prepare_augmented(
     seed: int,
     log: Callable[[str], None] = print,
 ) -> AugmentedSet:
-    """The task's training split plus its cached synthetic copies and teacher logits."""
+    """The task's training split plus its cached synthetic copies and teacher logits.
+
+    Under ``accelerate launch`` every process calls this alike: the copies are made by the
+    main process of each machine while the others wait (they then read them from the
+    cache); the teacher labels them with every process (a collective), and the main
+    process of each machine writes the labels."""
     task = data.task
     description = augmenter.describe()
     text_key = content_hash({"kind": "augmented", "version": AUGMENTED_VERSION,
                              "task": task.name, "data": data.fingerprint,
                              "augmenter": description, "seed": seed})
-    if not cache.has("augmented", text_key):
-        log(f"[augment] {task.name}: making synthetic copies (candidates from "
-            f"{description.get('source', '?')})")
-        started = time.perf_counter()
-        copies = augmenter.augment(_examples(data), seed=seed)
-        seconds = time.perf_counter() - started
-        with cache.build("augmented", text_key, {"task": task.name, "augmenter": description,
-                                                 "data": data.fingerprint}) as scratch:
-            with (scratch / "examples.jsonl").open("w") as handle:
-                for row, fields in copies:
-                    handle.write(json.dumps({"source_row": row, "fields": list(fields)}) + "\n")
-            summary = {"examples": len(copies), "source_examples": len(train_split),
-                       "seconds": seconds,
-                       "sentences_per_second": len(train_split) / seconds if seconds else None,
-                       "augmenter": description}
-            (scratch / "summary.json").write_text(json.dumps(summary, indent=2))
-        log(f"[augment] {task.name}: {len(copies)} copies of {len(train_split)} examples "
-            f"in {seconds:.0f}s")
+    # No collective inside (the augmenter and the assets it caches, a masked-LM head or
+    # POS tags, are one process's work): the others find the finished entry.
+    with accelerator.local_main_process_first():
+        if not cache.has("augmented", text_key):
+            log(f"[augment] {task.name}: making synthetic copies (candidates from "
+                f"{description.get('source', '?')})")
+            started = time.perf_counter()
+            copies = augmenter.augment(_examples(data), seed=seed)
+            seconds = time.perf_counter() - started
+            with cache.build("augmented", text_key, {"task": task.name,
+                                                     "augmenter": description,
+                                                     "data": data.fingerprint}) as scratch:
+                with (scratch / "examples.jsonl").open("w") as handle:
+                    for row, fields in copies:
+                        handle.write(json.dumps({"source_row": row, "fields": list(fields)})
+                                     + "\n")
+                summary = {"examples": len(copies), "source_examples": len(train_split),
+                           "seconds": seconds,
+                           "sentences_per_second": (len(train_split) / seconds if seconds
+                                                    else None),
+                           "augmenter": description}
+                (scratch / "summary.json").write_text(json.dumps(summary, indent=2))
+            log(f"[augment] {task.name}: {len(copies)} copies of {len(train_split)} examples "
+                f"in {seconds:.0f}s")
     text_path = cache.path("augmented", text_key)
     copies = []
     with (text_path / "examples.jsonl").open() as handle:
@@ -122,17 +134,20 @@ def prepare_augmented(
 
     logits_key = content_hash({"kind": "augmented_logits", "text": text_key,
                                "teacher": teacher.key, "max_length": max_length})
-    if not cache.has("augmented_logits", logits_key):
+    if any_process(not cache.has("augmented_logits", logits_key), accelerator):
         log(f"[augment] {task.name}: teacher logits on {len(synthetic)} synthetic examples")
         started = time.perf_counter()
-        model = teacher.load_model()
+        model = teacher.load_model().to(accelerator.device)
         logits = predict_logits(model, synthetic, accelerator, inference_batch_size,
                                 progress=f"teacher labels {task.name}")
-        with cache.build("augmented_logits", logits_key,
-                         {"task": task.name, "text": text_key, "teacher": teacher.key}) as scratch:
-            np.save(scratch / "logits.npy", logits)
-            (scratch / "summary.json").write_text(json.dumps(
-                {"seconds": time.perf_counter() - started, "rows": len(synthetic)}))
+        if accelerator.is_local_main_process:
+            with cache.build("augmented_logits", logits_key,
+                             {"task": task.name, "text": text_key,
+                              "teacher": teacher.key}) as scratch:
+                np.save(scratch / "logits.npy", logits)
+                (scratch / "summary.json").write_text(json.dumps(
+                    {"seconds": time.perf_counter() - started, "rows": len(synthetic)}))
+        accelerator.wait_for_everyone()
     logits_path = cache.path("augmented_logits", logits_key)
     synthetic_logits = np.load(logits_path / "logits.npy")
     logits_summary = json.loads((logits_path / "summary.json").read_text())

@@ -2,11 +2,15 @@
 
 An entry is a directory named by the hash of everything that determines its content.  It
 is built in a temporary sibling directory and renamed into place only when complete, so a
-process killed mid-way never leaves an entry that looks finished.
+process killed mid-way never leaves an entry that looks finished.  Several processes may
+build the same entry at once (workers sharing a cache, the processes of one launch): the
+first to finish puts its copy in place and the others discard theirs, so a finished entry
+is never replaced under a process reading it.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -56,7 +60,9 @@ class ArtifactCache:
 
     @contextmanager
     def build(self, kind: str, key: str, description: dict[str, Any]) -> Iterator[Path]:
-        """Yield a scratch directory; on success it becomes the entry ``kind/key``."""
+        """Yield a scratch directory; on success it becomes the entry ``kind/key``, unless
+        another process completed that entry meanwhile: then the scratch copy is dropped
+        and the finished entry kept."""
         final = self.path(kind, key)
         final.parent.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=final.parent))
@@ -66,9 +72,16 @@ class ArtifactCache:
                 {"key": key, "cache_version": CACHE_VERSION, **description}, indent=2,
                 default=str))
             (scratch / "COMPLETE").write_text("")
-            if final.exists():  # an incomplete leftover from a killed process
-                shutil.rmtree(final)
-            os.replace(scratch, final)
+            # One process at a time decides between keeping a finished entry and putting
+            # this one in place: no window between the check and the rename.
+            locks = self.root / ".locks"
+            locks.mkdir(exist_ok=True)
+            with open(locks / f"{kind}-{key}", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                if not self.has(kind, key):
+                    if final.exists():  # an incomplete leftover from a killed process
+                        shutil.rmtree(final)
+                    os.replace(scratch, final)
         finally:
             if scratch.exists():
                 shutil.rmtree(scratch, ignore_errors=True)

@@ -110,6 +110,8 @@ def run(
     except (ConfigError, KeyError, FileNotFoundError, RuntimeError, ValueError) as error:
         _fail(str(error).strip("'\""))
         return
+    if not runner.accelerator.is_main_process:  # one table per `accelerate launch`
+        return
     _echo("")
     _echo(f"{'method':<12} {'task':<6} {'seed':>4} {'status':<9} {'score':>7}  record")
     for outcome in outcomes:
@@ -279,8 +281,9 @@ def teacher(
         runner = SuiteRunner(config, DEFAULT_RESULTS, cache_dir, log=_echo)
         for task in _csv(tasks) or config.tasks:
             artifacts = runner.teacher(task)
-            _echo(f"{task}: {artifacts.dev_metrics}  (baseline "
-                  f"{artifacts.summary['baseline']})  cached at {artifacts.path}")
+            if runner.accelerator.is_main_process:
+                _echo(f"{task}: {artifacts.dev_metrics}  (baseline "
+                      f"{artifacts.summary['baseline']})  cached at {artifacts.path}")
     except (ConfigError, KeyError, FileNotFoundError, RuntimeError, ValueError) as error:
         _fail(str(error).strip("'\""))
 
@@ -304,8 +307,14 @@ def table(
     records = records[records["task"].isin(config.tasks) & records["seed"].isin(config.seeds)]
     if records.empty:
         _fail(f"no finished records for suite {config.name} under {results}")
-    order = method or [name for name in config.method_names()
-                       if name in set(records["method"])] or None
+    declared = config.method_names()
+
+    def base(label: str) -> str:  # "kd [tuned]" -> "kd"
+        return label.split(" [", 1)[0]
+
+    labels = sorted(set(records["method"]), key=lambda label: (
+        declared.index(base(label)) if base(label) in declared else len(declared), label))
+    order = [label for label in labels if not method or base(label) in method] or None
     scores = score_table(records, config.tasks, order)
     _echo(markdown(with_anchors(scores, load_anchors(config.name))))
 

@@ -1,8 +1,15 @@
 """Keeping the processes of one `accelerate launch` (DDP) in step.
 
 Every process of a distributed run executes the same command; anything decided by one
-process (an Optuna trial's parameters, a pruning decision) must reach the others, or they
-train different models in one DDP group.  Process 0 decides and broadcasts.
+process (an Optuna trial's parameters, a pruning decision, whether a record or a cache
+entry exists) must reach the others, or they train different models in one DDP group, or
+one of them waits forever in a collective the others never enter.  Process 0 decides and
+broadcasts.
+
+Batches are split the way one process would see them: every process iterates the same
+global batches (same sampler, same seed) and takes its own slice of each
+(:func:`local_rows`), so a run has the same batches, steps, epochs and learning-rate
+schedule on any number of processes, and a configuration means the same experiment.
 """
 
 from __future__ import annotations
@@ -31,3 +38,26 @@ def gather(value: T, accelerator: Accelerator) -> list[T]:
     gathered: list[Any] = [None] * accelerator.num_processes
     dist.all_gather_object(gathered, value)
     return gathered
+
+
+def any_process(flag: bool, accelerator: Accelerator) -> bool:
+    """True on every process when ``flag`` is true on any (e.g. a cache entry one node's
+    cache lacks: building it may take every process, so all must agree to build)."""
+    return any(gather(bool(flag), accelerator))
+
+
+def local_rows(rows: list[int], accelerator: Accelerator) -> tuple[list[int], int]:
+    """This process's share of the global batch ``rows`` and how many of them are its own.
+
+    Process k takes the k-th of ``num_processes`` contiguous slices of ceil(len / n) rows.
+    A batch with fewer rows than processes leaves some slice empty; such a process repeats
+    the batch's first row (own rows: 0) so that it still takes part in the step (DDP needs
+    every process in every forward and backward) and its result is weighted 0."""
+    count = accelerator.num_processes
+    if count == 1:
+        return list(rows), len(rows)
+    size = -(-len(rows) // count)
+    share = list(rows[accelerator.process_index * size:(accelerator.process_index + 1) * size])
+    if not share:
+        return list(rows[:1]), 0
+    return share, len(share)

@@ -5,6 +5,13 @@ synchronisation, so the same code runs on this CPU and on multi-GPU nodes.  The 
 AdamW with linear warm-up and decay, gradient accumulation, length-bucketed dynamic
 padding, per-term loss logging, evaluation per epoch (or every N steps) with best-checkpoint
 selection on the task's main metric, and a hard stop on a non-finite loss.
+
+Under ``accelerate launch`` (DDP) every process walks the same global batches and trains
+on its slice of each (:func:`harness.distributed.local_rows`), its loss weighted by its
+share of the batch: the batches, steps, epochs and schedule of a stage do not depend on
+the number of processes, and for losses that average over rows the gradient is the one a
+single process computes on the whole batch.  Evaluation splits every batch the same way
+and gathers the logits back into row order on every process.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from transformers import get_linear_schedule_with_warmup
 
 from harness.capture import capture_attention_scores
 from harness.config import TrainConfig
+from harness.distributed import local_rows
 from harness.features import BucketBatchSampler, EncodedSplit, PaddingCollator
 from harness.method import Method, Stage, StepInputs, TeacherView
 from harness.metrics import TaskEvaluator
@@ -90,39 +98,94 @@ def _optimizer(modules: list[nn.Module], config: TrainConfig) -> torch.optim.Opt
     return torch.optim.AdamW(groups, lr=config.lr)
 
 
-def eval_loader(split: EncodedSplit, batch_size: int, pad_token_id: int = 0) -> DataLoader:
-    sampler = BucketBatchSampler(split.lengths, batch_size, shuffle=False)
-    return DataLoader(range(len(split)), batch_sampler=sampler,
-                      collate_fn=PaddingCollator(split, pad_token_id))
+def _loader(split: EncodedSplit, sampler: BucketBatchSampler, accelerator: Accelerator,
+            pad_token_id: int = 0, shard: bool = True) -> DataLoader:
+    """This process's share of every batch of ``sampler`` (all of it with ``shard=False``
+    or in one process), with the batch's global size and how many of the rows are the
+    process's own: ``(batch, size, own)``.  A DataLoader, as before DDP support: starting
+    one draws its base seed from the global RNG, which later dropout masks depend on."""
+    collate = PaddingCollator(split, pad_token_id)
+
+    def share(rows: list[int]) -> tuple[dict[str, torch.Tensor], int, int]:
+        part, own = local_rows(rows, accelerator) if shard else (list(rows), len(rows))
+        return collate(part), len(rows), own
+
+    return DataLoader(range(len(split)), batch_sampler=sampler, collate_fn=share)
+
+
+def _to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {name: value.to(device) for name, value in batch.items()}
+
+
+def _average_gradients(parameters: list[nn.Parameter], accelerator: Accelerator) -> None:
+    """Average ``parameters``' gradients over the processes (one collective), as DDP does
+    for the modules it wraps.  A parameter without a gradient on every process keeps none
+    (the optimiser skips it, as it would in one process)."""
+    flat = torch.cat([p.grad.detach().reshape(-1) if p.grad is not None
+                      else torch.zeros(p.numel(), device=p.device, dtype=p.dtype)
+                      for p in parameters]
+                     + [torch.tensor([float(p.grad is not None) for p in parameters],
+                                     device=parameters[0].device, dtype=parameters[0].dtype)])
+    flat = accelerator.reduce(flat, "sum")
+    present = flat[-len(parameters):]
+    offset = 0
+    for parameter, count in zip(parameters, present.tolist(), strict=True):
+        size = parameter.numel()
+        if count:
+            parameter.grad = (flat[offset:offset + size] / accelerator.num_processes
+                              ).view_as(parameter).clone()
+        offset += size
 
 
 @torch.inference_mode()
 def predict_logits(model: nn.Module, split: EncodedSplit, accelerator: Accelerator,
                    batch_size: int, precision: str = "no",
-                   forward=None, progress: str | None = None) -> np.ndarray:
+                   forward=None, progress: str | None = None,
+                   distributed: bool = True) -> np.ndarray:
     """Logits for every row of ``split``, in row order (``progress``: show a bar with this
-    description, for long labelling passes)."""
+    description, for long labelling passes).
+
+    With several processes each computes its slice of every batch and all of them get
+    every row back (a collective: every process must call it alike); ``distributed=False``
+    runs the whole split in this process alone (e.g. timing)."""
     forward = forward or (lambda batch: model(
         input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
         token_type_ids=batch["token_type_ids"]))
+    distributed = distributed and accelerator.num_processes > 1
     was_training = model.training
     model.eval()
-    loader = accelerator.prepare_data_loader(eval_loader(split, batch_size))
-    rows, outputs = [], []
+    loader = _loader(split, BucketBatchSampler(split.lengths, batch_size, shuffle=False),
+                     accelerator, shard=distributed)
+    ordered: torch.Tensor | None = None
+    seen = torch.zeros(len(split), dtype=torch.bool)
     bar = progress_bar(total=len(loader), desc=progress, unit="batch", leave=False,
                        disable=progress is None or not accelerator.is_local_main_process)
-    for batch in loader:
+    for batch, rows, own in loader:
         bar.update(1)
+        batch = _to_device(batch, accelerator.device)
         with autocast(accelerator, precision):
-            logits = forward(batch).logits
-        gathered_rows, gathered_logits = accelerator.gather_for_metrics(
-            (batch["row"], logits.float()))
-        rows.append(gathered_rows.cpu())
-        outputs.append(gathered_logits.cpu())
+            logits = forward(batch).logits.float()
+        indices = batch["row"]
+        if distributed:
+            # Equal shapes on every process for the gather: pad to the slice size with
+            # row -1 (a repeated row standing in for an empty slice is dropped too).
+            size = -(-rows // accelerator.num_processes)
+            padded_rows = torch.full((size,), -1, dtype=torch.long, device=logits.device)
+            padded_rows[:own] = indices[:own]
+            padded = logits.new_zeros((size, logits.shape[-1]))
+            padded[:own] = logits[:own]
+            indices, logits = accelerator.gather((padded_rows, padded))
+        indices, logits = indices.cpu(), logits.cpu()
+        keep = indices >= 0
+        if ordered is None:
+            ordered = torch.empty((len(split), logits.shape[-1]), dtype=torch.float32)
+        ordered[indices[keep]] = logits[keep]
+        seen[indices[keep]] = True
     bar.close()
     model.train(was_training)
-    ordered = torch.empty((len(split), outputs[0].shape[-1]), dtype=torch.float32)
-    ordered[torch.cat(rows)] = torch.cat(outputs)
+    if ordered is None or not bool(seen.all()):
+        raise RuntimeError(f"predictions on {split.name}: {int((~seen).sum())} of "
+                           f"{len(split)} rows missing")
     return ordered.numpy()
 
 
@@ -156,10 +219,11 @@ def train_stage(
             raise ValueError(f"stage {stage.name!r}: epoch_size 'task' needs the task's "
                              "training-set size")
         rows_per_epoch = task_train_size
+    # Global batches: every process walks the same ones and trains on its slice of each.
     sampler = BucketBatchSampler(train_split.lengths, config.batch_size, shuffle=True,
                                  seed=seed, rows_per_epoch=rows_per_epoch)
-    loader = DataLoader(range(len(train_split)), batch_sampler=sampler,
-                        collate_fn=PaddingCollator(train_split, pad_token_id))
+    loader = _loader(train_split, sampler, accelerator, pad_token_id)
+    processes = accelerator.num_processes
     batches_per_epoch = len(loader)
     total_steps = math.ceil(config.epochs * batches_per_epoch / config.grad_accum_steps)
     if config.max_steps is not None:
@@ -169,10 +233,17 @@ def train_stage(
     optimizer = _optimizer([student, extra], config)
     scheduler = get_linear_schedule_with_warmup(
         optimizer, int(config.warmup_ratio * total_steps), total_steps)
-    student, optimizer, loader, scheduler = accelerator.prepare(
-        student, optimizer, loader, scheduler)
-    if any(True for _ in extra.parameters()):
-        extra = accelerator.prepare(extra)
+    # The scheduler is not prepared: accelerate would step it once per process per step,
+    # for per-process batches; here a step is one global batch on any number of processes.
+    student, optimizer = accelerator.prepare(student, optimizer)
+    # The extra modules (projections) are not wrapped in DDP: methods call them directly,
+    # never through a wrapper's forward, so DDP would not reduce their gradients; they are
+    # averaged over the processes before each optimiser step instead.
+    extra.to(accelerator.device)
+    extra_parameters = [p for p in extra.parameters() if p.requires_grad]
+    if processes > 1:  # and start from the main process's weights, as DDP's modules do
+        for tensor in [*extra.parameters(), *extra.buffers()]:
+            torch.distributed.broadcast(tensor.data, src=0)
     teacher_logits = (torch.tensor(np.asarray(teacher.train_logits), dtype=torch.float32)
                       if teacher.train_logits is not None else None)
     teacher_model = teacher.model
@@ -202,7 +273,8 @@ def train_stage(
                           if "attention_scores" in stage.teacher_outputs else None)
         while step < total_steps:
             sampler.set_epoch(epoch)
-            for batch_index, batch in enumerate(loader):
+            for batch_index, (batch, rows, own) in enumerate(loader):
+                batch = _to_device(batch, accelerator.device)
                 batch = method.prepare_batch(batch, stage, batch_generator)
                 with autocast(accelerator, config.mixed_precision):
                     view = TeacherView()
@@ -228,16 +300,29 @@ def train_stage(
                                         stage=stage, extra=extra)
                     values = method.compute_losses(inputs)
                     loss = method.total_loss(values, stage)
-                if not torch.isfinite(loss):
+                finite = bool(torch.isfinite(loss))
+                if processes > 1:  # all stop together, or the others wait in backward
+                    finite = not bool(accelerator.reduce(torch.tensor(
+                        [0.0 if finite else 1.0], device=accelerator.device), "sum").item())
+                if not finite:
                     raise NonFiniteLossError(stage.name, step,
                                              {k: float(v.detach()) for k, v in values.items()})
+                if processes > 1:
+                    # DDP averages the processes' gradients; weighting each by its share
+                    # of the batch makes that the gradient of the whole batch's mean loss
+                    # (and the logged mean over processes its value).
+                    share = own * processes / rows
+                    loss = loss * share
+                    values = {name: value * share for name, value in values.items()}
                 accelerator.backward(loss / config.grad_accum_steps)
                 for name, value in values.items():
                     window[name].append(value.detach())
                 window["loss"].append(loss.detach())
-                result.examples_seen += int(batch["row"].shape[0]) * accelerator.num_processes
+                result.examples_seen += rows
                 if (batch_index + 1) % config.grad_accum_steps and batch_index + 1 < len(loader):
                     continue
+                if processes > 1 and extra_parameters:
+                    _average_gradients(extra_parameters, accelerator)
                 if config.max_grad_norm is not None:
                     accelerator.clip_grad_norm_(
                         [p for group in optimizer.param_groups for p in group["params"]],
@@ -250,6 +335,11 @@ def train_stage(
                 if step % config.log_every_steps == 0 or step == total_steps:
                     means = {name: torch.stack(vals).float().mean().item()
                              for name, vals in window.items()}
+                    if processes > 1:  # the mean over processes, the same on all
+                        names = list(means)
+                        reduced = accelerator.reduce(torch.tensor(
+                            [means[name] for name in names], device=accelerator.device), "mean")
+                        means = dict(zip(names, reduced.tolist(), strict=True))
                     result.history.append({"step": step, "epoch": epoch + batch_index /
                                            batches_per_epoch, "lr": scheduler.get_last_lr()[0],
                                            **means})

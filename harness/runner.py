@@ -14,7 +14,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 from accelerate import Accelerator
-from accelerate.utils import DistributedDataParallelKwargs, set_seed
+from accelerate.utils import DistributedDataParallelKwargs, InitProcessGroupKwargs, set_seed
 
 from harness.augmented import AugmentedSet, prepare_augmented
 from harness.cache import ArtifactCache, content_hash, default_cache_dir
@@ -37,6 +37,7 @@ from harness.config import (
 )
 from harness.corpus import Corpus, build_corpus, encode_corpus
 from harness.data import TaskData, load_task
+from harness.distributed import any_process, broadcast
 from harness.engine import NonFiniteLossError, TeacherRuntime, predict_logits, train_stage
 from harness.features import EncodedSplit, encode_split
 from harness.method import (
@@ -69,6 +70,10 @@ INFERENCE_ROWS = 512
 """Dev rows timed for the student-vs-teacher inference speed in every record."""
 INFERENCE_SECONDS = float(os.environ.get("HARNESS_INFERENCE_SECONDS", "2.0"))
 """Minimum timed span per model (whole passes over the rows); the tests set 0 (one pass)."""
+PROCESS_GROUP_TIMEOUT = timedelta(
+    minutes=float(os.environ.get("HARNESS_DDP_TIMEOUT_MINUTES", "360")))
+"""How long a process of an `accelerate launch` waits for the others: the main process
+alone makes one-off assets (augmented copies, a fitted masked-LM head) while they wait."""
 PACKAGES = ("torch", "transformers", "datasets", "evaluate", "accelerate", "optuna", "numpy",
             "pandas", "pydantic", "distill-bench")
 
@@ -96,6 +101,10 @@ def machine_info(accelerator: Accelerator) -> dict[str, Any]:
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
     return info
+
+
+def _silent(message: str) -> None:
+    """The log of processes other than the main one of a launch."""
 
 
 @dataclass
@@ -166,12 +175,28 @@ class SuiteRunner:
         self.suite = suite
         self.store = ResultsStore(results_dir)
         self.cache = ArtifactCache(cache_dir or default_cache_dir())
-        self.log = log
         self.retry_failed = retry_failed
         # Stages that train part of the student (the intermediate and general stages leave
         # the classifier unused) would stop DDP's gradient reduction without this.
         self.accelerator = Accelerator(kwargs_handlers=[
-            DistributedDataParallelKwargs(find_unused_parameters=True)])
+            DistributedDataParallelKwargs(find_unused_parameters=True),
+            InitProcessGroupKwargs(timeout=PROCESS_GROUP_TIMEOUT)])
+        launched = int(os.environ.get("WORLD_SIZE", "1"))
+        if launched > 1 and self.accelerator.num_processes != launched:
+            # Each process would run every cell on its own, all of them the same work.
+            raise RuntimeError(
+                f"launched as {launched} processes, but accelerate sees "
+                f"{self.accelerator.num_processes}: on a machine without GPUs launch with "
+                "ACCELERATE_USE_CPU=1 (accelerate launch --multi_gpu --num_processes N; "
+                "--cpu starts one process)")
+        # Under `accelerate launch` every process runs the same cells: one of them talks.
+        self.log = log if self.accelerator.is_main_process else _silent
+        if not self.accelerator.is_local_main_process:
+            import datasets
+            import transformers
+
+            transformers.utils.logging.disable_progress_bar()
+            datasets.disable_progress_bars()
         self.checkpoint: Checkpoint = resolve_checkpoint(suite.teacher.checkpoint)
         self._tokenizer = None
         self._tasks: dict[str, PreparedTask] = {}
@@ -313,14 +338,22 @@ class SuiteRunner:
         record (e.g. the tuning trial it served) without entering its id."""
         method, spec, stage_configs = self.resolve(method_name, task_name, seed, variation)
         run_hash = content_hash(spec)
-        existing = self.store.find(run_hash)
-        if existing is not None:
-            record = self.store.load(existing)
-            if record.get("status") == "finished" or not self.retry_failed:
+        departure = self._departure(method_name, task_name, seed, variation, spec)
+        # The main process looks (the record may appear meanwhile, from another worker):
+        # every process of a launch skips or trains alike.
+        found = None
+        if self.accelerator.is_main_process:
+            existing = self.store.find(run_hash)
+            if existing is not None:
+                record = self.store.load(existing)
+                found = (existing, record.get("status"), record.get("main_score"))
+        found = broadcast(found, self.accelerator)
+        if found is not None:
+            existing, status, score = found
+            if status == "finished" or not self.retry_failed:
                 self.log(f"[skip] {method_name} {task_name} seed {seed}: already recorded "
-                         f"({record.get('status')}) at {existing}")
-                return RunOutcome(method_name, task_name, seed, "skipped", existing,
-                                  record.get("main_score"))
+                         f"({status}) at {existing}")
+                return RunOutcome(method_name, task_name, seed, "skipped", existing, score)
         task = get_task(task_name)
         prepared = self.prepare_task(task_name)
         teacher = self.teacher(task_name)
@@ -350,6 +383,7 @@ class SuiteRunner:
             "config": spec,
             "config_hash": run_hash,
             "started_at": datetime.now(timezone.utc).isoformat(),
+            **({"variation": departure} if departure else {}),
             **(annotations or {}),
         }
         self.log(f"[run] {method_name} on {task.name}, seed {seed} -> {path}")
@@ -366,7 +400,9 @@ class SuiteRunner:
             self.log(f"[failed] {error}")
         record["wall_seconds"] = time.perf_counter() - started
         record["finished_at"] = datetime.now(timezone.utc).isoformat()
-        self.store.write(path, record)
+        if self.accelerator.is_main_process:
+            self.store.write(path, record)
+        self.accelerator.wait_for_everyone()  # the record exists for all once any returns
         if record["status"] == "finished":
             ratio = record["pct_of_teacher"]
             share = f"{ratio:.1f}% of teacher" if ratio is not None else "teacher scores 0"
@@ -374,6 +410,24 @@ class SuiteRunner:
                      f"{record['main_score']:.2f} ({share}) in {record['wall_seconds']:.0f}s")
         return RunOutcome(method_name, task.name, seed, record["status"], path,
                           record.get("main_score"))
+
+    def _departure(self, method_name: str, task_name: str, seed: int, variation: Variation,
+                   spec: dict[str, Any]) -> dict[str, Any]:
+        """What of ``variation`` changed the run (tables give such runs rows of their own):
+        a grid budget the recipe already meets is no departure."""
+        departure: dict[str, Any] = {}
+        if variation.student is not None:
+            own = self.suite.recipe(method_name).student or self.suite.default_student
+            if variation.student != own:
+                departure["student"] = variation.student
+        if variation.overrides:
+            departure["overrides"] = dict(variation.overrides)
+        if variation.task_epochs is not None:
+            unscaled = Variation(variation.student, variation.overrides)
+            if content_hash(self.resolve(method_name, task_name, seed, unscaled)[1]) \
+                    != content_hash(spec):
+                departure["task_epochs"] = variation.task_epochs
+        return departure
 
     def _train(self, method: Method, task: TaskSpec, prepared: PreparedTask,
                teacher: TeacherArtifacts, seed: int, spec: dict[str, Any],
@@ -400,10 +454,9 @@ class SuiteRunner:
         augmented = (self.augmented(method, task.name)
                      if any(stage.data == "augmented" for stage in stages) else None)
         set_seed(seed)
-        student = method.build_student(context)
+        student, extra = self._build_student(method, context)
         if hasattr(student, "config"):
             check_label_order(task, student.config, "student")
-        extra = method.extra_modules(context)
         if general_summary is not None:
             self._load_general(student, extra, Path(general_summary["path"]))
         evaluator = TaskEvaluator(task)
@@ -512,10 +565,13 @@ class SuiteRunner:
         def timed(model: torch.nn.Module, run_forward=None) -> float:
             """Seconds per pass over ``sample``: passes repeat until INFERENCE_SECONDS have
             gone by, so that a fast student is not timed on a few milliseconds."""
-            predict_logits(model, warmup, self.accelerator, batch_size, forward=run_forward)
+            # Each process times on its own (no collective: their pass counts may differ).
+            predict_logits(model, warmup, self.accelerator, batch_size, forward=run_forward,
+                           distributed=False)
             passes, started = 0, time.perf_counter()
             while not passes or time.perf_counter() - started < INFERENCE_SECONDS:
-                predict_logits(model, sample, self.accelerator, batch_size, forward=run_forward)
+                predict_logits(model, sample, self.accelerator, batch_size, forward=run_forward,
+                               distributed=False)
                 passes += 1
             return (time.perf_counter() - started) / passes
 
@@ -531,6 +587,15 @@ class SuiteRunner:
                 "student_examples_per_second": len(sample) / student_seconds,
                 "teacher_examples_per_second": len(sample) / teacher_seconds,
                 "speedup": teacher_seconds / student_seconds}
+
+    def _build_student(self, method: Method, context: StudentContext
+                       ) -> tuple[torch.nn.Module, torch.nn.Module]:
+        """The method's student and extra modules.  Building may make a one-off asset (a
+        masked-LM head fitted for the teacher): the main process of each machine goes
+        first and caches it, the others then read it.  (Under DDP, preparing the student
+        gives every process the main process's initial weights.)"""
+        with self.accelerator.local_main_process_first():
+            return method.build_student(context), method.extra_modules(context)
 
     def _student_context(self, shape_name: str, task: TaskSpec) -> StudentContext:
         shape = self.suite.students[shape_name]
@@ -574,15 +639,14 @@ class SuiteRunner:
         """Run (or reuse) the method's corpus stages; the student body they produce is the
         starting point of every task and seed."""
         key = self.general_key(method, context.shape, stages, stage_configs)
-        if not self.cache.has("general", key):
+        if any_process(not self.cache.has("general", key), self.accelerator):
             corpus = self.corpus()
             self.log(f"[general] {method.name}: general distillation on {len(corpus)} "
                      f"unlabeled sentences ({', '.join(corpus.sources)})")
             split = encode_corpus(corpus, self.tokenizer, self.suite.corpus.max_seq_length)
             seed = self.suite.corpus.seed
             set_seed(seed)
-            student = method.build_student(context)
-            extra = method.extra_modules(context)
+            student, extra = self._build_student(method, context)
             results = []
             for stage in stages:
                 runtime = self._teacher_runtime(stage, None, None)
@@ -605,12 +669,15 @@ class SuiteRunner:
                            for r in results],
                 "seconds": sum(r.seconds for r in results),
             }
-            with self.cache.build("general", key, {"method": method.name,
-                                                   "student": context.shape_name}) as scratch:
-                torch.save(body, scratch / "student_body.pt")
-                torch.save(self.accelerator.unwrap_model(extra).state_dict(),
-                           scratch / "extra.pt")
-                (scratch / "summary.json").write_text(json.dumps(summary, indent=2))
+            if self.accelerator.is_local_main_process:
+                with self.cache.build("general", key, {"method": method.name,
+                                                       "student": context.shape_name}
+                                      ) as scratch:
+                    torch.save(body, scratch / "student_body.pt")
+                    torch.save(self.accelerator.unwrap_model(extra).state_dict(),
+                               scratch / "extra.pt")
+                    (scratch / "summary.json").write_text(json.dumps(summary, indent=2))
+            self.accelerator.wait_for_everyone()
             self.log(f"[general] done in {summary['seconds']:.0f}s: {results[-1].final_losses}")
         path = self.cache.path("general", key)
         summary = json.loads((path / "summary.json").read_text())

@@ -33,6 +33,7 @@ from transformers import (
 
 from harness.cache import CACHE_VERSION, ArtifactCache, content_hash, file_digest
 from harness.config import TeacherConfig, TrainConfig
+from harness.distributed import any_process
 from harness.engine import TeacherRuntime, predict_logits, train_stage
 from harness.features import EncodedSplit
 from harness.losses import gold_loss
@@ -201,9 +202,13 @@ def prepare_teacher(
     accelerator: Accelerator,
     log=print,
 ) -> TeacherArtifacts:
-    """Fine-tune (or reuse) the task's teacher and its logits on every split, then check it."""
+    """Fine-tune (or reuse) the task's teacher and its logits on every split, then check it.
+
+    Under ``accelerate launch`` every process calls this alike: they fine-tune together
+    (DDP) and label every split together, the main process of each machine writes the
+    entry, and all wait for it before reading it."""
     key = teacher_key(checkpoint, task, data_fingerprint, teacher, training, max_length)
-    if not cache.has("teachers", key):
+    if any_process(not cache.has("teachers", key), accelerator):
         log(f"[teacher] {task.name}: no cached teacher; "
             f"{'fine-tuning' if teacher.finetune else 'scoring'} {checkpoint.spec}")
         _build_teacher(key, task, splits, data_fingerprint, checkpoint, teacher, training,
@@ -253,28 +258,34 @@ def _build_teacher(key, task, splits, data_fingerprint, checkpoint, teacher, tra
         stage_summary = {"steps": result.steps, "examples_seen": result.examples_seen,
                          "seconds": result.seconds, "best_step": result.best_step,
                          "evaluations": result.evaluations, "final_losses": result.final_losses}
-    with cache.build("teachers", key, {"task": task.name, "checkpoint": checkpoint.spec,
-                                       "data": data_fingerprint}) as scratch:
-        model.save_pretrained(scratch / "model")
-        load_tokenizer(checkpoint).save_pretrained(scratch / "model")
-        (scratch / "logits").mkdir()
-        dev = {}
-        for name, split in splits.items():
-            logits = predict_logits(model, split, accelerator, teacher.inference_batch_size)
-            np.save(scratch / "logits" / f"{name}.npy", logits)
-            if name in task.dev_splits:
-                dev[name] = evaluator.score(logits, split.labels)
-        train_labels = splits["train"].labels
-        summary = {
-            "task": task.name,
-            "checkpoint": checkpoint.spec,
-            "dev": dev,
-            "baseline": evaluator.baseline(train_labels, splits[task.selection_split].labels),
-            "training": training.model_dump() if teacher.finetune else None,
-            "seed": teacher.seed,
-            "stage": stage_summary,
-            "seconds": time.perf_counter() - started,
-            "parameters": sum(p.numel() for p in model.parameters()),
-        }
-        (scratch / "summary.json").write_text(json.dumps(summary, indent=2))
+    # Every split's logits, by every process (a collective under DDP).
+    model.to(accelerator.device)
+    logits = {name: predict_logits(model, split, accelerator, teacher.inference_batch_size)
+              for name, split in splits.items()}
+    dev = {name: evaluator.score(logits[name], split.labels)
+           for name, split in splits.items() if name in task.dev_splits}
+    train_labels = splits["train"].labels
+    summary = {
+        "task": task.name,
+        "checkpoint": checkpoint.spec,
+        "dev": dev,
+        "baseline": evaluator.baseline(train_labels, splits[task.selection_split].labels),
+        "training": training.model_dump() if teacher.finetune else None,
+        "seed": teacher.seed,
+        "stage": stage_summary,
+        "seconds": time.perf_counter() - started,
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }
+    if accelerator.num_processes > 1:
+        summary["processes"] = accelerator.num_processes
+    if accelerator.is_local_main_process:
+        with cache.build("teachers", key, {"task": task.name, "checkpoint": checkpoint.spec,
+                                           "data": data_fingerprint}) as scratch:
+            model.save_pretrained(scratch / "model")
+            load_tokenizer(checkpoint).save_pretrained(scratch / "model")
+            (scratch / "logits").mkdir()
+            for name, values in logits.items():
+                np.save(scratch / "logits" / f"{name}.npy", values)
+            (scratch / "summary.json").write_text(json.dumps(summary, indent=2))
+    accelerator.wait_for_everyone()
     log(f"[teacher] {task.name}: dev {dev} in {summary['seconds']:.0f}s")

@@ -32,6 +32,7 @@ from harness.cache import content_hash
 from harness.config import ConfigError, SuiteConfig
 from harness.distributed import broadcast, gather
 from harness.method import instantiate
+from harness.store import NESTED_STORES
 
 HEARTBEAT_SECONDS = int(os.environ.get("HARNESS_HEARTBEAT_SECONDS", "30"))
 """How often a worker marks its running trial alive; a trial silent for
@@ -39,7 +40,7 @@ HEARTBEAT_SECONDS = int(os.environ.get("HARNESS_HEARTBEAT_SECONDS", "30"))
 GRACE_SECONDS = int(os.environ.get("HARNESS_GRACE_SECONDS", str(4 * HEARTBEAT_SECONDS)))
 MAX_RETRIES = 3
 TUNED_DIR = "tuned"
-TUNING_DIR = "tuning"
+TUNING_DIR = NESTED_STORES[0]
 
 
 def default_storage(results: Path) -> str:
@@ -173,9 +174,10 @@ class Tuner:
         import optuna
 
         accelerator = self.runner.accelerator
-        agreed = gather(content_hash(overrides), accelerator)
+        agreed = gather((self.name, content_hash(overrides)), accelerator)
         if len(set(agreed)) != 1:
-            raise RuntimeError(f"processes disagree on the trial's parameters: {agreed}")
+            raise RuntimeError(f"processes disagree on the study or the trial's parameters: "
+                               f"{agreed}")
         reported = 0
         scores = []
 
@@ -221,14 +223,16 @@ class Tuner:
         return value
 
     def follow(self) -> None:
-        """Processes other than 0 of a launch: run whatever trial process 0 broadcasts."""
+        """Processes other than 0 of a launch: run whatever trial process 0 broadcasts.
+        They never open the storage; a trial that stops (pruned, or failed: process 0's
+        ``run_trial`` records it and goes on) stops here alike, and the next one follows."""
         import optuna
 
         while True:
             message = broadcast(None, self.runner.accelerator)
             if message[0] == "stop":
                 return
-            with contextlib.suppress(optuna.TrialPruned):  # process 0 records it
+            with contextlib.suppress(optuna.TrialPruned, RuntimeError):
                 self.evaluate(message[1])
 
     # -- driving a study -----------------------------------------------------------------

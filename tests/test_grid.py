@@ -117,7 +117,7 @@ def test_an_unvaried_cell_is_the_plain_run_and_a_varied_one_is_not(
     _, spec, configs = runner.resolve("kd", "rte", 1, tuned)
     assert spec["params"]["alpha"] == 0.3 and configs["task"].lr == 2e-3
     assert runner.run_id("kd", "stsb", 1, tuned) != runner.run_id("kd", "stsb", 1)
-    with pytest.raises(ConfigError, match="methods.kd.params: alpha"):
+    with pytest.raises(ConfigError, match=r"methods\.kd\.params: alpha"):
         runner.resolve("kd", "rte", 1, Variation.of(overrides={"params.alpha": 7}))
     with pytest.raises(ConfigError, match="'alpha' is not a recipe override"):
         runner.resolve("kd", "rte", 1, Variation.of(overrides={"alpha": 0.1}))
@@ -180,15 +180,16 @@ def _check_every_cell_once(grid: Grid, results: Path) -> optuna.Study:
 
 
 def test_grid_dry_run_then_run_killed_and_resumed(tmp_path, tiny_data_dir, tiny_teacher_dir):
-    # 4 cells of ~2 s each (many evaluations): long enough to be killed inside one.
+    # 4 cells of a second or two each (an evaluation per epoch): long enough to be killed
+    # inside one.
     path = grid_suite(tmp_path, tiny_data_dir, tiny_teacher_dir,
                       {"methods": ["finetune", "kd"], "tasks": ["rte"], "seeds": [1, 2],
-                       "budget": {"task_epochs": 24}})
+                       "budget": {"task_epochs": 12}})
     results, cache = tmp_path / "results", tmp_path / "cache"
     common = ["--suite", str(path), "--results", str(results), "--cache-dir", str(cache)]
     dry = CliRunner().invoke(app, ["grid", *common, "--dry-run"])
     assert dry.exit_code == 0, dry.output
-    assert "4 cells; budget: task epochs 24.0" in dry.output
+    assert "4 cells; budget: task epochs 12.0" in dry.output
     assert dry.output.count(" todo ") == 4 and "estimated cost" in dry.output
     assert not (results / "tiny").exists()  # nothing ran
 
@@ -228,8 +229,8 @@ def storage_url(request, tmp_path):
 def test_two_workers_one_killed_mid_cell_every_cell_finishes_once(
         storage_url, tmp_path, tiny_data_dir, tiny_teacher_dir):
     path = grid_suite(tmp_path, tiny_data_dir, tiny_teacher_dir,
-                      {"methods": ["finetune", "kd"], "seeds": [1, 2, 3],
-                       "budget": {"task_epochs": 16}})
+                      {"methods": ["finetune", "kd"], "seeds": [1, 2],
+                       "budget": {"task_epochs": 10}})
     results, cache = tmp_path / "results", tmp_path / "cache"
     suite = load_suite(str(path))
     grid = Grid(suite, results, storage_url, cache, log=lambda _: None)
@@ -260,3 +261,7 @@ def test_two_workers_one_killed_mid_cell_every_cell_finishes_once(
     assert len(retries) == 1 and retries[0].state.name == "COMPLETE"
     assert retries[0].user_attrs["cell"] == killed.user_attrs["cell"]
     assert retries[0].user_attrs["worker"].endswith(f":{survivor.pid}")
+    for copies in _records(results / "tiny").values():  # the grid's budget, not the recipe's
+        assert copies[0]["variation"] == {"task_epochs": 10.0}
+        assert copies[0]["grid"]["study"] == grid.study_name
+        assert copies[0]["config"]["stages"]["task"]["epochs"] == 10.0

@@ -39,3 +39,21 @@ def test_anchor_rows_join_beside_ours(tmp_path):
                                   "rows": {"kd": [85.0, 70.0], "other": [1.0, 2.0]}})
     assert joined.loc["kd", "paper_mrpc"] == 85.0 and joined.loc["kd", "mrpc"] == 80.0
     assert "other" not in joined.index
+
+
+def test_runs_off_their_recipe_get_rows_of_their_own(tmp_path):
+    """A tuned run, a grid-budget run and a run on another student shape are not averaged
+    with the recipe's runs of the same method."""
+    store = ResultsStore(tmp_path)
+    write(store, "kd", "mrpc", 1, 80.0)
+    variations = {"kd-tuned": {"tuned": {"study": "tune-s-kd-mrpc-x"},
+                               "variation": {"overrides": {"params.alpha": 0.2}}},
+                  "kd-grid": {"variation": {"task_epochs": 1.0}},
+                  "kd-wide": {"variation": {"student": "wide"}}}
+    for name, extra in variations.items():
+        store.write(store.record_path("s", "kd", "mrpc", name),
+                    {"status": "finished", "method": "kd", "task": "mrpc", "seed": 1,
+                     "main_score": 90.0, "wall_seconds": 1.0, **extra})
+    table = score_table(finished_records(tmp_path, "s"), ["mrpc"])
+    assert table.loc["kd", "mrpc"] == 80.0
+    assert sorted(table.index) == ["kd", "kd [grid budget]", "kd [tuned]", "kd [wide]"]

@@ -113,7 +113,7 @@ def test_grid_tunes_then_runs_and_a_worker_killed_mid_trial_is_retried(
     best parameters; one worker is SIGKILLed inside a tuning trial."""
     path = grid_suite(tmp_path, tiny_data_dir, tiny_teacher_dir,
                       {"methods": ["kd"], "tasks": ["stsb"], "seeds": [1, 2],
-                       "budget": {"task_epochs": 12, "tuning_trials": 4,
+                       "budget": {"task_epochs": 8, "tuning_trials": 4,
                                   "tuning_seeds": [1]}})
     results, cache = tmp_path / "results", tmp_path / "cache"
     suite = load_suite(str(path))
