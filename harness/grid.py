@@ -13,7 +13,6 @@ record exists is not trained again, whichever worker, machine or `harness run` m
 from __future__ import annotations
 
 import functools
-import os
 import statistics
 import time
 from collections.abc import Callable
@@ -27,7 +26,15 @@ from harness.distributed import broadcast
 from harness.method import registry
 from harness.runner import RunOutcome, SuiteRunner, Variation
 from harness.store import ResultsStore
-from harness.tuning import Tuner, TuningTarget, load_tuned, open_storage, tuned_path, worker_id
+from harness.tuning import (
+    Tuner,
+    TuningTarget,
+    fail_dead_local_trials,
+    load_tuned,
+    open_storage,
+    tuned_path,
+    worker_id,
+)
 
 
 @dataclass(frozen=True)
@@ -275,7 +282,7 @@ class Grid:
         if self.trials:
             for cell in self.cells:
                 tuner = self.tuner(cell)
-                tuner.optimize(self.trials, self.poll_seconds)
+                tuner.optimize(self.trials, self.poll_seconds, self.reclaim_local)
                 if accelerator.is_main_process and not tuned_path(self.results,
                                                                   tuner.name).exists():
                     tuner.write_best()
@@ -416,41 +423,3 @@ def _duration(seconds: float) -> str:
     if seconds < 5400:
         return f"{seconds / 60:.0f}m"
     return f"{seconds / 3600:.1f}h"
-
-
-def fail_dead_local_trials(study) -> int:
-    """Fail (and re-queue) running trials of workers on this host whose process is gone,
-    without waiting out the heartbeat grace period: a grid restarted after a kill on one
-    machine resumes at once."""
-    import socket
-
-    from optuna.trial import TrialState
-
-    host = socket.gethostname()
-    storage = study._storage
-    failed = 0
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        owner = str(trial.user_attrs.get("worker", ""))
-        owner_host, _, pid = owner.rpartition(":")
-        if owner_host != host or not pid.isdigit() or _alive(int(pid)):
-            continue
-        try:
-            if not storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL):
-                continue
-        except Exception:  # another worker failed it first
-            continue
-        failed += 1
-        callback = storage.get_heartbeat_stale_trial_callback()
-        if callback is not None:
-            callback(study, storage.get_trial(trial._trial_id))
-    return failed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

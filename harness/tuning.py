@@ -249,7 +249,8 @@ class Tuner:
         """One trial (a re-queued one first), with the worker's heartbeat."""
         study.optimize(self.objective, n_trials=1, catch=(RuntimeError,))
 
-    def optimize(self, trials: int, poll_seconds: float | None = None) -> None:
+    def optimize(self, trials: int, poll_seconds: float | None = None,
+                 reclaim_local: bool = True) -> None:
         """Add trials until the study has ``trials`` finished (complete or pruned) ones;
         waits for other workers' running trials (a dead worker's are failed after the
         grace period and re-queued)."""
@@ -264,6 +265,8 @@ class Tuner:
         try:
             while True:
                 fail_stale_trials(study)
+                if reclaim_local:
+                    fail_dead_local_trials(study)
                 counts = self.counts(study)
                 finished = counts["complete"] + counts["pruned"]
                 if finished >= trials and not counts["waiting"]:
@@ -343,3 +346,39 @@ def load_tuned(reference: str, results: Path) -> TunedParams:
     return TunedParams(path=path, study=str(document.get("study", path.stem)),
                        suite=str(document.get("suite", "")), method=str(document["method"]),
                        task=str(document["task"]), overrides=dict(document["overrides"]))
+
+
+def fail_dead_local_trials(study) -> int:
+    """Fail (and re-queue) running trials of workers on this host whose process is gone,
+    without waiting out the heartbeat grace period: a grid restarted after a kill on one
+    machine resumes at once."""
+    from optuna.trial import TrialState
+
+    host = socket.gethostname()
+    storage = study._storage
+    failed = 0
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        owner = str(trial.user_attrs.get("worker", ""))
+        owner_host, _, pid = owner.rpartition(":")
+        if owner_host != host or not pid.isdigit() or _alive(int(pid)):
+            continue
+        try:
+            if not storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL):
+                continue
+        except Exception:  # another worker failed it first
+            continue
+        failed += 1
+        callback = storage.get_heartbeat_stale_trial_callback()
+        if callback is not None:
+            callback(study, storage.get_trial(trial._trial_id))
+    return failed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

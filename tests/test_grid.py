@@ -148,7 +148,11 @@ def _wait_for_running_cell(storage_url: str, study_name: str, pid: int | None,
                            timeout: float = 120) -> optuna.trial.FrozenTrial:
     """A trial of ``pid`` (any worker when None) that is training right now."""
     deadline = time.monotonic() + timeout
+    database = Path(storage_url.removeprefix("sqlite:///"))
     while time.monotonic() < deadline:
+        if storage_url.startswith("sqlite:///") and not database.exists():
+            time.sleep(0.2)  # the worker creates it (and its tables) first
+            continue
         try:
             study = optuna.load_study(study_name=study_name, storage=open_storage(storage_url))
         except KeyError:  # not created yet

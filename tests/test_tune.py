@@ -151,3 +151,29 @@ def test_grid_tunes_then_runs_and_a_worker_killed_mid_trial_is_retried(
         record = json.loads(record_path.read_text())
         assert record["tuned"]["study"] == tuner.name
         assert record["config"]["params"]["alpha"] == best["params.alpha"]
+
+
+def test_tune_killed_mid_trial_resumes_and_retries_that_trial(tmp_path, suite_file):
+    results, cache = tmp_path / "results", tmp_path / "cache"
+    common = ["tune", "--method", "kd", "--task", "stsb", "--trials", "3", "--suite",
+              str(suite_file), "--results", str(results), "--cache-dir", str(cache),
+              "--set", "training.epochs=12"]
+    storage = f"sqlite:///{results / 'optuna.db'}"
+    suite = load_suite(str(suite_file), ["training.epochs=12"])
+    name = Tuner(suite, TuningTarget("kd", "stsb", [1]), results, storage).name
+    first = _harness(*common)
+    running = _wait_for_running_cell(storage, name, first.pid)
+    time.sleep(0.5)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+
+    second = _harness(*common)  # same command: same study, the dead trial re-queued at once
+    output, _ = second.communicate(timeout=300)
+    assert second.returncode == 0, output
+    study = optuna.load_study(study_name=name, storage=open_storage(storage))
+    assert study.trials[running.number].state.name == "FAIL"
+    retried = [t for t in study.trials if t.system_attrs.get("failed_trial") == running.number]
+    assert len(retried) == 1 and retried[0].params == study.trials[running.number].params
+    states = [t.state.name for t in study.trials]
+    assert states.count("COMPLETE") + states.count("PRUNED") == 3
+    assert load_tuned(name, results).study == name
