@@ -208,12 +208,19 @@ class Tuner:
         return scores
 
     def objective(self, trial) -> float:
+        import optuna
+
         accelerator = self.runner.accelerator
         trial.set_user_attr("worker", worker_id())
         overrides = self._search_space(trial)
         broadcast(("trial", overrides), accelerator)
         started = time.perf_counter()
-        scores = self.evaluate(overrides, trial)
+        try:
+            scores = self.evaluate(overrides, trial)
+        except optuna.TrialPruned as pruned:
+            self.log(f"[tune] trial {trial.number}: {pruned} after "
+                     f"{time.perf_counter() - started:.0f}s with {overrides}")
+            raise
         trial.set_user_attr("overrides", overrides)
         trial.set_user_attr("scores", scores)
         trial.set_user_attr("processes", accelerator.num_processes)
