@@ -183,17 +183,19 @@ def _print_study(tuner) -> None:
 def _grid(suite: str, storage: str | None, results: Path, cache_dir: Path | None,
           method: list[str] | None, tasks: list[str] | None, seeds: list[str] | None,
           set_: list[str] | None, data_dir: str | None, teacher: str | None,
-          dry_run: bool, poll_seconds: float | None, reclaim_local: bool) -> None:
+          dry_run: bool, poll_seconds: float | None, reclaim_local: bool,
+          params: list[str] | None = None) -> None:
     _quiet_libraries()
     from harness.grid import Grid
-    from harness.tuning import default_storage
+    from harness.tuning import default_storage, load_tuned
 
     try:
         config = load_suite(suite, _overrides(set_, data_dir, teacher))
         grid = Grid(config, results, storage or default_storage(results), cache_dir,
                     log=_echo, methods=method, tasks=_csv(tasks),
                     seeds=[int(s) for s in _csv(seeds)] if seeds else None,
-                    poll_seconds=poll_seconds, reclaim_local=reclaim_local)
+                    poll_seconds=poll_seconds, reclaim_local=reclaim_local,
+                    tuned=[load_tuned(reference, results) for reference in params or []])
         planned = grid.plan()
         if dry_run or grid.runner.accelerator.is_main_process:
             for line in grid.describe(planned):
@@ -234,10 +236,11 @@ def grid(
     teacher: TeacherOpt = None,
     results: ResultsOpt = DEFAULT_RESULTS,
     cache_dir: CacheOpt = None,
+    params: ParamsOpt = None,
 ) -> None:
     """Run the suite's common grid (resumable: finished cells are skipped by config hash)."""
     _grid(suite, storage, results, cache_dir, method, tasks, seeds, set_, data_dir, teacher,
-          dry_run, None, reclaim_local=True)
+          dry_run, None, reclaim_local=True, params=params)
 
 
 @app.command()
@@ -256,11 +259,12 @@ def worker(
     teacher: TeacherOpt = None,
     results: ResultsOpt = DEFAULT_RESULTS,
     cache_dir: CacheOpt = None,
+    params: ParamsOpt = None,
 ) -> None:
     """Pull the grid's tuning trials and cells from a shared storage until none is left.
     Start one per machine (or per GPU); every worker must be given the same options."""
     _grid(suite, storage, results, cache_dir, method, tasks, seeds, set_, data_dir, teacher,
-          False, poll_seconds, reclaim_local=False)
+          False, poll_seconds, reclaim_local=False, params=params)
 
 
 @app.command()

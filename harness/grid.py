@@ -27,6 +27,7 @@ from harness.method import registry
 from harness.runner import RunOutcome, SuiteRunner, Variation
 from harness.store import ResultsStore
 from harness.tuning import (
+    TunedParams,
     Tuner,
     TuningTarget,
     fail_dead_local_trials,
@@ -138,9 +139,11 @@ class Grid:
                  cache_dir: Path | None = None, log: Callable[[str], None] = print,
                  methods: list[str] | None = None, tasks: list[str] | None = None,
                  seeds: list[int] | None = None, poll_seconds: float | None = None,
-                 reclaim_local: bool = True) -> None:
+                 reclaim_local: bool = True, tuned: list[TunedParams] | None = None) -> None:
         """``reclaim_local``: fail a dead local worker's running cell at once (see
-        :func:`fail_dead_local_trials`) instead of after the heartbeat grace period."""
+        :func:`fail_dead_local_trials`) instead of after the heartbeat grace period.
+        ``tuned``: parameter files (``--params``) for the cells of their method and task,
+        in place of the grid's own tuning."""
         self.suite = suite
         self.config = grid_of(suite)
         self.results = results
@@ -151,6 +154,16 @@ class Grid:
         self.poll_seconds = poll_seconds
         self.reclaim_local = reclaim_local
         self.runner = SuiteRunner(suite, results, cache_dir, log=log)
+        self.tuned: dict[tuple[str, str], TunedParams] = {}
+        for params in tuned or []:
+            if params.suite and params.suite != suite.record_suite:
+                raise ConfigError(f"{params.path}: tuned on suite {params.suite!r}, not "
+                                  f"{suite.record_suite!r}")
+            if not any((cell.method, cell.task) == (params.method, params.task)
+                       for cell in self.cells):
+                raise ConfigError(f"{params.path}: parameters for {params.method} on "
+                                  f"{params.task}, which is not a cell of this grid")
+            self.tuned[params.method, params.task] = params
         self._tuners: dict[tuple, Tuner] = {}
         self._estimates: dict[GridCell, float | None] = {}
         self._recorded: set[GridCell] = set()
@@ -170,7 +183,10 @@ class Grid:
         return self._tuners[key]
 
     def tuned_overrides(self, cell: GridCell) -> dict[str, Any] | None:
-        """The best parameters of the cell's study (None: not tuned yet)."""
+        """The cell's tuned parameters: a ``--params`` file's, else the best of its study
+        (None: not tuned yet), else none."""
+        if (cell.method, cell.task) in self.tuned:
+            return self.tuned[cell.method, cell.task].overrides
         if not self.trials:
             return {}
         path = tuned_path(self.results, self.tuner(cell).name)
@@ -249,7 +265,10 @@ class Grid:
     @property
     def study_name(self) -> str:
         keys = [asdict(cell) for cell in self.cells]
-        digest = content_hash({"cells": keys, "budget": self.config.budget.model_dump()})
+        digest = content_hash({"cells": keys, "budget": self.config.budget.model_dump(),
+                               **({"tuned": {f"{method}/{task}": params.overrides
+                                             for (method, task), params in self.tuned.items()}}
+                                  if self.tuned else {})})
         return f"grid-{self.suite.record_suite}-{digest[:10]}"
 
     def _grid_study(self):
@@ -281,6 +300,8 @@ class Grid:
         accelerator = self.runner.accelerator
         if self.trials:
             for cell in self.cells:
+                if (cell.method, cell.task) in self.tuned:
+                    continue
                 tuner = self.tuner(cell)
                 tuner.optimize(self.trials, self.poll_seconds, self.reclaim_local)
                 if accelerator.is_main_process and not tuned_path(self.results,
@@ -348,7 +369,9 @@ class Grid:
         broadcast(("cell", asdict(cell), overrides), self.runner.accelerator)
         self.log(f"== grid cell {trial.number}: {cell.label}")
         annotations = {"grid": {"study": self.study_name, "trial": trial.number}}
-        if overrides:
+        if (cell.method, cell.task) in self.tuned:
+            annotations["tuned"] = self.tuned[cell.method, cell.task].annotation()
+        elif overrides:
             annotations["tuned"] = {"study": self.tuner(cell).name}
         outcome: RunOutcome = self.runner.run_one(
             cell.method, cell.task, cell.seed, self.variation(cell, overrides),

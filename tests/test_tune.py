@@ -80,6 +80,14 @@ def test_tune_prunes_writes_parameters_and_resumes_and_run_uses_them(tmp_path, s
                                      name, *common])
     assert wrong.exit_code == 2 and "which this run does not include" in wrong.output
 
+    # the grid takes the same file: its kd/stsb cell is the tuned run just recorded
+    dry = CliRunner().invoke(app, ["grid", "--dry-run", "--params", name, *common])
+    assert dry.exit_code == 0, dry.output
+    rows = {line.split()[2]: line for line in dry.output.splitlines()
+            if line.startswith("kd ")}
+    assert "done" in rows["stsb"] and record["run_id"][:16] in rows["stsb"]
+    assert "todo" in rows["rte"]
+
 
 def test_study_names_follow_what_is_tuned(tmp_path, suite_file):
     def name(target: TuningTarget, *sets: str) -> str:
