@@ -166,6 +166,29 @@ def _wait_for_running_cell(storage_url: str, study_name: str, pid: int | None,
     raise AssertionError(f"no running cell of worker {pid} within {timeout}s")
 
 
+def two_workers_one_killed(args: list[str], storage_url: str, study_name: str
+                           ) -> tuple[optuna.trial.FrozenTrial, str, int]:
+    """Two `harness` workers on one storage (1 s heartbeats, 3 s grace); the first is
+    SIGKILLed inside a trial of ``study_name``.  The trial it was running, the survivor's
+    output (it must finish cleanly) and the survivor's pid."""
+    heartbeat = {"HARNESS_HEARTBEAT_SECONDS": "1", "HARNESS_GRACE_SECONDS": "3"}
+    victim = _harness(*args, **heartbeat)
+    survivor = _harness(*args, **heartbeat)
+    try:
+        running = _wait_for_running_cell(storage_url, study_name, victim.pid)
+        time.sleep(0.5)  # inside the trial's training
+        assert victim.poll() is None
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        output, _ = survivor.communicate(timeout=420)
+    finally:
+        for process in (victim, survivor):
+            if process.poll() is None:
+                process.kill()
+    assert survivor.returncode == 0, output
+    return running, output, survivor.pid
+
+
 def _check_every_cell_once(grid: Grid, results: Path) -> optuna.Study:
     study = optuna.load_study(study_name=grid.study_name,
                               storage=open_storage(grid.storage_url))
@@ -242,21 +265,8 @@ def test_two_workers_one_killed_mid_cell_every_cell_finishes_once(
         grid.runner.teacher(task)
     common = ["worker", "--storage", storage_url, "--suite", str(path), "--results",
               str(results), "--cache-dir", str(cache), "--poll-seconds", "0.5"]
-    heartbeat = {"HARNESS_HEARTBEAT_SECONDS": "1", "HARNESS_GRACE_SECONDS": "3"}
-    victim = _harness(*common, **heartbeat)
-    survivor = _harness(*common, **heartbeat)
-    try:
-        running = _wait_for_running_cell(storage_url, grid.study_name, victim.pid)
-        time.sleep(0.5)  # inside the cell's training
-        assert victim.poll() is None
-        victim.send_signal(signal.SIGKILL)
-        victim.wait()
-        output, _ = survivor.communicate(timeout=420)
-    finally:
-        for process in (victim, survivor):
-            if process.poll() is None:
-                process.kill()
-    assert survivor.returncode == 0, output
+    running, output, survivor_pid = two_workers_one_killed(common, storage_url,
+                                                           grid.study_name)
     assert f"{len(grid.cells)} of {len(grid.cells)} cells complete" in output
     study = _check_every_cell_once(grid, results)
     killed = study.trials[running.number]
@@ -264,7 +274,7 @@ def test_two_workers_one_killed_mid_cell_every_cell_finishes_once(
     retries = [t for t in study.trials if t.system_attrs.get("failed_trial") == running.number]
     assert len(retries) == 1 and retries[0].state.name == "COMPLETE"
     assert retries[0].user_attrs["cell"] == killed.user_attrs["cell"]
-    assert retries[0].user_attrs["worker"].endswith(f":{survivor.pid}")
+    assert retries[0].user_attrs["worker"].endswith(f":{survivor_pid}")
     for copies in _records(results / "tiny").values():  # the grid's budget, not the recipe's
         assert copies[0]["variation"] == {"task_epochs": 10.0}
         assert copies[0]["grid"]["study"] == grid.study_name

@@ -18,7 +18,13 @@ from harness.cli import app
 from harness.config import ConfigError, load_suite
 from harness.grid import Grid
 from harness.tuning import Tuner, TuningTarget, load_tuned, open_storage, study_name
-from tests.test_grid import _check_every_cell_once, _harness, _wait_for_running_cell, grid_suite
+from tests.test_grid import (
+    _check_every_cell_once,
+    _harness,
+    _wait_for_running_cell,
+    grid_suite,
+    two_workers_one_killed,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 
@@ -130,21 +136,7 @@ def test_grid_tunes_then_runs_and_a_worker_killed_mid_trial_is_retried(
     tuner = grid.tuner(grid.cells[0])
     common = ["worker", "--storage", postgres_url, "--suite", str(path), "--results",
               str(results), "--cache-dir", str(cache), "--poll-seconds", "0.5"]
-    heartbeat = {"HARNESS_HEARTBEAT_SECONDS": "1", "HARNESS_GRACE_SECONDS": "3"}
-    victim = _harness(*common, **heartbeat)
-    survivor = _harness(*common, **heartbeat)
-    try:
-        running = _wait_for_running_cell(postgres_url, tuner.name, victim.pid)
-        time.sleep(0.5)
-        assert victim.poll() is None
-        victim.send_signal(signal.SIGKILL)
-        victim.wait()
-        output, _ = survivor.communicate(timeout=420)
-    finally:
-        for process in (victim, survivor):
-            if process.poll() is None:
-                process.kill()
-    assert survivor.returncode == 0, output
+    running, _, _ = two_workers_one_killed(common, postgres_url, tuner.name)
     study = optuna.load_study(study_name=tuner.name, storage=open_storage(postgres_url))
     states = [t.state.name for t in study.trials]
     assert states.count("COMPLETE") + states.count("PRUNED") == 4
