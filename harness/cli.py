@@ -298,17 +298,30 @@ def table(
     results: ResultsOpt = DEFAULT_RESULTS,
     method: Annotated[list[str] | None, typer.Option(
         "--method", "-m", help="rows to show (default: every method with records)")] = None,
+    grid: Annotated[bool, typer.Option(
+        "--grid", help="the suite's common grid only: its cells' runs, on its budget")] = False,
 ) -> None:
     """Print method x task scores (mean over seeds) with the suite's paper anchors beside."""
+    import pandas as pd
+
     from harness.tables import finished_records, load_anchors, markdown, score_table, with_anchors
 
     try:
         config = load_suite(suite)
-    except ConfigError as error:
-        _fail(str(error))
+        if grid:
+            _quiet_libraries()
+            from harness.grid import Grid
+
+            common = Grid(config, results, "sqlite://", log=lambda _: None)
+            records = pd.DataFrame(common.records(),
+                                   columns=["method", "task", "seed", "score", "seconds"])
+        else:
+            records = finished_records(results, config.record_suite)
+            records = records[records["task"].isin(config.tasks)
+                              & records["seed"].isin(config.seeds)]
+    except (ConfigError, KeyError, FileNotFoundError, ValueError) as error:
+        _fail(str(error).strip("'\""))
         return
-    records = finished_records(results, config.record_suite)
-    records = records[records["task"].isin(config.tasks) & records["seed"].isin(config.seeds)]
     if records.empty:
         _fail(f"no finished records for suite {config.name} under {results}")
     declared = config.method_names()

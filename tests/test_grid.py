@@ -244,6 +244,18 @@ def test_grid_dry_run_then_run_killed_and_resumed(tmp_path, tiny_data_dir, tiny_
     killed = study.trials[running.number]
     assert killed.state.name == "FAIL"  # the dead process's cell, retried once
 
+    table = CliRunner().invoke(app, ["table", "--suite", str(path), "--results", str(results),
+                                     "--grid"])
+    assert table.exit_code == 0, table.output
+    rows = {line.split("|")[1].strip(): line for line in table.output.splitlines()
+            if line.startswith("| ") and "method" not in line}
+    assert set(rows) == {"finetune", "kd"}
+    scores = {record["method"]: [] for copies in _records(results / "tiny").values()
+              for record in copies}
+    for copies in _records(results / "tiny").values():
+        scores[copies[0]["method"]].append(copies[0]["main_score"])
+    assert f"{sum(scores['kd']) / 2:.2f}" in rows["kd"]  # the mean over the grid's 2 seeds
+
 
 # -- many workers on one storage ----------------------------------------------------------
 @pytest.fixture(params=["sqlite", "postgresql"])
