@@ -307,6 +307,12 @@ class Tuner:
             "trials": {"complete": counts["complete"], "pruned": counts["pruned"],
                        "failed": counts["fail"]},
             "overrides": best.user_attrs["overrides"],
+            # every trial, pruned ones included (their runs leave no record)
+            "history": [{"trial": trial.number, "state": trial.state.name.lower(),
+                         "value": trial.value, "params": trial.params,
+                         "evaluations": [trial.intermediate_values[step]
+                                         for step in sorted(trial.intermediate_values)]}
+                        for trial in study.get_trials(deepcopy=False)],
         }
         path = tuned_path(self.results, self.name)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -64,7 +64,9 @@ def test_tune_prunes_writes_parameters_and_resumes_and_run_uses_them(tmp_path, s
     best = study.best_trial
     assert params.overrides == best.user_attrs["overrides"]
     assert set(params.overrides) == {"params.alpha", "params.temperature", "stages.task.lr"}
-    assert yaml.safe_load(params.path.read_text())["objective"]["value"] == best.value
+    document = yaml.safe_load(params.path.read_text())
+    assert document["objective"]["value"] == best.value
+    assert [entry["state"] for entry in document["history"]] == [s.lower() for s in states]
 
     again = CliRunner().invoke(app, ["tune", "--method", "kd", "--task", "stsb", "--trials",
                                      "8", *common])  # the same study, already complete
