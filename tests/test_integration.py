@@ -9,7 +9,7 @@ import pytest
 
 from harness.config import load_suite
 from harness.data import DataNotFoundError, resolve_data_dir
-from harness.runner import SuiteRunner
+from harness.runner import SuiteRunner, Variation
 from harness.student import count_parameters
 from harness.teacher import load_pretrained_encoder
 
@@ -159,5 +159,9 @@ def test_committed_reference_records_keep_their_run_ids():
     for record in records:
         suite = "glue-cpu" if record["method"] in runners["glue-cpu"].suite.methods else (
             "tinybert-ablation")
-        _, spec, _ = runners[suite].resolve(record["method"], record["task"], record["seed"])
+        departure = record.get("variation", {})  # grid budgets, tuned parameters
+        variation = Variation.of(departure.get("student"), departure.get("overrides"),
+                                 departure.get("task_epochs"))
+        _, spec, _ = runners[suite].resolve(record["method"], record["task"], record["seed"],
+                                            variation)
         assert content_hash(spec) == record["config_hash"], record["run_id"]
