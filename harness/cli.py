@@ -173,8 +173,9 @@ def _print_study(tuner) -> None:
         value = f"{trial.value:7.2f}" if trial.value is not None else "      -"
         shown = ", ".join(f"{key}={value:.3g}" if isinstance(value, float) else f"{key}={value}"
                           for key, value in trial.params.items())
+        recipe = "  (the recipe's own)" if trial.user_attrs.get("recipe") else ""
         _echo(f"{trial.number:>5} {trial.state.name.lower():<9} {value} "
-              f"{len(trial.intermediate_values):>5}  {shown}")
+              f"{len(trial.intermediate_values):>5}  {shown}{recipe}")
     best = study.best_trial
     _echo(f"best: trial {best.number}, {best.value:.2f} "
           f"(seeds {best.user_attrs.get('scores')})")

@@ -149,14 +149,49 @@ class Tuner:
         return self._name
 
     def study(self):
+        """The study, created on first use with the recipe's own point queued as its
+        first trial (see :meth:`recipe_point`)."""
         import optuna
 
         digest = int(self.name.rsplit("-", 1)[1][:8], 16)
-        return optuna.create_study(
+        study = optuna.create_study(
             study_name=self.name, storage=open_storage(self.storage_url),
             direction="maximize", load_if_exists=True,
             sampler=optuna.samplers.TPESampler(seed=digest, n_startup_trials=5),
             pruner=make_pruner(self.pruner))
+        if not study.trials and "recipe_point" not in study.user_attrs:
+            point = self.recipe_point()
+            study.set_user_attr("recipe_point", point)
+            if point:
+                study.enqueue_trial(point, user_attrs={"recipe": True}, skip_if_exists=True)
+        return study
+
+    def recipe_point(self) -> dict[str, Any]:
+        """The recipe's own values of the searched parameters ({} when one lies outside
+        the space).  Tried first, so the best trial is never worse than the untuned recipe
+        on the tuning seeds, and the study shows what tuning gained over it."""
+        recorder = _RecordingTrial()
+        keys = list(self._search_space(recorder))
+        if len(keys) != len(recorder.calls):  # not one suggestion per override: unmatched
+            return {}
+        _, spec, configs = self.runner.resolve(self.target.method, self.target.task,
+                                               self.target.seeds[0], self.target.variation())
+        point = {}
+        for key, (name, distribution) in zip(keys, recorder.calls, strict=True):
+            root, *rest = key.split(".")
+            if root == "stages":
+                value: Any = getattr(configs[rest[0]], rest[1])
+            else:
+                value = spec["params" if root == "params" else "loss_weights"]
+                for part in rest:
+                    value = value[part]
+            try:
+                if not distribution._contains(distribution.to_internal_repr(value)):
+                    return {}
+            except (ValueError, TypeError):
+                return {}
+            point[name] = value
+        return point
 
     # -- the objective -------------------------------------------------------------------
     def _search_space(self, trial) -> dict[str, Any]:
@@ -306,6 +341,10 @@ class Tuner:
                           "trial": best.number, "scores": best.user_attrs.get("scores")},
             "trials": {"complete": counts["complete"], "pruned": counts["pruned"],
                        "failed": counts["fail"]},
+            "recipe": next(({"trial": trial.number, "value": trial.value,
+                             "params": trial.params}
+                            for trial in study.get_trials(deepcopy=False)
+                            if trial.user_attrs.get("recipe")), None),
             "overrides": best.user_attrs["overrides"],
             # every trial, pruned ones included (their runs leave no record)
             "history": [{"trial": trial.number, "state": trial.state.name.lower(),
@@ -395,3 +434,31 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+class _RecordingTrial:
+    """Stands in for an Optuna trial to read a search space: records each suggestion's
+    name and distribution, in call order, and answers with a value inside it."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+
+    def suggest_float(self, name: str, low: float, high: float, *, step: float | None = None,
+                      log: bool = False) -> float:
+        from optuna.distributions import FloatDistribution
+
+        self.calls.append((name, FloatDistribution(low, high, step=step, log=log)))
+        return low
+
+    def suggest_int(self, name: str, low: int, high: int, *, step: int = 1,
+                    log: bool = False) -> int:
+        from optuna.distributions import IntDistribution
+
+        self.calls.append((name, IntDistribution(low, high, step=step, log=log)))
+        return low
+
+    def suggest_categorical(self, name: str, choices: Any) -> Any:
+        from optuna.distributions import CategoricalDistribution
+
+        self.calls.append((name, CategoricalDistribution(list(choices))))
+        return next(iter(choices))

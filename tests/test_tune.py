@@ -50,6 +50,10 @@ def test_tune_prunes_writes_parameters_and_resumes_and_run_uses_them(tmp_path, s
         f"sqlite:///{results / 'optuna.db'}"))
     states = [trial.state.name for trial in study.trials]
     assert states.count("COMPLETE") + states.count("PRUNED") == 8
+    # the recipe's own point went first: what tuning gained is measured against it
+    assert study.trials[0].user_attrs["recipe"]
+    assert study.trials[0].params == {"alpha": 0.5, "temperature": 2.0, "lr": 1e-3}
+    assert study.best_value >= study.trials[0].value
     assert "PRUNED" in states  # stopped at an early evaluation
     pruned = [t for t in study.trials if t.state.name == "PRUNED"]
     assert all(len(t.intermediate_values) < 4 for t in pruned)  # 4 epochs, 1 eval each
@@ -67,6 +71,7 @@ def test_tune_prunes_writes_parameters_and_resumes_and_run_uses_them(tmp_path, s
     document = yaml.safe_load(params.path.read_text())
     assert document["objective"]["value"] == best.value
     assert [entry["state"] for entry in document["history"]] == [s.lower() for s in states]
+    assert document["recipe"]["trial"] == 0
 
     again = CliRunner().invoke(app, ["tune", "--method", "kd", "--task", "stsb", "--trials",
                                      "8", *common])  # the same study, already complete
@@ -109,6 +114,18 @@ def test_study_names_follow_what_is_tuned(tmp_path, suite_file):
     assert name(TuningTarget("kd", "stsb", [1])) != base
     assert name(TuningTarget("kd", "rte", [1]), "training.batch_size=4") != base
     assert name(TuningTarget("kd", "rte", [1], task_epochs=2.0)) != base
+
+
+def test_the_recipe_point_is_read_from_the_resolved_recipe(tmp_path, suite_file):
+    def point(*sets: str) -> dict:
+        suite = load_suite(str(suite_file), list(sets))
+        return Tuner(suite, TuningTarget("kd", "rte", [1]), tmp_path, "sqlite://").recipe_point()
+
+    assert point() == {"alpha": 0.5, "temperature": 2.0, "lr": 1e-3}
+    assert point("methods.kd.params.alpha=0.3", "training.lr=2e-4") == {
+        "alpha": 0.3, "temperature": 2.0, "lr": 2e-4}
+    # a value outside the space (T 3 is not among kd's 1, 2, 4, 8): nothing is queued
+    assert point("methods.kd.params.temperature=3") == {}
 
 
 def test_parameter_files_are_checked(tmp_path):
