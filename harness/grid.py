@@ -317,13 +317,12 @@ class Grid:
         """Tune (if the budget says so), then run cells until the queue is empty."""
         accelerator = self.runner.accelerator
         if self.trials:
-            for cell in self.cells:
-                if (cell.method, cell.task) in self.tuned:
-                    continue
-                tuner = self.tuner(cell)
+            studies = {id(tuner): tuner for tuner in (
+                self.tuner(cell) for cell in self.cells
+                if (cell.method, cell.task) not in self.tuned)}
+            for tuner in studies.values():  # one study per method, task, student, budget
                 tuner.optimize(self.trials, self.poll_seconds, self.reclaim_local)
-                if accelerator.is_main_process and not tuned_path(self.results,
-                                                                  tuner.name).exists():
+                if accelerator.is_main_process:  # (re)written: a study may have grown
                     tuner.write_best()
         if not accelerator.is_main_process:
             self._follow()
