@@ -39,6 +39,7 @@ HEARTBEAT_SECONDS = int(os.environ.get("HARNESS_HEARTBEAT_SECONDS", "30"))
 ``GRACE_SECONDS`` is failed and retried by another worker."""
 GRACE_SECONDS = int(os.environ.get("HARNESS_GRACE_SECONDS", str(4 * HEARTBEAT_SECONDS)))
 MAX_RETRIES = 3
+STORAGE_ATTEMPTS = 5
 TUNED_DIR = "tuned"
 TUNING_DIR = NESTED_STORES[0]
 
@@ -62,15 +63,25 @@ def open_storage(url: str):
         engine_kwargs["connect_args"] = {"timeout": 60}  # several local workers share it
     else:
         engine_kwargs["pool_pre_ping"] = True
-    try:
-        return RDBStorage(url, heartbeat_interval=HEARTBEAT_SECONDS,
-                          grace_period=GRACE_SECONDS,
-                          heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(
-                              max_retry=MAX_RETRIES),
-                          engine_kwargs=engine_kwargs)
-    except ImportError as error:
-        raise RuntimeError(f"storage {url}: {error}. PostgreSQL needs psycopg2 (installed "
-                           "by `make setup`); MySQL needs pymysql") from error
+    from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+
+    for attempt in range(STORAGE_ATTEMPTS):
+        try:
+            return RDBStorage(url, heartbeat_interval=HEARTBEAT_SECONDS,
+                              grace_period=GRACE_SECONDS,
+                              heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(
+                                  max_retry=MAX_RETRIES),
+                              engine_kwargs=engine_kwargs)
+        except ImportError as error:
+            raise RuntimeError(f"storage {url}: {error}. PostgreSQL needs psycopg2 (installed "
+                               "by `make setup`); MySQL needs pymysql") from error
+        except (OperationalError, ProgrammingError, IntegrityError):
+            # Workers started together on a new database race to create its tables ("table
+            # ... already exists"); the loser finds them made on its next try.
+            if attempt == STORAGE_ATTEMPTS - 1:
+                raise
+            time.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def worker_id() -> str:

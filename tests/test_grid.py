@@ -291,3 +291,24 @@ def test_two_workers_one_killed_mid_cell_every_cell_finishes_once(
         assert copies[0]["variation"] == {"task_epochs": 10.0}
         assert copies[0]["grid"]["study"] == grid.study_name
         assert copies[0]["config"]["stages"]["task"]["epochs"] == 10.0
+
+
+OPEN_AND_CREATE = """
+import os, sys, optuna
+from harness.tuning import open_storage
+optuna.create_study(study_name=f"worker-{os.getpid()}", storage=open_storage(sys.argv[1]))
+"""
+
+
+def test_workers_starting_together_on_a_new_database_all_get_it(tmp_path):
+    """Workers started at once on a new SQLite file race to create its tables; without a
+    retry some die with "table ... already exists" (seen in CI)."""
+    for attempt in range(2):
+        url = f"sqlite:///{tmp_path / f'new-{attempt}.db'}"
+        processes = [subprocess.Popen([sys.executable, "-c", OPEN_AND_CREATE, url], cwd=REPO,
+                                      env=_env(), stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True)
+                     for _ in range(4)]
+        outputs = [process.communicate(timeout=120)[0] for process in processes]
+        assert [process.returncode for process in processes] == [0, 0, 0, 0], outputs
+        assert len(optuna.get_all_study_summaries(open_storage(url))) == 4
