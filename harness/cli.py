@@ -219,6 +219,7 @@ def _grid(suite: str, storage: str | None, results: Path, cache_dir: Path | None
 
 GridMethodOpt = Annotated[list[str] | None, typer.Option(
     "--method", "-m", help="only these of the grid's methods (repeatable)")]
+GridSeedsOpt = Annotated[list[str] | None, typer.Option(help="seeds (default: the grid's)")]
 
 
 @app.command()
@@ -230,8 +231,7 @@ def grid(
     storage: StorageOpt = None,
     method: GridMethodOpt = None,
     tasks: TasksOpt = None,
-    seeds: Annotated[list[str] | None, typer.Option(
-        help="seeds (default: the grid's)")] = None,
+    seeds: GridSeedsOpt = None,
     set_: SetOpt = None,
     data_dir: DataDirOpt = None,
     teacher: TeacherOpt = None,
@@ -251,8 +251,7 @@ def worker(
     suite: SuiteOpt = "glue-cpu",
     method: GridMethodOpt = None,
     tasks: TasksOpt = None,
-    seeds: Annotated[list[str] | None, typer.Option(
-        help="seeds (default: the grid's)")] = None,
+    seeds: GridSeedsOpt = None,
     poll_seconds: Annotated[float | None, typer.Option(
         help="how often to look again while other workers' cells run")] = None,
     set_: SetOpt = None,

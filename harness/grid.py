@@ -204,9 +204,10 @@ class Grid:
             variation = self.variation(cell, overrides or {})
             method, spec, configs = self.runner.resolve(cell.method, cell.task, cell.seed,
                                                         variation)
-            train_rows = len(self.runner.prepare_task(cell.task).splits["train"])
-            task_stages = [stage for stage in method.stages(self.runner.prepare_task(
-                cell.task).task) if not stage.is_general]
+            prepared = self.runner.prepare_task(cell.task)
+            train_rows = len(prepared.splits["train"])
+            task_stages = [stage for stage in method.stages(prepared.task)
+                           if not stage.is_general]
             task_epochs = sum(configs[stage.name].epochs for stage in task_stages)
             examples = int(task_epochs * train_rows)
             estimate = costs.estimate(cell.method, self.suite.plugin(cell.method), cell.task,
@@ -449,11 +450,11 @@ def _counts(study) -> dict[str, int]:
 
 def _retried(study) -> int:
     """Failed trials that a retry replaced (their cell is queued or ran again)."""
-    return sum(1 for trial in study.get_trials(deepcopy=False)
-               if trial.state.name == "FAIL" and "cell" in trial.user_attrs
-               and any("failed_trial" in other.system_attrs
-                       and trial.number in other.system_attrs.get("retry_history", [])
-                       for other in study.get_trials(deepcopy=False)))
+    trials = study.get_trials(deepcopy=False)
+    replaced = {number for trial in trials
+                for number in trial.system_attrs.get("retry_history", [])}
+    return sum(1 for trial in trials if trial.state.name == "FAIL"
+               and "cell" in trial.user_attrs and trial.number in replaced)
 
 
 def _duration(seconds: float) -> str:
