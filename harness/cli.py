@@ -304,7 +304,8 @@ def table(
     """Print method x task scores (mean over seeds) with the suite's paper anchors beside."""
     import pandas as pd
 
-    from harness.tables import finished_records, load_anchors, markdown, score_table, with_anchors
+    from harness.anchors import ablation_columns, load_published
+    from harness.tables import finished_records, markdown, score_table, with_anchors
 
     try:
         config = load_suite(suite)
@@ -333,7 +334,9 @@ def table(
         declared.index(base(label)) if base(label) in declared else len(declared), label))
     order = [label for label in labels if not method or base(label) in method] or None
     scores = score_table(records, config.tasks, order)
-    _echo(markdown(with_anchors(scores, load_anchors(config.name))))
+    paper = (ablation_columns(load_published(), config.anchor_groups) if config.anchor_groups
+             else pd.DataFrame())
+    _echo(markdown(with_anchors(scores, paper)))
 
 
 @app.command("list")

@@ -358,6 +358,9 @@ class SuiteConfig(StrictModel):
         "kd", description="what `harness run` runs without --method: a name, a list, or 'all'")
     corpus: CorpusConfig = CorpusConfig()
     grid: GridConfig | None = Field(None, description="the common grid `harness grid` runs")
+    anchor_groups: list[str] = Field(
+        default_factory=list, description="published ablation tables (suites/anchors/"
+        "published.csv, column group) that `harness table` shows beside this suite's rows")
 
     @model_validator(mode="after")
     def _consistent(self) -> SuiteConfig:

@@ -1,8 +1,5 @@
 """Comparison tables from the results store: method x task, mean (and spread) over seeds,
-with a suite's anchor rows (the papers' numbers) beside ours.
-
-Anchors live in ``suites/anchors/<suite>.yaml``: ``columns`` (task names or ``average``)
-and ``rows`` (method or variant name -> values); see suites/anchors/tinybert-ablation.yaml.
+with the papers' values (harness.anchors) beside ours where a suite asks for them.
 """
 
 from __future__ import annotations
@@ -11,9 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
-from harness.config import SUITES_DIR
 from harness.store import ResultsStore
 
 
@@ -60,17 +55,11 @@ def score_table(records: pd.DataFrame, tasks: list[str], methods: list[str] | No
     return table.loc[order]
 
 
-def load_anchors(suite: str) -> dict[str, Any] | None:
-    path = SUITES_DIR / "anchors" / f"{suite}.yaml"
-    return yaml.safe_load(path.read_text()) if path.exists() else None
-
-
-def with_anchors(table: pd.DataFrame, anchors: dict[str, Any] | None) -> pd.DataFrame:
-    """Ours beside the paper's: paper columns prefixed ``paper_``, on the same rows."""
-    if not anchors:
+def with_anchors(table: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
+    """Ours beside the paper's: ``paper`` has one row per method and ``paper_<task>``
+    columns (see :func:`harness.anchors.ablation_columns`)."""
+    if paper.empty:
         return table
-    paper = pd.DataFrame.from_dict(anchors["rows"], orient="index", columns=anchors["columns"])
-    paper.columns = [f"paper_{column}" for column in paper.columns]
     return table.join(paper, how="left")
 
 

@@ -35,8 +35,9 @@ def test_anchor_rows_join_beside_ours(tmp_path):
     store = ResultsStore(tmp_path)
     write(store, "kd", "mrpc", 1, 80.0)
     table = score_table(finished_records(tmp_path, "s"), ["mrpc"])
-    joined = with_anchors(table, {"columns": ["mrpc", "average"],
-                                  "rows": {"kd": [85.0, 70.0], "other": [1.0, 2.0]}})
+    paper = pd.DataFrame({"paper_mrpc": [85.0, 1.0], "paper_average": [70.0, 2.0]},
+                         index=["kd", "other"])
+    joined = with_anchors(table, paper)
     assert joined.loc["kd", "paper_mrpc"] == 85.0 and joined.loc["kd", "mrpc"] == 80.0
     assert "other" not in joined.index
 
