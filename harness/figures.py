@@ -1,0 +1,863 @@
+"""The report's figures: pure functions of pandas frames and dicts, each written as PNG and SVG.
+
+Every plotting function takes ``out_dir`` and a file stem ``name``, writes
+``<out_dir>/<name>.png`` and ``<out_dir>/<name>.svg`` and returns the written paths (an
+empty list where there is nothing to plot: no rows, no history, no importances). Nothing
+here reads the results store: the report builder prepares the frames.
+
+Figures are built on :class:`matplotlib.figure.Figure` objects, not through pyplot, so none
+is left registered (open) however many a report builds; the style (seaborn's
+``whitegrid``) is applied in an ``rc_context`` and never leaks into the caller's settings.
+Output is deterministic so that a regenerated report does not churn in git: a fixed SVG hash
+salt, no dates in the metadata, text kept as text in the SVG (searchable, and smaller).
+
+Figures:
+
+* :func:`plot_score_vs_cost`: score vs latency or parameters, Pareto front as a step line
+  (:func:`pareto_front`), every point labelled (labels spread so that none overlap);
+* :func:`plot_task_heatmap`: method x task scores, coloured per column, raw values printed;
+* :func:`plot_loss_curves`: a run's per-loss-term training curves, one panel per stage, the
+  dev main metric on a twin axis;
+* :func:`plot_ablation`: change vs the full model per ablated variant, ours beside the
+  paper's, one facet per table (procedure / objective / mapping);
+* :func:`plot_optuna_history` and :func:`plot_param_importances`, for which
+  :func:`study_from_history` and :func:`param_importances` rebuild an in-memory Optuna study
+  from a tuned-parameters file's ``history``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import matplotlib as mpl
+import matplotlib.transforms as mtransforms
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import (
+    FixedLocator,
+    FuncFormatter,
+    MaxNLocator,
+    NullLocator,
+)
+
+__all__ = [
+    "METRIC_NAMES",
+    "metric_label",
+    "param_importances",
+    "pareto_front",
+    "plot_ablation",
+    "plot_loss_curves",
+    "plot_optuna_history",
+    "plot_param_importances",
+    "plot_score_vs_cost",
+    "plot_task_heatmap",
+    "save",
+    "study_from_history",
+    "trials_frame",
+]
+
+DPI = 150
+
+# Display names of the dev metrics (records keep them x100: percent for accuracy and F1,
+# x100 for correlations).
+METRIC_NAMES: dict[str, str] = {
+    "accuracy": "accuracy",
+    "f1": "F1",
+    "matthews_correlation": "MCC",
+    "pearson": "Pearson r",
+    "spearmanr": "Spearman ρ",
+    "combined_score": "combined",
+}
+
+_RC: dict[str, Any] = {
+    "svg.hashsalt": "distill-bench-figures",  # stable clip-path ids
+    "svg.fonttype": "none",  # text stays text: searchable, smaller, diffable
+    "figure.dpi": 100,
+    "savefig.dpi": DPI,
+    "axes.titlesize": 11,
+    "axes.titleweight": "bold",
+    "axes.labelsize": 10,
+    "xtick.labelsize": 9,
+    "ytick.labelsize": 9,
+    "legend.fontsize": 9,
+    "legend.title_fontsize": 9,
+    "figure.titlesize": 12,
+    "figure.titleweight": "bold",
+    "font.family": "sans-serif",
+    "font.sans-serif": ["DejaVu Sans"],
+}
+
+
+@contextmanager
+def _style() -> Iterator[None]:
+    rc = {**sns.axes_style("whitegrid"), **sns.plotting_context("notebook"), **_RC}
+    with mpl.rc_context(rc):
+        yield
+
+
+def _figure(**kwargs: Any) -> Figure:
+    """A figure outside pyplot (never registered, so never left open), on an Agg canvas so
+    that text extents can be measured."""
+    fig = Figure(layout="constrained", **kwargs)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def save(fig: Figure, out_dir: Path, name: str) -> list[Path]:
+    """Write ``fig`` as ``<out_dir>/<name>.png`` (150 dpi) and ``.svg`` (text kept as
+    text, fixed hash salt, no date in the metadata), then release it (closed in pyplot if it
+    was made there). Returns the two paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    with mpl.rc_context(_RC):
+        for suffix, metadata in ((".png", {"Software": None}), (".svg", {"Date": None})):
+            path = out_dir / f"{name}{suffix}"
+            fig.savefig(path, dpi=DPI, bbox_inches="tight", pad_inches=0.08,
+                        metadata=metadata, facecolor="white")
+            paths.append(path)
+    if getattr(fig.canvas, "manager", None) is not None:  # made through pyplot: close it
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+    fig.clear()
+    return paths
+
+
+def metric_label(metric: str) -> str:
+    return METRIC_NAMES.get(metric, metric)
+
+
+def _signed(value: float, fmt: str) -> str:
+    """``fmt`` applied to ``value`` with a typographic minus, as on the axes' ticks."""
+    return fmt.format(value).replace("-", "\N{MINUS SIGN}")
+
+
+# --------------------------------------------------------------------------- Pareto front
+
+
+def pareto_front(frame: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
+    """The rows of ``frame`` that no other row dominates (lower ``x`` is better, higher
+    ``y`` is better), sorted by ``x`` (then ``y`` descending).
+
+    A row is dominated when another is at least as good on both and strictly better on
+    one: identical rows are both kept; of rows with the same ``x`` only the highest ``y``
+    stays. Rows with a missing ``x`` or ``y`` are never on the front.
+    """
+    valid = frame[frame[x].notna() & frame[y].notna()]
+    xs = valid[x].to_numpy(dtype=float)
+    ys = valid[y].to_numpy(dtype=float)
+    no_worse = (xs[None, :] <= xs[:, None]) & (ys[None, :] >= ys[:, None])
+    better = (xs[None, :] < xs[:, None]) | (ys[None, :] > ys[:, None])
+    dominated = (no_worse & better).any(axis=1)
+    front = valid[~dominated]
+    return front.sort_values([x, y], ascending=[True, False], kind="stable")
+
+
+# ---------------------------------------------------------------------- label placement
+
+
+def _spread_labels(ax: Any, xs: Sequence[float], ys: Sequence[float], texts: Sequence[str],
+                   *, fontsize: float = 8.0, radius_pt: Sequence[float] | None = None,
+                   segments: Sequence[tuple[float, float, float, float]] = (),
+                   colours: Sequence[Any] | None = None) -> None:
+    """Label every point with no label overlapping another label, a point or a segment.
+
+    Labels are placed one by one, top to bottom, beside their point (left or right), each
+    at the height nearest its point's that is free of the points' markers, the
+    ``segments`` and the labels already placed; of the two sides the one needing the
+    smaller shift wins (the side with more free room, up to the next point at about the
+    same height or the axes edge, is preferred on a tie). A label that had to move is tied
+    to its point by a thin leader line. Positions are worked out in display space, so the
+    figure's layout is frozen first; labels stay inside the axes.
+
+    ``radius_pt``: each marker's radius in points; ``segments``: line segments ``(x_from,
+    y_from, x_to, y_to)`` in data coordinates that labels must not cross (the Pareto step
+    line; their bounding boxes are avoided, so keep them horizontal or vertical);
+    ``colours``: each label's text colour.
+    """
+    fig = ax.figure
+    fig.draw_without_rendering()
+    fig.set_layout_engine("none")
+    renderer = fig.canvas.get_renderer()
+    box = ax.get_window_extent(renderer)
+    points = ax.transData.transform(np.column_stack([xs, ys]).astype(float))
+    n = len(texts)
+    px_per_pt = fig.dpi / 72
+    radius = np.asarray(radius_pt if radius_pt is not None else [4.0] * n,
+                        dtype=float) * px_per_pt
+    pad = 1.5 * px_per_pt
+    thick = 1.0 * px_per_pt
+    # obstacles as (left, right, bottom, top) in pixels: markers, segments, placed labels
+    obstacles = [(px - r, px + r, py - r, py + r)
+                 for (px, py), r in zip(points, radius, strict=True)]
+    for xa, ya, xb, yb in segments:
+        (pa, qa), (pb, qb) = ax.transData.transform([(xa, ya), (xb, yb)])
+        obstacles.append((min(pa, pb), max(pa, pb), min(qa, qb) - thick, max(qa, qb) + thick))
+
+    def nearest_free(left: float, right: float, height: float, want: float,
+                     skip: int) -> float | None:
+        low, high = box.y0 + height / 2 + pad, box.y1 - height / 2 - pad
+        blocked = sorted((b - height / 2 - pad, t + height / 2 + pad)
+                         for k, (lft, rgt, b, t) in enumerate(obstacles)
+                         if k != skip and lft < right + pad and rgt > left - pad)
+        free, cursor = [], low  # complement of the blocked intervals within [low, high]
+        for b, t in blocked:
+            if b > cursor:
+                free.append((cursor, min(b, high)))
+            cursor = max(cursor, t)
+        if cursor < high:
+            free.append((cursor, high))
+        candidates = [min(max(want, a), b) for a, b in free if b >= a]
+        return min(candidates, key=lambda c: abs(c - want)) if candidates else None
+
+    widths, heights = np.zeros(n), np.zeros(n)
+    for i, text in enumerate(texts):
+        probe = ax.text(0, 0, text, fontsize=fontsize, transform=None)
+        extent = probe.get_window_extent(renderer)
+        probe.remove()
+        widths[i], heights[i] = extent.width, extent.height
+    gaps = radius + 3.0 * px_per_pt
+
+    # points about the same x form a column whose labels all go on one side: the side with
+    # more free room, up to the next column overlapping it in height (or the axes edge)
+    by_x = sorted(range(n), key=lambda k: (points[k, 0], k))
+    columns: list[list[int]] = []
+    for k in by_x:
+        last = columns[-1][-1] if columns else None
+        if last is not None and (points[k, 0] - points[last, 0]
+                                 <= radius[k] + radius[last] + 3 * px_per_pt):
+            columns[-1].append(k)
+        else:
+            columns.append([k])
+    side = np.ones(n, dtype=bool)
+    anchor = points[:, 0].copy()  # labels of a column align on its outer edge
+    channel = np.zeros(n)
+    for column in columns:
+        c_x0, c_x1 = points[column, 0].min(), points[column, 0].max()
+        c_y0, c_y1 = points[column, 1].min(), points[column, 1].max()
+        band = 2.0 * heights[column].max()
+        room_right, room_left = box.x1 - c_x1, c_x0 - box.x0
+        for other in columns:
+            if other is column:
+                continue
+            o_y0, o_y1 = points[other, 1].min(), points[other, 1].max()
+            if o_y1 < c_y0 - band or o_y0 > c_y1 + band:
+                continue
+            o_x0, o_x1 = points[other, 0].min(), points[other, 0].max()
+            if o_x0 > c_x1:
+                room_right = min(room_right, o_x0 - c_x1)
+            elif o_x1 < c_x0:
+                room_left = min(room_left, c_x0 - o_x1)
+        need = float((gaps[column] + widths[column]).max())
+        if (room_right >= need) != (room_left >= need):
+            side[column] = room_right >= need
+        else:
+            side[column] = room_right >= room_left
+        anchor[column] = c_x1 if side[column[0]] else c_x0
+        if len(column) > 1:  # a stack: leave a channel for its leader lines
+            channel[column] = 9.0 * px_per_pt
+
+    order = sorted(range(n), key=lambda k: (-points[k, 1], k))
+    result: dict[int, tuple[float, float, float, bool]] = {}  # x0, cy, height, right
+    for i in order:
+        px, py = points[i]
+        width, height, gap = widths[i], heights[i], gaps[i]
+        options = []
+        for right in (bool(side[i]), not side[i]):
+            edge, off = (anchor[i], gap + channel[i]) if right == side[i] else (px, gap)
+            left_edge = edge + off if right else edge - off - width
+            if left_edge < box.x0 or left_edge + width > box.x1:
+                continue
+            cy = nearest_free(left_edge, left_edge + width, height, py, skip=i)
+            if cy is not None:
+                options.append((abs(cy - py), left_edge, cy, right))
+        if not options:  # nowhere free: beside the point, on its column's side
+            off = gap + channel[i]
+            left_edge = anchor[i] + off if side[i] else anchor[i] - off - width
+            options.append((0.0, left_edge, py, bool(side[i])))
+        _, left_edge, cy, right = options[0]  # the column's side, unless it has no room
+        result[i] = (left_edge, cy, height, right)
+        obstacles.append((left_edge, left_edge + width, cy - height / 2, cy + height / 2))
+
+    inverse = ax.transData.inverted()
+    for i in range(n):
+        x0, cy, height, right = result[i]
+        tx, ty = inverse.transform((x0 if right else x0 + widths[i], cy))
+        near = x0 if right else x0 + widths[i]
+        displaced = (abs(cy - points[i, 1]) > height * 0.6
+                     or abs(near - points[i, 0]) > gaps[i] + 2 * px_per_pt)
+        ax.annotate(
+            texts[i], xy=(xs[i], ys[i]), xytext=(tx, ty), textcoords="data",
+            ha="left" if right else "right", va="center", fontsize=fontsize,
+            color=colours[i] if colours is not None else "0.15", zorder=5,
+            arrowprops=(dict(arrowstyle="-", color="0.55", lw=0.6, shrinkA=1, shrinkB=3,
+                             relpos=(0.0, 0.5) if right else (1.0, 0.5))
+                        if displaced else None),
+        )
+
+
+def _log_x(ax: Any, low: float, high: float) -> None:
+    """Log-scale x axis over [low, high] with 1-2-5 ticks written as plain numbers (0.5, 1,
+    2, 5, 10, ...)."""
+    ax.set_xscale("log")
+    ax.set_xlim(low, high)
+    axis = ax.xaxis
+    ticks = [m * 10.0 ** e for e in range(math.floor(math.log10(low)) - 1,
+                                          math.ceil(math.log10(high)) + 1)
+             for m in (1, 2, 5) if low <= m * 10.0 ** e <= high]
+    if len(ticks) < 3:  # narrow range: add the in-between steps
+        ticks = sorted({*ticks, *(m * 10.0 ** e
+                                  for e in range(math.floor(math.log10(low)),
+                                                 math.ceil(math.log10(high)) + 1)
+                                  for m in (1.5, 3, 4, 7) if low <= m * 10.0 ** e <= high)})
+    axis.set_major_locator(FixedLocator(ticks))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_locator(NullLocator())
+
+
+# --------------------------------------------------------------------- score vs cost
+
+
+def plot_score_vs_cost(board: pd.DataFrame, x: str, out_dir: Path, name: str, *,
+                       x_label: str, title: str, y: str = "average",
+                       y_label: str = "GLUE average, dev (0–100)",
+                       hue: str = "student", hue_title: str = "student") -> list[Path]:
+    """Score against a cost (latency, parameters): one point per model, coloured by
+    ``hue`` (student shape by default), the teacher a black star, the Pareto front (lower
+    cost, higher score) a dashed step line, every point labelled with ``label``.
+
+    ``board``: columns ``label``, ``y`` (``average``), ``x``, ``hue`` and boolean
+    ``is_teacher`` (optional). Rows with a missing ``x`` or ``y`` are left out (and off
+    the front). The x axis is logarithmic where the costs span more than 10x.
+    """
+    data = board[board[x].notna() & board[y].notna()].copy()
+    if data.empty:
+        return []
+    data["is_teacher"] = (data["is_teacher"].fillna(False).astype(bool)
+                          if "is_teacher" in data else False)
+    hue_values = data[hue].fillna("?").astype(str) if hue in data else pd.Series("?", data.index)
+    data["_hue"] = hue_values
+    students = data[~data["is_teacher"]]
+    levels = list(dict.fromkeys(students["_hue"]))
+    palette = dict(zip(levels, sns.color_palette("colorblind", max(len(levels), 1)),
+                       strict=False))
+    markers = dict(zip(levels, ["o", "s", "D", "^", "v", "P", "X", "h"] * 4, strict=False))
+
+    with _style():
+        fig = _figure(figsize=(9.5, 5.8))
+        ax = fig.add_subplot()
+        front = pareto_front(data, x, y)
+        handles: list[Any] = []
+        for level in levels:
+            rows = students[students["_hue"] == level]
+            handles.append(ax.scatter(rows[x], rows[y], s=55, color=palette[level],
+                                      marker=markers[level], edgecolor="white",
+                                      linewidth=0.8, zorder=3, label=level))
+        teacher = data[data["is_teacher"]]
+        if not teacher.empty:
+            handles.append(ax.scatter(teacher[x], teacher[y], s=190, marker="*",
+                                      color="black", zorder=4, label="teacher"))
+        if len(front) >= 1:
+            (line,) = ax.step(front[x], front[y], where="post", color="0.35", lw=1.3,
+                              ls="--", zorder=2, label="Pareto front")
+            ax.scatter(front[x], front[y], s=140, facecolor="none", edgecolor="0.35",
+                       lw=1.0, zorder=2)
+            handles.append(line)
+
+        low, high = float(data[x].min()), float(data[x].max())
+        if low > 0 and high / low > 10:
+            _log_x(ax, low / 10 ** 0.12, high * 10 ** 0.12)
+        else:
+            span = (high - low) or max(abs(high), 1.0)
+            ax.set_xlim(low - 0.08 * span, high + 0.08 * span)
+        ylow, yhigh = float(data[y].min()), float(data[y].max())
+        yspan = (yhigh - ylow) or 1.0
+        ax.set_ylim(ylow - 0.12 * yspan, yhigh + 0.12 * yspan)
+        ax.set_xlabel(x_label)
+        ax.set_ylabel(y_label)
+        ax.set_title(title)
+        ax.legend(handles=handles, title=hue_title, loc="upper left",
+                  bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
+        labels = data["label"].astype(str) if "label" in data else data.index.astype(str)
+        radius = np.where(data["is_teacher"], 8.0, 5.0)
+        steps = []
+        for (xa, ya), (xb, yb) in zip(front[[x, y]].to_numpy()[:-1],
+                                      front[[x, y]].to_numpy()[1:], strict=True):
+            steps += [(xa, ya, xb, ya), (xb, ya, xb, yb)]
+        # label text in a darker shade of its point's colour, to tell apart neighbours
+        colours = [(0.1, 0.1, 0.1) if teacher_row else
+                   tuple(0.62 * c for c in palette[level])
+                   for teacher_row, level in zip(data["is_teacher"], data["_hue"], strict=True)]
+        _spread_labels(ax, data[x].tolist(), data[y].tolist(), labels.tolist(),
+                       radius_pt=radius.tolist(), segments=steps, colours=colours)
+        return save(fig, out_dir, name)
+
+
+# --------------------------------------------------------------------------- heatmap
+
+
+def plot_task_heatmap(scores: pd.DataFrame, out_dir: Path, name: str, *, title: str,
+                      metric_labels: dict[str, str] | None = None,
+                      separate: Sequence[str] = ("average",),
+                      reference: Sequence[str] = ()) -> list[Path]:
+    """Scores of methods (rows) on tasks (columns), raw values printed with one decimal.
+
+    Tasks have different scales (an MCC beside an accuracy), so the colour is relative
+    within each column: min-max scaled, the column's lowest score at one end of the colour
+    map and its highest at the other (a constant column is mid-scale). Missing cells show a
+    dash. ``metric_labels`` (column -> metric name) go under the task names; columns in
+    ``separate`` (the average) are set off by a gap. Rows in ``reference`` (the teacher)
+    are printed on a neutral background and left out of the colour scale, so that they do
+    not compress the students' range.
+    """
+    raw = scores.apply(pd.to_numeric, errors="coerce").astype(float)
+    if raw.empty:
+        return []
+    is_reference = np.array([str(i) in {str(r) for r in reference} for i in raw.index])
+    scaled = raw[~is_reference]
+    low, high = scaled.min(), scaled.max()
+    span = (high - low).where(high > low)
+    norm = ((raw - low) / span).fillna(0.5).where(raw.notna())
+    norm.loc[is_reference] = np.nan
+    annot = raw.map(lambda v: "" if pd.isna(v) else _signed(v, "{:.1f}"))
+    metric_labels = metric_labels or {}
+    columns = [f"{c}\n{metric_labels[c]}" if c in metric_labels else str(c)
+               for c in raw.columns]
+    rows = [str(i) for i in raw.index]
+    longest = max((len(r) for r in rows), default=10)
+
+    with _style():
+        width = 2.6 + 0.068 * longest + 0.95 * len(columns)
+        height = 1.5 + 0.36 * len(rows)
+        fig = _figure(figsize=(width, height))
+        ax = fig.add_subplot()
+        ax.set_facecolor("0.93")
+        sns.heatmap(norm, ax=ax, annot=annot.to_numpy(), fmt="", cmap="viridis", vmin=0.0,
+                    vmax=1.0, linewidths=0.6, linecolor="white",
+                    annot_kws={"fontsize": 9},
+                    cbar_kws={"ticks": [0, 1], "shrink": 0.8 if len(rows) > 4 else 1.0,
+                              "aspect": 18})
+        ax.grid(False)
+        colorbar = ax.collections[0].colorbar
+        colorbar.set_ticklabels(["lowest", "highest"])
+        colorbar.ax.tick_params(labelsize=8)
+        colorbar.set_label("colour: relative within each column", fontsize=9)
+        for (i, j), value in np.ndenumerate(raw.to_numpy()):
+            if np.isnan(value):
+                ax.text(j + 0.5, i + 0.5, "–", ha="center", va="center", color="0.45",
+                        fontsize=9)
+            elif is_reference[i]:
+                ax.text(j + 0.5, i + 0.5, _signed(value, "{:.1f}"), ha="center", va="center",
+                        color="0.15", fontsize=9)
+        for k, column in enumerate(raw.columns):
+            if column in separate and k > 0:
+                ax.axvline(k, color="white", lw=5)
+        for i in range(1, len(rows)):
+            if is_reference[i] != is_reference[i - 1]:
+                ax.axhline(i, color="white", lw=5)
+        ax.set_xticks(np.arange(len(columns)) + 0.5, columns, rotation=0)
+        ax.set_yticks(np.arange(len(rows)) + 0.5, rows, rotation=0)
+        for label, ref in zip(ax.get_yticklabels(), is_reference, strict=True):
+            if ref:
+                label.set_fontstyle("italic")
+        ax.xaxis.tick_top()
+        ax.tick_params(axis="both", length=0)
+        ax.set_xlabel("")
+        ax.set_ylabel("")
+        ax.set_title(title, pad=8)
+        return save(fig, out_dir, name)
+
+
+# ----------------------------------------------------------------------- loss curves
+
+_HISTORY_META = ("step", "epoch", "lr", "loss")
+_PERCENT_METRICS = ("accuracy", "f1")
+
+
+def plot_loss_curves(record: dict[str, Any], out_dir: Path, name: str, *,
+                     title: str | None = None) -> list[Path]:
+    """A run's training curves: one panel per stage with a history, each named loss term a
+    line against the optimiser step, the weighted total (``loss``) black and dashed, and
+    the dev main metric (``record["main_metric"]``) at each evaluation as markers on a
+    right-hand axis. A term keeps its colour across panels; the y axis is logarithmic in a
+    panel whose losses span more than 20x. Returns [] when no stage has a history.
+    """
+    stages = [s for s in record.get("stages") or [] if s.get("history")]
+    if not stages:
+        return []
+    metric = record.get("main_metric")
+    terms: list[str] = []
+    for stage in stages:
+        for entry in stage["history"]:
+            for key in entry:
+                if key not in _HISTORY_META and key not in terms:
+                    terms.append(key)
+    palette = dict(zip(terms, sns.color_palette("colorblind", max(len(terms), 1)),
+                       strict=False))
+    metric_colour = "#b2182b"
+    if title is None:
+        parts = [record.get("method"), record.get("task_display") or record.get("task"),
+                 record.get("student_shape"),
+                 f"seed {record['seed']}" if record.get("seed") is not None else None]
+        title = "training losses · " + " · ".join(str(p) for p in parts if p)
+
+    with _style():
+        fig = _figure(figsize=(max(6.8, 0.6 + 5.0 * len(stages)), 4.4))
+        axes = fig.subplots(1, len(stages), squeeze=False)[0]
+        legend: dict[str, Any] = {}
+        for ax, stage in zip(axes, stages, strict=True):
+            history = pd.DataFrame(stage["history"]).sort_values("step")
+            shown = [t for t in terms if t in history and history[t].notna().any()]
+            values = history[[*shown, *(["loss"] if "loss" in history else [])]]
+            positive = values.to_numpy(dtype=float)
+            positive = positive[np.isfinite(positive)]
+            if positive.size and positive.min() > 0 and positive.max() / positive.min() > 20:
+                ax.set_yscale("log")
+                ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+                ax.yaxis.set_minor_locator(NullLocator())
+            total_is_term = "loss" in history and len(shown) == 1 and np.allclose(
+                history["loss"], history[shown[0]], equal_nan=True)
+            for term in shown:
+                label = f"{term} (= total)" if total_is_term else term
+                (line,) = ax.plot(history["step"], history[term], color=palette[term], lw=1.6,
+                                  label=label)
+                legend.setdefault(label, line)
+            if "loss" in history and not total_is_term:
+                (line,) = ax.plot(history["step"], history["loss"], color="black", lw=2.2,
+                                  ls="--", label="total (weighted)", zorder=3)
+                legend.setdefault("total (weighted)", line)
+            ax.set_xlabel("optimiser step")
+            ax.set_ylabel("loss" + (" (log scale)" if ax.get_yscale() == "log" else ""))
+            ax.set_title(f"stage: {stage.get('name', '?')}")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=6))
+            evaluations = pd.DataFrame(stage.get("evaluations") or [])
+            if metric and metric in evaluations and evaluations[metric].notna().any():
+                twin = ax.twinx()
+                twin.grid(False)
+                label = f"dev {metric_label(metric)} (right axis)"
+                (points,) = twin.plot(evaluations["step"], evaluations[metric], ls=":",
+                                      lw=1.0, marker="o", ms=6, color=metric_colour,
+                                      label=label, zorder=4)
+                legend.setdefault(label, points)
+                unit = "%" if metric in _PERCENT_METRICS else "×100"
+                twin.set_ylabel(f"dev {metric_label(metric)} ({unit})", color=metric_colour)
+                twin.tick_params(axis="y", colors=metric_colour)
+                lo, hi = evaluations[metric].min(), evaluations[metric].max()
+                pad = max((hi - lo) * 0.15, 0.5)
+                twin.set_ylim(lo - pad, hi + pad)
+            ax.set_xlim(left=0)
+        fig.suptitle(title)
+        fig.legend(legend.values(), legend.keys(), loc="outside lower center",
+                   ncol=min(len(legend), 6), frameon=False)
+        return save(fig, out_dir, name)
+
+
+# -------------------------------------------------------------------------- ablation
+
+
+def plot_ablation(frame: pd.DataFrame, out_dir: Path, name: str, *, title: str,
+                  full: str = "full",
+                  y_label: str = "change vs full model (score points)") -> list[Path]:
+    """Ablations as the change against the full model: one facet per ``group`` (the
+    paper's procedure / objective / mapping tables, shared y axis), one pair of bars per
+    ``variant``: each ``source`` (ours, the paper's) beside the other, a zero line, each
+    bar labelled with its change.
+
+    ``frame``: ``group``, ``variant``, ``source``, ``value``; optionally ``delta`` (else
+    computed as value minus the ``full`` variant's value in the same source). Our scores
+    and the paper's are on different tasks, so only the changes are comparable; the full
+    model's own value per source is given in the legend. A variant missing from a source
+    shows "n/a" in that slot.
+    """
+    data = frame.copy()
+    if data.empty:
+        return []
+    sources = list(dict.fromkeys(data["source"]))
+    fulls = {s: data.loc[(data["variant"] == full) & (data["source"] == s), "value"]
+             for s in sources}
+    full_value = {s: (float(v.iloc[0]) if len(v) else math.nan) for s, v in fulls.items()}
+    if "delta" not in data:
+        data["delta"] = np.nan
+    computed = data["value"] - data["source"].map(full_value)
+    data["delta"] = data["delta"].astype(float).fillna(computed)
+    data = data[data["variant"] != full]
+    if data.empty:
+        return []
+    groups = list(dict.fromkeys(data["group"]))
+    variants = {g: list(dict.fromkeys(data.loc[data["group"] == g, "variant"]))
+                for g in groups}
+    colours = dict(zip(sources, sns.color_palette("colorblind", len(sources)), strict=True))
+    longest = max(len(str(v)) for vs in variants.values() for v in vs)
+    rotate = longest > 9
+    bar_w = 0.8 / len(sources)
+
+    with _style():
+        n_bars = sum(len(v) for v in variants.values())
+        fig = _figure(figsize=(max(6.5, 1.3 + 0.8 * n_bars + 0.5 * len(groups)), 4.9))
+        axes = fig.subplots(1, len(groups), sharey=True, squeeze=False,
+                            width_ratios=[max(len(variants[g]), 1.5) for g in groups])[0]
+        deltas = data["delta"].dropna()
+        top = max(float(deltas.max()) if len(deltas) else 0.0, 0.0)
+        bottom = min(float(deltas.min()) if len(deltas) else 0.0, 0.0)
+        margin = 0.14 * ((top - bottom) or 1.0)
+        for ax, group in zip(axes, groups, strict=True):
+            rows = data[data["group"] == group]
+            for k, source in enumerate(sources):
+                offset = (k - (len(sources) - 1) / 2) * bar_w
+                for i, variant in enumerate(variants[group]):
+                    cell = rows[(rows["variant"] == variant) & (rows["source"] == source)]
+                    xpos = i + offset
+                    if cell.empty or pd.isna(cell["delta"].iloc[0]):
+                        ax.text(xpos, 0.01 * (top - bottom), "n/a", ha="center",
+                                va="bottom", fontsize=7.5, color="0.4", style="italic")
+                        continue
+                    value = float(cell["delta"].iloc[0])
+                    ax.bar(xpos, value, width=bar_w * 0.95, color=colours[source],
+                           edgecolor="white", linewidth=0.5, zorder=3)
+                    ax.text(xpos, value + (0.01 if value >= 0 else -0.01) * (top - bottom),
+                            _signed(value, "{:+.1f}"), ha="center",
+                            va="bottom" if value >= 0 else "top", fontsize=7.5, zorder=4)
+            ax.axhline(0, color="0.2", lw=0.9, zorder=2)
+            ax.set_xticks(range(len(variants[group])), [str(v) for v in variants[group]],
+                          rotation=30 if rotate else 0, ha="right" if rotate else "center",
+                          rotation_mode="anchor")
+            ax.set_xlim(-0.6, len(variants[group]) - 0.4)
+            ax.set_title(str(group))
+            ax.grid(axis="x", visible=False)
+        axes[0].set_ylabel(y_label)
+        axes[0].set_ylim(bottom - margin, top + margin)
+        handles = [mpl.patches.Patch(color=colours[s], label=(
+            f"{s} (full model: {full_value[s]:.1f})" if not math.isnan(full_value[s]) else s))
+            for s in sources]
+        fig.suptitle(title)
+        fig.legend(handles=handles, loc="outside lower center", ncol=len(sources),
+                   frameon=False)
+        return save(fig, out_dir, name)
+
+
+# ------------------------------------------------------------------------------ Optuna
+
+_STATE_STYLE = {
+    "complete": {"marker": "o", "color": "#0173b2", "s": 42, "label": "complete"},
+    "pruned": {"marker": "v", "color": "#de8f05", "s": 46,
+               "label": "pruned (last reported value)"},
+    "fail": {"marker": "X", "color": "#cc3311", "s": 50, "label": "failed (no value)"},
+}
+
+
+def plot_optuna_history(trials: pd.DataFrame, out_dir: Path, name: str, *, title: str,
+                        direction: str = "maximize",
+                        metric_label: str = "objective") -> list[Path]:
+    """An Optuna study's optimisation history: each trial's value by state (complete,
+    pruned at its last reported value, failed along the bottom edge, having none) and the
+    best complete value so far as a step line.
+
+    ``trials``: ``number``, ``state`` (complete / pruned / fail), ``value``.
+    """
+    if trials.empty:
+        return []
+    data = trials.sort_values("number", kind="stable")
+    state = data["state"].astype(str).str.lower()
+    with _style():
+        fig = _figure(figsize=(8.0, 4.6))
+        ax = fig.add_subplot()
+        bottom = mtransforms.blended_transform_factory(ax.transData, ax.transAxes)
+        for key, style in _STATE_STYLE.items():
+            rows = data[state == key]
+            if rows.empty:
+                continue
+            with_value = rows[rows["value"].notna()] if key != "fail" else rows.iloc[:0]
+            without = rows[rows["value"].isna()] if key != "fail" else rows
+            kwargs = {"marker": style["marker"], "color": style["color"], "s": style["s"],
+                      "zorder": 3, "edgecolor": "white", "linewidth": 0.6}
+            if not with_value.empty:
+                ax.scatter(with_value["number"], with_value["value"], label=style["label"],
+                           **kwargs)
+            if not without.empty:
+                ax.scatter(without["number"], np.full(len(without), 0.03), transform=bottom,
+                           clip_on=False,
+                           label=style["label"] if with_value.empty else None, **kwargs)
+        complete = data[(state == "complete") & data["value"].notna()]
+        if not complete.empty:
+            best = (complete["value"].cummax() if direction == "maximize"
+                    else complete["value"].cummin())
+            xs = [*complete["number"], data["number"].max()]
+            ys = [*best, best.iloc[-1]]
+            best_at = int(complete.loc[complete["value"] == best.iloc[-1], "number"].iloc[0])
+            ax.step(xs, ys, where="post", color="0.25", lw=1.6, zorder=2,
+                    label=f"best so far\n(final {best.iloc[-1]:.4g}, trial {best_at})")
+        ax.set_xlabel("trial number")
+        ax.set_ylabel(f"{metric_label} ({'higher' if direction == 'maximize' else 'lower'}"
+                      " is better)")
+        ax.set_title(title)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        valued = data["value"].dropna()
+        if len(valued):
+            lo, hi = float(valued.min()), float(valued.max())
+            pad = max((hi - lo) * 0.12, abs(hi) * 0.002, 1e-3)
+            ax.set_ylim(lo - pad * 1.6, hi + pad)
+        ax.set_xlim(data["number"].min() - 0.6, data["number"].max() + 0.6)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
+                  frameon=False)
+        return save(fig, out_dir, name)
+
+
+def plot_param_importances(importances: dict[str, float], out_dir: Path, name: str, *,
+                           title: str,
+                           x_label: str = "importance (fANOVA share of objective variance)"
+                           ) -> list[Path]:
+    """Hyperparameter importances as horizontal bars, the most important on top, each
+    labelled with its value. Returns [] for no importances."""
+    if not importances:
+        return []
+    items = sorted(importances.items(), key=lambda kv: (-kv[1], kv[0]))
+    names = [k for k, _ in items]
+    values = [v for _, v in items]
+    with _style():
+        fig = _figure(figsize=(7.0, 1.4 + 0.45 * len(items)))
+        ax = fig.add_subplot()
+        ypos = np.arange(len(items))
+        ax.barh(ypos, values, color=sns.color_palette("colorblind")[0], height=0.6, zorder=3)
+        for yv, value in zip(ypos, values, strict=True):
+            ax.text(value, yv, f" {value:.2f}", va="center", ha="left", fontsize=9)
+        ax.set_yticks(ypos, names)
+        ax.invert_yaxis()
+        ax.set_xlim(0, max(max(values), 1e-9) * 1.18)
+        ax.set_xlabel(x_label)
+        ax.set_title(title)
+        ax.grid(axis="y", visible=False)
+        return save(fig, out_dir, name)
+
+
+def _distribution(values: list[Any]) -> Any:
+    from optuna.distributions import (
+        CategoricalDistribution,
+        FloatDistribution,
+        IntDistribution,
+    )
+
+    def is_int(v: Any) -> bool:
+        return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+    def is_number(v: Any) -> bool:
+        return is_int(v) or (isinstance(v, (float, np.floating)) and math.isfinite(v))
+
+    if values and all(is_int(v) for v in values):
+        return IntDistribution(int(min(values)), int(max(values)))
+    if values and all(is_number(v) for v in values):
+        low, high = float(min(values)), float(max(values))
+        return FloatDistribution(low, high, log=low > 0 and high / low > 10)
+    choices: list[Any] = []
+    for value in values:
+        if value not in choices:
+            choices.append(value)
+    return CategoricalDistribution(choices)
+
+
+def study_from_history(history: list[dict[str, Any]], direction: str = "maximize") -> Any:
+    """An in-memory Optuna study holding the trials of a tuned-parameters file's
+    ``history`` (entries: ``trial``, ``state``, ``value``, ``params``, ``evaluations``).
+
+    Distributions are inferred from the values seen per parameter: integers give an
+    :class:`~optuna.distributions.IntDistribution`, other numbers a
+    :class:`~optuna.distributions.FloatDistribution` (log scale where the values span more
+    than 10x), anything else a categorical one. Complete trials carry their value, pruned
+    trials theirs (Optuna's last reported intermediate value) and every trial its
+    intermediate values (``evaluations``, at steps 0, 1, ...); failed trials have no value.
+    Running or waiting entries are left out. Trials are added in ``trial`` order, so their
+    numbers match where the history is complete; each keeps its original number in
+    ``user_attrs["trial"]``.
+    """
+    import optuna
+    from optuna.trial import TrialState, create_trial
+
+    states = {"complete": TrialState.COMPLETE, "pruned": TrialState.PRUNED,
+              "fail": TrialState.FAIL}
+    entries = sorted((e for e in history if str(e.get("state", "")).lower() in states),
+                     key=lambda e: e.get("trial", 0))
+    seen: dict[str, list[Any]] = {}
+    for entry in entries:
+        for key, value in (entry.get("params") or {}).items():
+            seen.setdefault(key, []).append(value)
+    distributions = {key: _distribution(values) for key, values in seen.items()}
+
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        study = optuna.create_study(direction=direction)
+        trials = []
+        for entry in entries:
+            state = states[str(entry["state"]).lower()]
+            value = entry.get("value")
+            if value is not None and (state is TrialState.FAIL or not math.isfinite(value)):
+                value = None
+            if state is TrialState.COMPLETE and value is None:
+                state = TrialState.FAIL
+            params = dict(entry.get("params") or {})
+            trials.append(create_trial(
+                state=state, value=value, params=params,
+                distributions={k: distributions[k] for k in params},
+                intermediate_values={step: float(v)
+                                     for step, v in enumerate(entry.get("evaluations") or [])
+                                     if v is not None and math.isfinite(v)},
+                user_attrs={"trial": entry.get("trial")},
+            ))
+        study.add_trials(trials)
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+    return study
+
+
+def param_importances(history: list[dict[str, Any]], direction: str = "maximize",
+                      *, seed: int = 0) -> dict[str, float]:
+    """fANOVA importances (normalised to sum to 1, seeded so they are reproducible) of the
+    parameters that vary among the complete trials of ``history``.
+
+    Returns {} where importance is undefined: fewer than two complete trials, no parameter
+    varying among them, or the same value for every complete trial. Constant parameters
+    (fixed by the search space or never moved) are left out.
+    """
+    import optuna
+    from optuna.importance import FanovaImportanceEvaluator
+    from optuna.trial import TrialState
+
+    study = study_from_history(history, direction)
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if len(complete) < 2 or len({t.value for t in complete}) < 2:
+        return {}
+    names = sorted({k for t in complete for k in t.params})
+    common = [k for k in names if all(k in t.params for t in complete)]
+    varied = [k for k in common if len({repr(t.params[k]) for t in complete}) > 1]
+    if not varied:
+        return {}
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        result = optuna.importance.get_param_importances(
+            study, evaluator=FanovaImportanceEvaluator(seed=seed), params=varied)
+    except (ValueError, RuntimeError, ZeroDivisionError):
+        return {}
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+    if not result or not all(math.isfinite(v) for v in result.values()):
+        return {}
+    return {k: float(v) for k, v in result.items()}
+
+
+def trials_frame(history: list[dict[str, Any]]) -> pd.DataFrame:
+    """The ``trials`` frame of :func:`plot_optuna_history` from a tuned-parameters file's
+    ``history``: ``number``, ``state``, ``value`` (NaN where there is none)."""
+    rows = [{"number": e.get("trial"), "state": str(e.get("state", "")).lower(),
+             "value": math.nan if e.get("value") is None else float(e["value"])}
+            for e in history]
+    return pd.DataFrame(rows, columns=["number", "state", "value"])
+
+
