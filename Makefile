@@ -8,13 +8,18 @@ export HF_DATASETS_OFFLINE ?= 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup postgres run test lint clean-venv
+.PHONY: setup postgres chromium run test lint report clean-venv
 
-setup: $(STAMP) postgres
+setup: $(STAMP) postgres chromium
 
 # PostgreSQL server binaries for the tests' throw-away server (apt-get install when missing).
 postgres:
 	@sh scripts/ensure-postgres.sh
+
+# Headless Chromium and chromedriver for the HTML report's browser test (apt-get install when
+# missing).
+chromium:
+	@sh scripts/ensure-chromium.sh
 
 # torch goes first and pinned: an unpinned torch pulls several GB of CUDA wheels here.
 $(STAMP): pyproject.toml
@@ -34,6 +39,12 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/pytest -q
+
+# The reference reports in reports/ (regenerate when a method or its records land; a test
+# checks they match results/): the glue-cpu grid's leaderboard and every glue-cpu run.
+report: $(STAMP)
+	$(BIN)/harness report --suite glue-cpu --grid
+	$(BIN)/harness report --suite glue-cpu
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
