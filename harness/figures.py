@@ -203,8 +203,10 @@ def _spread_labels(ax: Any, xs: Sequence[float], ys: Sequence[float], texts: Seq
         obstacles.append((min(pa, pb), max(pa, pb), min(qa, qb) - thick, max(qa, qb) + thick))
 
     def nearest_free(left: float, right: float, height: float, want: float,
-                     skip: int) -> float | None:
+                     skip: int, ceiling: float | None = None) -> float | None:
         low, high = box.y0 + height / 2 + pad, box.y1 - height / 2 - pad
+        if ceiling is not None:  # below the labels already stacked for this column
+            high = min(high, ceiling - height / 2 - pad)
         blocked = sorted((b - height / 2 - pad, t + height / 2 + pad)
                          for k, (lft, rgt, b, t) in enumerate(obstacles)
                          if k != skip and lft < right + pad and rgt > left - pad)
@@ -265,6 +267,9 @@ def _spread_labels(ax: Any, xs: Sequence[float], ys: Sequence[float], texts: Seq
         if len(column) > 1:  # a stack: leave a channel for its leader lines
             channel[column] = 9.0 * px_per_pt
 
+    # a column's labels keep its points' top-to-bottom order, so leader lines never cross
+    column_of = {k: number for number, column in enumerate(columns) for k in column}
+    stack_bottom: dict[int, float] = {}
     order = sorted(range(n), key=lambda k: (-points[k, 1], k))
     result: dict[int, tuple[float, float, float, bool]] = {}  # x0, cy, height, right
     for i in order:
@@ -276,7 +281,9 @@ def _spread_labels(ax: Any, xs: Sequence[float], ys: Sequence[float], texts: Seq
             left_edge = edge + off if right else edge - off - width
             if left_edge < box.x0 or left_edge + width > box.x1:
                 continue
-            cy = nearest_free(left_edge, left_edge + width, height, py, skip=i)
+            cy = nearest_free(left_edge, left_edge + width, height, py, skip=i,
+                              ceiling=stack_bottom.get(column_of[i]) if right == side[i]
+                              else None)
             if cy is not None:
                 options.append((abs(cy - py), left_edge, cy, right))
         if not options:  # nowhere free: beside the point, on its column's side
@@ -285,6 +292,9 @@ def _spread_labels(ax: Any, xs: Sequence[float], ys: Sequence[float], texts: Seq
             options.append((0.0, left_edge, py, bool(side[i])))
         _, left_edge, cy, right = options[0]  # the column's side, unless it has no room
         result[i] = (left_edge, cy, height, right)
+        if right == side[i]:
+            stack_bottom[column_of[i]] = min(stack_bottom.get(column_of[i], np.inf),
+                                             cy - height / 2)
         obstacles.append((left_edge, left_edge + width, cy - height / 2, cy + height / 2))
 
     inverse = ax.transData.inverted()

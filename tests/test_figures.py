@@ -128,6 +128,30 @@ def test_point_labels_do_not_overlap_each_other_or_the_points():
                         and box.y0 < py + radius and py - radius < box.y1)
 
 
+def test_stacked_labels_keep_their_points_order_beside_the_front_line():
+    """Three close points at one x, the top one on a horizontal Pareto segment: their
+    labels read top to bottom in the points' order (found wrong on the real leaderboard)."""
+    from matplotlib.text import Text
+
+    xs, ys = [4.75] * 3, [60.01, 59.53, 59.39]
+    texts = ["top · A", "middle · B", "bottom · C"]
+    with figures._style():
+        fig = figures._figure(figsize=(9.5, 5.8))
+        ax = fig.add_subplot()
+        ax.scatter(xs, ys)
+        ax.set_xscale("log")
+        ax.set_xlim(3.5, 80)
+        ax.set_ylim(35, 68)
+        figures._spread_labels(ax, xs, ys, texts, radius_pt=[5.0] * 3,
+                               segments=[(4.75, 60.01, 58.0, 60.01)])
+        renderer = fig.canvas.get_renderer()
+        for text in ax.texts:
+            text.update_positions(renderer)
+        heights = {text.get_text(): Text.get_window_extent(text, renderer).y0
+                   for text in ax.texts}
+    assert heights["top · A"] > heights["middle · B"] > heights["bottom · C"]
+
+
 def test_score_vs_cost_with_nothing_to_plot_writes_nothing(tmp_path):
     frame = board().assign(params_millions=np.nan)
     assert figures.plot_score_vs_cost(frame, "params_millions", tmp_path, "none",
