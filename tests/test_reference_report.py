@@ -1,0 +1,67 @@
+"""The committed reference reports (reports/) match the committed records (results/): a
+method that lands with new records and no regenerated report fails here (`make report`)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness.bench import latest_bench
+from harness.config import load_suite
+from harness.report import (
+    collect_runs,
+    efficiency_table,
+    leaderboard,
+    teacher_name,
+    teacher_parameters,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "results"
+COMPARED = ["label", "student", "average", "pct_of_teacher", "params_total", "speedup"]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("grid", [True, False], ids=["grid", "all-runs"])
+def test_committed_report_is_regenerated_from_the_committed_records(grid):
+    config = load_suite("glue-cpu")
+    folder = REPO / "reports" / ("glue-cpu-grid" if grid else "glue-cpu")
+    committed = pd.read_csv(folder / "leaderboard.csv")
+    committed = committed[committed["source"] != "published"].reset_index(drop=True)
+    runs, records = collect_runs(config, RESULTS, grid=grid)
+    bench = latest_bench(RESULTS, config.name)
+    board = leaderboard(runs, config.tasks, efficiency=efficiency_table(bench),
+                        teacher_shape=teacher_name(records),
+                        teacher_params=teacher_parameters(records))
+    stale = "reports/ is stale: regenerate it with `make report`"
+    assert list(committed["label"]) == list(board["label"]), stale
+    for column in COMPARED[2:] + config.tasks + [f"{task}_n" for task in config.tasks]:
+        np.testing.assert_allclose(committed[column].to_numpy(float),
+                                   board[column].to_numpy(float), rtol=1e-5, err_msg=stale)
+    markdown = (folder / "leaderboard.md").read_text()
+    for figure in re.findall(r"\]\((figures/[^)]+\.png)\)", markdown):
+        assert (folder / figure).exists() and (folder / figure).with_suffix(".svg").exists()
+
+
+def test_percent_of_teacher_by_hand_from_the_record_files():
+    """kd's row of the reference report, recomputed from its JSON records alone."""
+    committed = pd.read_csv(REPO / "reports" / "glue-cpu" / "leaderboard.csv")
+    row = committed[(committed["label"] == "kd") & (committed["source"] == "ours")].iloc[0]
+    config = load_suite("glue-cpu")
+    scores: dict[str, list[float]] = {}
+    teacher: dict[str, float] = {}
+    for path in (RESULTS / "glue-cpu" / "kd").glob("*/*.json"):
+        record = json.loads(path.read_text())
+        if (record["status"] == "finished" and not record.get("variation")
+                and record["seed"] in config.seeds):
+            scores.setdefault(record["task"], []).append(record["main_score"])
+            teacher[record["task"]] = record["teacher_main_score"]
+    average = np.mean([np.mean(scores[task]) for task in config.tasks])
+    teacher_average = np.mean([teacher[task] for task in config.tasks])
+    assert row["average"] == pytest.approx(average, rel=1e-6)
+    assert row["pct_of_teacher"] == pytest.approx(100 * average / teacher_average, rel=1e-6)
