@@ -454,7 +454,7 @@ def ablation_frame(results: Path, config: SuiteConfig, published: pd.DataFrame
         paper_tasks = ", ".join(_anchor_task_name(task) for task in dict.fromkeys(
             group.loc[group["task"] != "average", "task"]))
         paper_label = f"paper: GLUE dev, average of {paper_tasks}"
-        described.append(f"{group_name}: {ours_label}")
+        described.append((group_name, ours_label))
         paper = table.set_index("method")["value"]
         for method in methods:
             label = table.loc[table["method"] == method, "source_label"].iloc[0]
@@ -465,7 +465,9 @@ def ablation_frame(results: Path, config: SuiteConfig, published: pd.DataFrame
                              "value": means[method], "delta": means[method] - means[methods[0]]})
             rows.append({"group": group_name, "variant": variant, "source": paper_label,
                          "value": paper[method], "delta": paper[method] - paper[methods[0]]})
-    return pd.DataFrame(rows), "; ".join(described)
+    if len({label for _, label in described}) == 1:  # one description for every table
+        return pd.DataFrame(rows), described[0][1]
+    return pd.DataFrame(rows), "; ".join(f"{group}: {label}" for group, label in described)
 
 
 def _anchor_task_name(task: str) -> str:
