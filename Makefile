@@ -8,7 +8,7 @@ export HF_DATASETS_OFFLINE ?= 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup postgres chromium run test lint report clean-venv
+.PHONY: setup postgres chromium run test lint report clean-venv bench-env bench-train
 
 setup: $(STAMP) postgres chromium
 
@@ -50,4 +50,25 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(TB_VENV)
+
+# TextBrewer beside torch 2.13.0 in its own environment, for `harness bench train`'s third
+# side (scripts/textbrewer_step.py runs in it). torch goes first and pinned (CPU wheel here);
+# transformers is pinned to the main environment's version so both sides run the same model
+# code (textbrewer itself needs only numpy, torch, tensorboard and tqdm).
+TB_VENV := .venv-textbrewer
+TB_STAMP := $(TB_VENV)/.installed
+TEXTBREWER_VERSION ?= 0.2.1.post1
+bench-env: $(TB_STAMP)
+
+$(TB_STAMP): $(STAMP)
+	$(PYTHON) -m venv $(TB_VENV)
+	$(TB_VENV)/bin/pip install --quiet --upgrade pip
+	$(TB_VENV)/bin/pip install --quiet torch==2.13.0
+	$(TB_VENV)/bin/pip install --quiet textbrewer==$(TEXTBREWER_VERSION) \
+		"transformers==$$($(BIN)/python -c 'import transformers; print(transformers.__version__)')"
+	touch $(TB_STAMP)
+
+# The training-step benchmark: harness vs a hand-written loop vs TextBrewer (ARGS: options).
+bench-train: $(TB_STAMP)
+	$(BIN)/harness bench train $(ARGS)

@@ -549,6 +549,66 @@ def bench_augment(
         _echo(line)
 
 
+@bench_app.command("train")
+def bench_train(
+    suite: SuiteOpt = "glue-cpu",
+    task: Annotated[str, typer.Option(help="task whose training batches are used")] = "mrpc",
+    batch_size: Annotated[int, typer.Option(help="rows per batch")] = 32,
+    steps: Annotated[int, typer.Option(help="timed steps per side in each round")] = 3,
+    warmup: Annotated[int, typer.Option(help="untimed steps per side before round 1")] = 2,
+    rounds: Annotated[int, typer.Option(help="interleaved rounds (harness, minimal, "
+                                              "TextBrewer in each)")] = 10,
+    seq: Annotated[int | None, typer.Option(
+        help="every row exactly this many tokens, no padding (default: real batches "
+        "padded to their longest row, the same tensors on every side)")] = None,
+    teacher_outputs: Annotated[str, typer.Option(
+        help="live: a teacher forward each step (the intermediate stage's only mode); "
+        "cached: not supported for intermediate outputs")] = "live",
+    textbrewer: Annotated[bool, typer.Option(
+        help="time TextBrewer too (needs `make bench-env`)")] = True,
+    textbrewer_env: Annotated[Path, typer.Option(
+        help="the TextBrewer virtual environment")] = REPO_ROOT / ".venv-textbrewer",
+    threads: Annotated[int | None, typer.Option(
+        help="torch threads on every side (default: as OMP_NUM_THREADS leaves them)")] = None,
+    seed: Annotated[int, typer.Option(help="seed of the batches, weights and dropout")] = 0,
+    output: Annotated[Path | None, typer.Option(help="also write the record here (JSON)")]
+        = None,
+    data_dir: DataDirOpt = None,
+    teacher: TeacherOpt = None,
+    set_: SetOpt = None,
+) -> None:
+    """TinyBERT intermediate step: the harness vs a minimal PyTorch loop vs TextBrewer."""
+    from harness.bench_train import (
+        TrainBenchError,
+        TrainBenchSettings,
+        run_train_bench,
+        summary_lines,
+        write_record,
+    )
+
+    try:
+        settings = TrainBenchSettings(
+            suite=suite, task=task, batch_size=batch_size, steps=steps, warmup=warmup,
+            rounds=rounds, seq=seq, teacher_outputs=teacher_outputs, textbrewer=textbrewer,
+            textbrewer_env=textbrewer_env, seed=seed, threads=threads, data_dir=data_dir)
+        if textbrewer:
+            settings.textbrewer_python()
+        _quiet_libraries()
+        import transformers
+
+        transformers.utils.logging.disable_progress_bar()
+        record = run_train_bench(settings, _overrides(set_, None, teacher), log=_echo)
+    except (TrainBenchError, ConfigError, KeyError, FileNotFoundError, OSError,
+            RuntimeError, ValueError) as error:
+        _fail(str(error).strip("'\""))
+        return
+    _echo("")
+    for line in summary_lines(record):
+        _echo(line)
+    if output is not None:
+        _echo(f"\nrecord: {write_record(record, output)}")
+
+
 def _echo(message: str) -> None:
     typer.echo(message)
     sys.stdout.flush()

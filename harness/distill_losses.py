@@ -73,10 +73,13 @@ def attention_score_loss(student_scores: torch.Tensor, teacher_scores: torch.Ten
         raise ValueError(f"attention_score_loss: attention mask {tuple(attention_mask.shape)} "
                          f"does not match scores (batch {batch}, length {length})")
     # Every head has the same real pairs, so the mean over (head, pair) entries equals the
-    # mean over heads of the per-head MSEs.  Boolean indexing keeps padded entries out of
-    # both the forward value and the backward pass.
-    real_pairs = token_pair_mask(attention_mask).expand_as(student_scores)
-    return F.mse_loss(student_scores[real_pairs].float(), teacher_scores[real_pairs].float())
+    # mean over heads of the per-head MSEs.  ``where`` keeps padded entries out of both the
+    # forward value and the backward pass (their gradient is exactly 0, whatever they hold,
+    # NaN and inf included).  Not boolean indexing: gathering the (batch, heads, L, L)
+    # entries and scattering their gradient back cost ~15% of a TinyBERT step on a CPU.
+    real_pairs = token_pair_mask(attention_mask)
+    difference = torch.where(real_pairs, student_scores.float() - teacher_scores.float(), 0.0)
+    return difference.square().sum() / (real_pairs.sum() * student_heads)
 
 
 def _projected_token_mse(student: torch.Tensor, teacher: torch.Tensor,
