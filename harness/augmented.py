@@ -27,6 +27,7 @@ from harness.engine import predict_logits
 from harness.features import EncodedSplit, encode_split
 from harness.method import Augmenter
 from harness.teacher import TeacherArtifacts
+from harness.teacher_outputs import autocast_setting
 
 AUGMENTED_VERSION = 1
 
@@ -139,6 +140,7 @@ def prepare_augmented(
         started = time.perf_counter()
         model = teacher.load_model().to(accelerator.device)
         logits = predict_logits(model, synthetic, accelerator, inference_batch_size,
+                                autocast_setting(teacher.inference_precision),
                                 progress=f"teacher labels {task.name}")
         if accelerator.is_local_main_process:
             with cache.build("augmented_logits", logits_key,

@@ -140,6 +140,17 @@ class ScoreCapture:
                 f"{self.num_layers}: the model does not route all its self-attention through "
                 f"transformers' AttentionInterface")
 
+    def finish_early(self, depth: int) -> None:
+        """End a forward that was stopped after Transformer layer ``depth`` (see
+        :func:`harness.teacher_outputs.forward_to_depth`): the model's own end-of-forward
+        hook did not run, so check here that every layer up to ``depth`` was seen."""
+        self._recording = False
+        if self._calls != depth:
+            raise RuntimeError(f"captured attention scores from {self._calls} attention "
+                               f"calls in a forward stopped after layer {depth}")
+        if len(self.scores) != sum(1 for layer in self.layers if layer <= depth):
+            raise RuntimeError("attention scores of a captured layer are missing")
+
 
 def _self_attention_class(model: nn.Module) -> type[nn.Module]:
     """The self-attention module class, as declared for transformers' output recording."""
@@ -150,6 +161,23 @@ def _self_attention_class(model: nn.Module) -> type[nn.Module]:
         raise TypeError(f"{type(model).__name__} declares no self-attention module "
                         "(_can_record_outputs['attentions']); cannot capture its scores")
     return target
+
+
+def transformer_layers(model: nn.Module) -> list[nn.Module]:
+    """The model's Transformer layer modules in forward order (layer n is index n - 1), as
+    declared for transformers' hidden-state recording (``_can_record_outputs``)."""
+    recordable = getattr(model, "_can_record_outputs", None) or {}
+    target = recordable.get("hidden_states")
+    target = getattr(target, "target_class", target)
+    if not isinstance(target, type):
+        raise TypeError(f"{type(model).__name__} declares no Transformer layer module "
+                        "(_can_record_outputs['hidden_states'])")
+    layers = [module for module in model.modules() if isinstance(module, target)]
+    expected = getattr(getattr(model, "config", None), "num_hidden_layers", len(layers))
+    if len(layers) != expected:
+        raise TypeError(f"{type(model).__name__}: found {len(layers)} {target.__name__} "
+                        f"modules, expected {expected}")
+    return layers
 
 
 @contextmanager

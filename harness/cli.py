@@ -528,6 +528,12 @@ def bench_augment(
         = "sst2,mrpc,rte,stsb,cola",
     head_steps: Annotated[int | None, typer.Option(help="MLM head fitting steps")] = None,
     batch_size: Annotated[int, typer.Option(help="masked sequences per forward")] = 64,
+    words: Annotated[str, typer.Option(
+        help="all (every word may be replaced) or authors (the script's filter: a-z words "
+        "that are not stop words)")] = "all",
+    authors_input: Annotated[bool, typer.Option(
+        help="also time the loop on the script's input, [CLS] masked [SEP] original [SEP] "
+        "(time only: its candidates differ)")] = False,
     teacher: TeacherOpt = None,
     data_dir: DataDirOpt = None,
     cache_dir: CacheOpt = None,
@@ -541,11 +547,141 @@ def bench_augment(
             task=task, examples=examples, copies=copies, candidates=candidates, fields=fields,
             seed=seed, corpus_tasks=_csv(corpus_tasks) or [], head_steps=head_steps,
             batch_size=batch_size, teacher=teacher, data_dir=data_dir, cache_dir=cache_dir,
-            log=_echo)
+            words=words, authors_input=authors_input, log=_echo)
     except (KeyError, FileNotFoundError, RuntimeError, ValueError) as error:
         _fail(str(error).strip("'\""))
         return
     for line in result["table"]:
+        _echo(line)
+
+
+@bench_app.command("cache")
+def bench_cache(
+    task: Annotated[str, typer.Option(help="task of the runs")] = "sst2",
+    train_examples: Annotated[int | None, typer.Option(
+        help="training rows (a seeded subsample; 0: all) so the bench takes minutes")] = 3000,
+    suite: SuiteOpt = "glue-cpu",
+    trial: Annotated[bool, typer.Option(help="also time one Optuna trial (harness tune)")]
+        = True,
+    work_dir: Annotated[Path | None, typer.Option(
+        help="where the fresh cache, results and logs go (default: a new temporary folder)")]
+        = None,
+    set_: SetOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Second seed, method and trial on an already-cached task vs the first run."""
+    from harness.bench_memory import run_cache_benchmark
+
+    try:
+        result = run_cache_benchmark(task=task, train_examples=train_examples or None,
+                                     suite=suite, extra_sets=set_ or [], data_dir=data_dir,
+                                     work_dir=work_dir, trial=trial, log=_echo)
+    except (ConfigError, FileNotFoundError, RuntimeError, ValueError) as error:
+        _fail(str(error).strip("'\""))
+        return
+    for line in result["table"]:
+        _echo(line)
+
+
+@bench_app.command("memory")
+def bench_memory(
+    suite: SuiteOpt = "glue-cpu",
+    method: Annotated[list[str] | None, typer.Option(
+        "--method", "-m", help="methods (repeatable; default: kd, finetune, bilstm-soft, "
+        "tinybert-no-gd)")] = None,
+    tasks: TasksOpt = None,
+    seeds: Annotated[str, typer.Option(help="one round of runs per seed")] = "1,2,3,4",
+    max_steps: Annotated[int, typer.Option(help="optimiser steps per stage")] = 5,
+    mode: Annotated[str, typer.Option(
+        help="release: the runner's gc + malloc_trim after each run (the default "
+        "behaviour); no-release: gc only (HARNESS_RELEASE_MEMORY=0, the behaviour before the "
+        "fix); both: each in its own process, then one figure with both")] = "both",
+    out: Annotated[Path, typer.Option(help="figure stem (.png, .svg); CSVs: <stem>-<mode>.csv")]
+        = REPO_ROOT / "docs" / "figures" / "memory-flatness",
+    results: Annotated[Path | None, typer.Option(
+        help="results store for the runs (default: a new temporary folder)")] = None,
+    figure: Annotated[bool, typer.Option(help="draw the figure (PNG and SVG)")] = True,
+    cache_dir: CacheOpt = None,
+    set_: SetOpt = None,
+) -> None:
+    """Many runs in ONE process: resident memory after each run and each run's peak."""
+    _quiet_libraries()
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    import subprocess
+
+    from harness.bench_memory import (
+        flatness_slopes,
+        plot_memory_flatness,
+        read_rows,
+        run_memory_flatness,
+    )
+
+    if mode not in {"both", "release", "no-release"}:
+        _fail(f"--mode {mode!r}: choose both, release or no-release")
+    methods = method or ["kd", "finetune", "bilstm-soft", "tinybert-no-gd"]
+    task_list = _csv(tasks) or ["mrpc", "rte"]
+    if mode == "both":
+        panels = []
+        for one in ("no-release", "release"):
+            command = [sys.executable, "-m", "harness.cli", "bench", "memory", "--mode", one,
+                       "--suite", suite, "--tasks", ",".join(task_list), "--seeds", seeds,
+                       "--max-steps", str(max_steps), "--out", f"{out}-{one}", "--no-figure",
+                       *[item for name in methods for item in ("--method", name)],
+                       *[item for value in set_ or [] for item in ("--set", value)],
+                       *(["--cache-dir", str(cache_dir)] if cache_dir else [])]
+            if subprocess.run(command, check=False).returncode != 0:
+                _fail(f"bench memory --mode {one} failed")
+            rows = read_rows(Path(f"{out}-{one}.csv"))
+            panels.append((f"{'after' if one == 'release' else 'before'}: "
+                           f"{'gc + malloc_trim(0)' if one == 'release' else 'gc only'} "
+                           "after each run", rows))
+        for title, rows in panels:
+            slope, peak_slope = flatness_slopes(rows)
+            _echo(f"{title}: RSS after run {slope:+.2f} MiB/run, per-run peak "
+                  f"{peak_slope:+.2f} MiB/run (rounds 2+)")
+        figures = plot_memory_flatness(panels, out, suptitle=(
+            f"{len(panels[0][1])} runs in one process: {', '.join(methods)} on "
+            f"{', '.join(task_list)}, seeds {seeds}, {max_steps} steps per stage"))
+        for figure in figures:
+            _echo(f"figure: {figure}")
+        return
+    try:
+        result = run_memory_flatness(
+            suite="tinybert-ablation" if suite == "glue-cpu" and any(
+                name.startswith("tinybert-") for name in methods) else suite,
+            methods=methods, tasks=task_list,
+            seeds=[int(s) for s in _csv(seeds) or []], max_steps=max_steps,
+            overrides=set_ or [], results_dir=results, cache_dir=cache_dir,
+            csv_path=Path(f"{out}.csv"), figure_path=out if figure else None,
+            release=mode == "release",
+            log=_echo)
+    except (ConfigError, KeyError, FileNotFoundError, RuntimeError, ValueError) as error:
+        _fail(str(error).strip("'\""))
+        return
+    for line in result.table:
+        _echo(line)
+
+
+@bench_app.command("runs")
+def bench_runs(
+    suite: SuiteOpt = "glue-cpu",
+    results: ResultsOpt = DEFAULT_RESULTS,
+    memory_results: Annotated[list[Path] | None, typer.Option(
+        help="more results stores whose records carry peak memory (repeatable)")] = None,
+    method: Annotated[list[str] | None, typer.Option(
+        "--method", "-m", help="rows (default: every method with records)")] = None,
+) -> None:
+    """Per method: wall time of a full seed (from the records) and peak memory."""
+    from harness.bench_memory import method_costs
+
+    try:
+        _, lines = method_costs(results, suite, memory_results or [], method)
+    except (ConfigError, FileNotFoundError, ValueError) as error:
+        _fail(str(error).strip("'\""))
+        return
+    for line in lines:
         _echo(line)
 
 
@@ -607,6 +743,37 @@ def bench_train(
         _echo(line)
     if output is not None:
         _echo(f"\nrecord: {write_record(record, output)}")
+
+
+@bench_app.command("teacher-precision")
+def bench_teacher_precision(
+    suite: SuiteOpt = "glue-cpu",
+    tasks: Annotated[list[str] | None, typer.Option(
+        help="tasks, comma-separated or repeated (default: mrpc,sst2)")] = None,
+    train_rows: Annotated[int, typer.Option(
+        help="also label the first N training rows of each task (0: dev only)")] = 1000,
+    batch_size: Annotated[int | None, typer.Option(
+        help="rows per forward (default: the suite's teacher.inference_batch_size)")] = None,
+    data_dir: DataDirOpt = None,
+    cache_dir: CacheOpt = None,
+    out: Annotated[Path | None, typer.Option(help="also write the table to this file")]
+        = None,
+) -> None:
+    """Teacher logits in fp32 vs bf16 autocast: time, logit differences, dev metric."""
+    _quiet_libraries()
+    from harness.teacher_outputs import run_precision_benchmark
+
+    try:
+        result = run_precision_benchmark(
+            suite=suite, tasks=_csv(tasks) or ["mrpc", "sst2"], train_rows=train_rows,
+            batch_size=batch_size, data_dir=data_dir, cache_dir=cache_dir, log=_echo)
+    except (ConfigError, KeyError, FileNotFoundError, RuntimeError, ValueError) as error:
+        _fail(str(error).strip("'\""))
+        return
+    for line in result["table"]:
+        _echo(line)
+    if out is not None:
+        out.write_text("\n".join(result["table"]) + "\n")
 
 
 def _echo(message: str) -> None:

@@ -38,6 +38,13 @@ from harness.features import BucketBatchSampler, EncodedSplit, PaddingCollator
 from harness.method import Method, Stage, StepInputs, TeacherView
 from harness.metrics import TaskEvaluator
 from harness.progress import progress_bar
+from harness.teacher_outputs import (
+    IntermediateCacheRequest,
+    cacheable,
+    live_teacher_outputs,
+    prepare_intermediates,
+    stage_layers,
+)
 
 
 class NonFiniteLossError(RuntimeError):
@@ -74,6 +81,9 @@ class TeacherRuntime:
 
     train_logits: np.ndarray | None = None
     model: nn.Module | None = None
+    intermediate_cache: IntermediateCacheRequest | None = None
+    """Serve the stage's hidden states / attention scores from the disk cache (built on
+    first use) instead of a live forward, where the stage allows it."""
 
 
 def autocast(accelerator: Accelerator, precision: str):
@@ -236,6 +246,8 @@ def train_stage(
     # The scheduler is not prepared: accelerate would step it once per process per step,
     # for per-process batches; here a step is one global batch on any number of processes.
     student, optimizer = accelerator.prepare(student, optimizer)
+    if config.compile:  # in place: state_dict names and the DDP wrapper stay as they are
+        accelerator.unwrap_model(student).compile()
     # The extra modules (projections) are not wrapped in DDP: methods call them directly,
     # never through a wrapper's forward, so DDP would not reduce their gradients; they are
     # averaged over the processes before each optimiser step instead.
@@ -253,6 +265,20 @@ def train_stage(
                          "which need a live teacher model; none was given")
     if teacher_model is not None:
         teacher_model.to(accelerator.device).eval()
+    # Only the teacher layers the method reads (None: all), live or from the disk cache.
+    teacher_layers = (stage_layers(method, stage, teacher_model.config.num_hidden_layers,
+                                   student) if teacher_model is not None and live_outputs
+                      else None)
+    live_logits = "logits" in stage.teacher_outputs and teacher_logits is None
+    intermediates = None
+    if teacher.intermediate_cache is not None and teacher_model is not None and live_outputs:
+        reason = cacheable(method, stage, teacher_layers, live_logits)
+        if reason is None:
+            intermediates = prepare_intermediates(teacher.intermediate_cache, teacher_model,
+                                                  train_split, teacher_layers, accelerator)
+        else:
+            teacher.intermediate_cache.log(f"[teacher cache] stage {stage.name}: live "
+                                           f"teacher ({reason})")
 
     batch_generator = torch.Generator(device=accelerator.device)
     batch_generator.manual_seed(seed + accelerator.process_index)
@@ -269,8 +295,9 @@ def train_stage(
     with ExitStack() as stack:
         # Entered once for the stage: every teacher forward below records its pre-softmax
         # attention scores; the teacher's attention implementation is restored on exit.
-        teacher_scores = (stack.enter_context(capture_attention_scores(teacher_model))
-                          if "attention_scores" in stage.teacher_outputs else None)
+        teacher_scores = (stack.enter_context(capture_attention_scores(
+            teacher_model, sorted(teacher_layers.scores) if teacher_layers else None))
+            if "attention_scores" in stage.teacher_outputs and intermediates is None else None)
         while step < total_steps:
             sampler.set_epoch(epoch)
             for batch_index, (batch, rows, own) in enumerate(loader):
@@ -280,21 +307,12 @@ def train_stage(
                     view = TeacherView()
                     if teacher_logits is not None:
                         view.logits = teacher_logits[batch["row"].cpu()].to(accelerator.device)
-                    if teacher_model is not None:
+                    if intermediates is not None:
+                        intermediates.fill(view, batch, stage.teacher_outputs)
+                    elif teacher_model is not None:
                         with torch.inference_mode():
-                            out = teacher_model(
-                                input_ids=batch["input_ids"],
-                                attention_mask=batch["attention_mask"],
-                                token_type_ids=batch["token_type_ids"],
-                                output_hidden_states="hidden_states" in stage.teacher_outputs,
-                                output_attentions="attentions" in stage.teacher_outputs,
-                            )
-                        view.hidden_states = getattr(out, "hidden_states", None)
-                        view.attentions = getattr(out, "attentions", None)
-                        if teacher_scores is not None:
-                            view.attention_scores = teacher_scores.scores
-                        if view.logits is None and "logits" in stage.teacher_outputs:
-                            view.logits = out.logits
+                            live_teacher_outputs(teacher_model, batch, stage, view,
+                                                 teacher_layers, teacher_scores, live_logits)
                     student_out = method.forward_student(student, batch, stage)
                     inputs = StepInputs(batch=batch, student=student_out, teacher=view, task=task,
                                         stage=stage, extra=extra)
@@ -373,6 +391,8 @@ def train_stage(
     result.steps = step
     result.seconds = time.perf_counter() - started
     unwrapped = accelerator.unwrap_model(student)
+    if config.compile:  # uncompiled again: later stages and timings decide for themselves
+        unwrapped._compiled_call_impl = None
     if best_state is not None:
         unwrapped.load_state_dict(best_state)
     accelerator.free_memory()

@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     import optuna
     from transformers import PretrainedConfig
 
+    from harness.teacher_outputs import TeacherLayers
+
 TEACHER_OUTPUTS = frozenset({"logits", "hidden_states", "attentions", "attention_scores"})
 """What a stage may ask of the teacher.  ``logits`` come from the cache; the rest are
 computed on the fly by a teacher forward pass in the training loop (the embedding output
@@ -231,6 +233,15 @@ class Method:
     def search_space(self, trial: optuna.Trial) -> dict[str, Any]:
         """Optuna search space as dotted recipe overrides, e.g. ``{"params.alpha": 0.5}``."""
         return {}
+
+    def teacher_layers(self, stage: Stage, num_teacher_layers: int,
+                       student: nn.Module) -> TeacherLayers | None:
+        """The teacher layers ``stage``'s loss terms read: hidden states (0 = embeddings,
+        1..N) and attention scores (1..N).  None (the default): all of them.  Declaring
+        them lets the engine stop the live teacher forward after the deepest one, capture
+        only those scores and cache only those on disk; the stage's view then holds None
+        for the layers left out (same tuple and list lengths, N + 1 and N)."""
+        return None
 
     def prepare_batch(self, batch: dict[str, torch.Tensor], stage: Stage,
                       generator: torch.Generator) -> dict[str, torch.Tensor]:

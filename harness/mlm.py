@@ -155,31 +155,45 @@ class MaskedLM:
         self.head.to(device)
         return self
 
-    @torch.no_grad()
-    def logits_at(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                  positions: torch.Tensor) -> torch.Tensor:
+    @torch.inference_mode()
+    def logits_at(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                  positions: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                  all_positions: bool = False) -> torch.Tensor:
         """Vocabulary logits ``[batch, vocab]`` at one position per row.
 
         Only the selected positions go through the head: the vocabulary projection of
-        every position would cost more than the encoder itself.
+        every position would cost about as much as the encoder itself (MiniLM) or a
+        quarter of it (BERT-base).  ``all_positions``: project every position first, as
+        a ``*ForMaskedLM`` model's forward does (the authors' augmentation script: the
+        faithful cost of its one forward per word), then pick the row's position.
+        ``attention_mask`` None: no padding anywhere.
         """
         device = self.device
-        hidden = self.encoder(input_ids=input_ids.to(device),
-                              attention_mask=attention_mask.to(device)).last_hidden_state
+        inputs = {"input_ids": input_ids.to(device)}
+        if attention_mask is not None:
+            inputs["attention_mask"] = attention_mask.to(device)
+        if token_type_ids is not None:
+            inputs["token_type_ids"] = token_type_ids.to(device)
+        hidden = self.encoder(**inputs).last_hidden_state
         rows = torch.arange(hidden.shape[0], device=device)
+        if all_positions:
+            return self.head(hidden)[rows, positions.to(device)].float()
         return self.head(hidden[rows, positions.to(device)]).float()
 
-    @torch.no_grad()
-    def top_k(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+    @torch.inference_mode()
+    def top_k(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
               mask_positions: torch.Tensor, k: int,
-              exclude_ids: torch.Tensor | None = None) -> torch.Tensor:
+              exclude_ids: torch.Tensor | None = None,
+              token_type_ids: torch.Tensor | None = None,
+              all_positions: bool = False) -> torch.Tensor:
         """The ``k`` most likely candidate ids ``[batch, k]`` at each row's masked position.
 
         Special/bracketed tokens and ``##`` pieces are never returned; ``exclude_ids``
         (``[batch]`` or ``[batch, n]``, negative entries ignored) removes more ids per row,
-        e.g. the masked word itself.
+        e.g. the masked word itself.  ``all_positions``: see :meth:`logits_at`.
         """
-        logits = self.logits_at(input_ids, attention_mask, mask_positions)
+        logits = self.logits_at(input_ids, attention_mask, mask_positions, token_type_ids,
+                                all_positions)
         self.forwards += 1
         vocab = logits.shape[1]
         banned = self.banned[:vocab].to(logits.device)

@@ -40,6 +40,7 @@ from harness.data import TaskData, load_task
 from harness.distributed import any_process, broadcast
 from harness.engine import NonFiniteLossError, TeacherRuntime, predict_logits, train_stage
 from harness.features import EncodedSplit, encode_split
+from harness.memory import MemoryProbe, release_freed_memory
 from harness.method import (
     AugmentContext,
     Method,
@@ -64,6 +65,7 @@ from harness.teacher import (
     resolve_checkpoint,
     teacher_key,
 )
+from harness.teacher_outputs import intermediate_cache_request, intermediate_cache_spec
 
 GENERAL_VERSION = 1
 INFERENCE_ROWS = 512
@@ -323,6 +325,7 @@ class SuiteRunner:
         }
         if general:
             spec["general"] = {"key": self.general_key(method, shape, general, stage_configs)}
+        spec["teacher"].update(intermediate_cache_spec(self.suite.teacher, method, stages))
         return method, spec, stage_configs
 
     def run_id(self, method_name: str, task_name: str, seed: int,
@@ -354,6 +357,8 @@ class SuiteRunner:
                 self.log(f"[skip] {method_name} {task_name} seed {seed}: already recorded "
                          f"({status}) at {existing}")
                 return RunOutcome(method_name, task_name, seed, "skipped", existing, score)
+        # Peak memory from here (data, teacher, training, evaluation) to the record.
+        memory = MemoryProbe(self.accelerator.device).start()
         task = get_task(task_name)
         prepared = self.prepare_task(task_name)
         teacher = self.teacher(task_name)
@@ -371,6 +376,7 @@ class SuiteRunner:
             "student_shape": spec["student"]["name"],
             "main_metric": task.main_metric,
             "teacher": {"checkpoint": self.checkpoint.spec, "key": teacher.key,
+                        "inference_precision": teacher.inference_precision,
                         "dev": teacher.dev_metrics, "baseline": teacher.summary["baseline"],
                         "parameters": teacher.summary["parameters"]},
             "data": {"source": prepared.data.source, "fingerprint": prepared.data.fingerprint,
@@ -399,15 +405,18 @@ class SuiteRunner:
                                  "losses": error.values}
             self.log(f"[failed] {error}")
         record["wall_seconds"] = time.perf_counter() - started
+        record["memory"] = memory.read()  # a result: not in the config, not in the run id
         record["finished_at"] = datetime.now(timezone.utc).isoformat()
         if self.accelerator.is_main_process:
             self.store.write(path, record)
+        release_freed_memory()  # the next run starts from this one's live memory, not its peak
         self.accelerator.wait_for_everyone()  # the record exists for all once any returns
         if record["status"] == "finished":
             ratio = record["pct_of_teacher"]
             share = f"{ratio:.1f}% of teacher" if ratio is not None else "teacher scores 0"
             self.log(f"[done] {method_name} {task.name} seed {seed}: {task.main_metric} "
-                     f"{record['main_score']:.2f} ({share}) in {record['wall_seconds']:.0f}s")
+                     f"{record['main_score']:.2f} ({share}) in {record['wall_seconds']:.0f}s, "
+                     f"peak RSS {record['memory']['peak_rss_mb']:.0f} MB")
         return RunOutcome(method_name, task.name, seed, record["status"], path,
                           record.get("main_score"))
 
@@ -741,6 +750,8 @@ class SuiteRunner:
             if stage.teacher == "finetuned":
                 assert teacher is not None
                 runtime.model = teacher.load_model(attention)
+                runtime.intermediate_cache = intermediate_cache_request(
+                    self.suite.teacher, self.cache, teacher, self.log)
             else:
                 runtime.model = load_pretrained_encoder(self.checkpoint, attention)
         return runtime

@@ -41,6 +41,7 @@ from harness.method import LossTerm, Method, MethodParams, Stage, StepInputs
 from harness.metrics import TaskEvaluator
 from harness.student import classifier_config
 from harness.tasks import TaskSpec
+from harness.teacher_outputs import autocast_setting
 
 _GENERIC_LABEL = re.compile(r"^LABEL_\d+$")
 
@@ -150,10 +151,17 @@ class TeacherArtifacts:
     checkpoint: Checkpoint
     task: TaskSpec
     summary: dict[str, Any]
+    model_dir: Path | None = None
+    """Where the fine-tuned model is, when not in this entry (a bf16 labelling of it)."""
 
     @property
     def model_path(self) -> Path:
-        return self.path / "model"
+        return self.model_dir or self.path / "model"
+
+    @property
+    def inference_precision(self) -> str:
+        """Precision the cached logits were computed in (``teacher.inference_precision``)."""
+        return self.summary.get("inference_precision", "fp32")
 
     def logits(self, split: str) -> np.ndarray:
         return np.load(self.path / "logits" / f"{split}.npy", mmap_mode="r")
@@ -176,6 +184,18 @@ class TeacherArtifacts:
 
 def teacher_key(checkpoint: Checkpoint, task: TaskSpec, data_fingerprint: str,
                 teacher: TeacherConfig, training: TrainConfig, max_length: int) -> str:
+    """The key of the teacher's cache entry (and of the run ids that use it).  fp32 logits
+    (the default) keep the key they always had; other inference precisions key an entry
+    of their own, which holds only the logits and points at the fp32 entry's model."""
+    key = _model_key(checkpoint, task, data_fingerprint, teacher, training, max_length)
+    if teacher.inference_precision == "fp32":
+        return key
+    return content_hash({"kind": "teacher_logits", "cache_version": CACHE_VERSION,
+                         "model": key, "inference_precision": teacher.inference_precision})
+
+
+def _model_key(checkpoint: Checkpoint, task: TaskSpec, data_fingerprint: str,
+               teacher: TeacherConfig, training: TrainConfig, max_length: int) -> str:
     return content_hash({
         "kind": "teacher",
         "cache_version": CACHE_VERSION,
@@ -208,14 +228,28 @@ def prepare_teacher(
     (DDP) and label every split together, the main process of each machine writes the
     entry, and all wait for it before reading it."""
     key = teacher_key(checkpoint, task, data_fingerprint, teacher, training, max_length)
-    if any_process(not cache.has("teachers", key), accelerator):
+    model_dir = None
+    if teacher.inference_precision != "fp32":
+        # The fine-tuned model (and its fp32 logits) first, then this precision's logits.
+        base = prepare_teacher(
+            task=task, splits=splits, data_fingerprint=data_fingerprint,
+            checkpoint=checkpoint, teacher=teacher.model_copy(
+                update={"inference_precision": "fp32"}),
+            training=training, max_length=max_length, cache=cache,
+            accelerator=accelerator, log=log)
+        model_dir = base.model_path
+        if any_process(not cache.has("teachers", key), accelerator):
+            log(f"[teacher] {task.name}: {teacher.inference_precision} logits of the cached "
+                "teacher")
+            _relabel(key, base, splits, teacher, cache, accelerator, log)
+    elif any_process(not cache.has("teachers", key), accelerator):
         log(f"[teacher] {task.name}: no cached teacher; "
             f"{'fine-tuning' if teacher.finetune else 'scoring'} {checkpoint.spec}")
         _build_teacher(key, task, splits, data_fingerprint, checkpoint, teacher, training,
                        max_length, cache, accelerator, log)
     path = cache.path("teachers", key)
     summary = json.loads((path / "summary.json").read_text())
-    artifacts = TeacherArtifacts(key, path, checkpoint, task, summary)
+    artifacts = TeacherArtifacts(key, path, checkpoint, task, summary, model_dir)
     check_label_order(task, artifacts.config(), f"teacher {checkpoint.spec}")
     baseline = summary["baseline"][task.main_metric]
     if artifacts.main_score < baseline + teacher.min_margin:
@@ -260,7 +294,9 @@ def _build_teacher(key, task, splits, data_fingerprint, checkpoint, teacher, tra
                          "evaluations": result.evaluations, "final_losses": result.final_losses}
     # Every split's logits, by every process (a collective under DDP).
     model.to(accelerator.device)
-    logits = {name: predict_logits(model, split, accelerator, teacher.inference_batch_size)
+    precision = autocast_setting(teacher.inference_precision)
+    logits = {name: predict_logits(model, split, accelerator, teacher.inference_batch_size,
+                                   precision)
               for name, split in splits.items()}
     dev = {name: evaluator.score(logits[name], split.labels)
            for name, split in splits.items() if name in task.dev_splits}
@@ -275,6 +311,7 @@ def _build_teacher(key, task, splits, data_fingerprint, checkpoint, teacher, tra
         "stage": stage_summary,
         "seconds": time.perf_counter() - started,
         "parameters": sum(p.numel() for p in model.parameters()),
+        "inference_precision": teacher.inference_precision,
     }
     if accelerator.num_processes > 1:
         summary["processes"] = accelerator.num_processes
@@ -289,3 +326,34 @@ def _build_teacher(key, task, splits, data_fingerprint, checkpoint, teacher, tra
             (scratch / "summary.json").write_text(json.dumps(summary, indent=2))
     accelerator.wait_for_everyone()
     log(f"[teacher] {task.name}: dev {dev} in {summary['seconds']:.0f}s")
+
+
+def _relabel(key: str, base: TeacherArtifacts, splits: dict[str, EncodedSplit],
+             teacher: TeacherConfig, cache: ArtifactCache, accelerator: Accelerator,
+             log) -> None:
+    """An entry with the logits of ``base``'s model on every split in
+    ``teacher.inference_precision`` (the model stays in ``base``'s entry)."""
+    task = base.task
+    evaluator = TaskEvaluator(task)
+    started = time.perf_counter()
+    model = base.load_model().to(accelerator.device)
+    precision = autocast_setting(teacher.inference_precision)
+    logits = {name: predict_logits(model, split, accelerator, teacher.inference_batch_size,
+                                   precision)
+              for name, split in splits.items()}
+    dev = {name: evaluator.score(logits[name], split.labels)
+           for name, split in splits.items() if name in task.dev_splits}
+    summary = {**base.summary, "dev": dev, "inference_precision": teacher.inference_precision,
+               "model_key": base.key, "fp32_dev": base.dev_metrics,
+               "logits_seconds": time.perf_counter() - started}
+    if accelerator.is_local_main_process:
+        with cache.build("teachers", key, {"task": task.name, "model_key": base.key,
+                                           "inference_precision":
+                                               teacher.inference_precision}) as scratch:
+            (scratch / "logits").mkdir()
+            for name, values in logits.items():
+                np.save(scratch / "logits" / f"{name}.npy", values)
+            (scratch / "summary.json").write_text(json.dumps(summary, indent=2))
+    accelerator.wait_for_everyone()
+    log(f"[teacher] {task.name}: {teacher.inference_precision} logits, dev {dev} "
+        f"(fp32: {base.dev_metrics})")

@@ -69,6 +69,7 @@ from harness.method import (
     register_method,
 )
 from harness.tasks import TaskSpec
+from harness.teacher_outputs import TeacherLayers
 
 if TYPE_CHECKING:
     import optuna
@@ -249,6 +250,15 @@ class BertPKD(Method):
         built = StudentContext(task=context.task, shape_name=context.shape_name, shape=shape,
                                teacher_config=teacher, teacher_state=context.teacher_state)
         return build_bert_student(built)
+
+    def teacher_layers(self, stage: Stage, num_teacher_layers: int,
+                       student: nn.Module) -> TeacherLayers | None:
+        """The patient term reads teacher layers I(1..k-1) only (their [CLS] states): the
+        live teacher stops after I(k-1), e.g. layer 4 of 6 for PKD-Skip 6 -> 3."""
+        model = getattr(student, "module", student)
+        layers = patient_layers(model.config.num_hidden_layers, num_teacher_layers,
+                                self.params.mapping)
+        return TeacherLayers(hidden=frozenset(layers))
 
     def search_space(self, trial: optuna.Trial) -> dict[str, Any]:
         """The authors' grid."""

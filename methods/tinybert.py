@@ -62,6 +62,7 @@ from harness.method import (
     register_method,
 )
 from harness.tasks import TaskSpec
+from harness.teacher_outputs import TeacherLayers
 
 if TYPE_CHECKING:
     import optuna
@@ -252,6 +253,24 @@ class TinyBERT(Method):
         return TinyBERTStudentOutput(logits=output.logits, hidden_states=output.hidden_states,
                                      attention_scores=scores,
                                      num_layers=model.config.num_hidden_layers)
+
+    def teacher_layers(self, stage: Stage, num_teacher_layers: int,
+                       student: nn.Module) -> TeacherLayers | None:
+        """The embedding output (embedding term) and the mapped layers g(1..M): their
+        outputs (hidden term) and scores (attention term); nothing deeper than g(M)."""
+        if stage.teacher == "none":
+            return None
+        model = getattr(student, "module", student)
+        mapping = self.params.mapping
+        if stage.is_general:
+            mapping = self.params.general_mapping or mapping
+        mapped = frozenset(layer_map(model.config.num_hidden_layers, num_teacher_layers,
+                                     mapping))
+        weights = self.stage_weights(stage)
+        hidden = (({0} if weights.get("embedding", 0.0) else set())
+                  | (mapped if weights.get("hidden", 0.0) else set()))
+        return TeacherLayers(hidden=frozenset(hidden),
+                             scores=mapped if weights.get("attention", 0.0) else frozenset())
 
     def search_space(self, trial: optuna.Trial) -> dict[str, Any]:
         return {

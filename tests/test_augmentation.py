@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from transformers import AutoTokenizer
 
 from harness.augmentation import (
@@ -196,3 +197,69 @@ def test_params_reject_unknown_keys():
         AugmentParams(copys=3)
     assert AugmentParams().copies == 20 and AugmentParams().p_replace == 0.4
     assert AugmentParams().top_k == 15 and AugmentParams().fields == "first"
+
+
+def test_authors_word_filter_keeps_stop_words_and_punctuation_and_matches_the_loop(
+        tokenizer, masked_lm, glove_file):
+    """words="authors": only a-z words outside the script's stop-word list are replaced;
+    batched and per-word loop still agree copy for copy."""
+    examples = make_examples(10, seed=6)
+    batched = augmenter(tokenizer, masked_lm, glove_file, words="authors", p_replace=0.9)
+    reference = augmenter(tokenizer, masked_lm, glove_file, words="authors", p_replace=0.9)
+    fast = batched.augment(examples, 2, progress=False)
+    assert fast == augment_per_word_loop(reference, examples, 2, progress=False)
+    kept = {"the", "a", "is", "was", "not", "very", "."}
+    for row, fields in fast:
+        original = batched.words(examples[row][0])
+        new = fields[0].split(" ")
+        for old, word in zip(original, new, strict=True):
+            if old.lower() in kept:
+                assert word == old
+    assert any(fields[0] != " ".join(batched.words(examples[row][0])) for row, fields in fast)
+    found = batched.word_candidates("The cat is very happy .")
+    assert [c.source for c in found] == ["none", "mlm", "none", "none", "mlm", "none"]
+    assert found[0].candidates == ()
+    # the loop computed candidates only for the words that may change
+    everything = augmenter(tokenizer, masked_lm, glove_file, p_replace=0.9)
+    augment_per_word_loop(everything, examples, 2, progress=False)
+    assert reference.stats["mlm_forwards"] < everything.stats["mlm_forwards"]
+
+
+def test_a_later_option_at_its_default_leaves_the_params_dump_and_run_ids_alone():
+    default = AugmentParams().model_dump()
+    assert "words" not in default
+    assert set(default) == {"copies", "p_replace", "top_k", "candidates", "fields",
+                            "mlm_head", "batch_size", "max_length", "chunk_examples",
+                            "glove_path"}
+    assert AugmentParams(words="authors").model_dump()["words"] == "authors"
+    assert AugmentParams.model_validate(AugmentParams(words="authors").model_dump()).words \
+        == "authors"
+
+
+def test_the_head_at_every_position_gives_the_masked_positions_candidates(tokenizer,
+                                                                           masked_lm):
+    """The faithful per-word cost (head over the whole sequence, as BertForMaskedLM) and
+    the batched path's head at the masked position only pick the same candidates."""
+    ids = tokenizer(["the cat plays the guitar quickly .", "a dog sings ."],
+                    padding=True, return_tensors="pt")
+    masked = ids["input_ids"].clone()
+    positions = torch.tensor([2, 3])
+    masked[torch.arange(2), positions] = tokenizer.mask_token_id
+    only = masked_lm.top_k(masked, ids["attention_mask"], positions, 8)
+    every = masked_lm.top_k(masked, ids["attention_mask"], positions, 8, all_positions=True)
+    assert torch.equal(only, every)
+    single = masked_lm.top_k(masked[:1], None, positions[:1], 8, all_positions=True)
+    assert torch.equal(single, only[:1])
+
+
+def test_the_authors_input_is_masked_then_original_sentence(tokenizer, masked_lm, glove_file):
+    aug = augmenter(tokenizer, masked_lm, glove_file)
+    sentence = aug._sentence("the cat plays .")
+    ids, types, at = aug._authors_sequence(sentence, 1)
+    masked, masked_at = aug._masked_sequence(sentence, 1)
+    assert at == masked_at and ids[:len(masked)] == masked and ids[at] == tokenizer.mask_token_id
+    original = tokenizer("the cat plays .", add_special_tokens=False)["input_ids"]
+    assert ids[len(masked):] == [*original, tokenizer.sep_token_id]
+    assert types == [0] * len(masked) + [1] * (len(original) + 1)
+    out = augment_per_word_loop(aug, make_examples(3), 0, progress=False, authors_input=True)
+    assert len(out) == 3 * 4

@@ -1,0 +1,302 @@
+"""Teacher outputs of a step: only the layers a method reads (live forward stopped after
+the deepest one), and the opt-in fp16 disk cache of hidden states and attention scores,
+on tiny random-weight BERTs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from accelerate import Accelerator
+from transformers import BertConfig, BertForSequenceClassification
+
+from harness.cache import ArtifactCache
+from harness.capture import capture_attention_scores, transformer_layers
+from harness.config import MethodRecipe, StudentConfig, TrainConfig
+from harness.engine import TeacherRuntime, train_stage
+from harness.features import EncodedSplit, PaddingCollator
+from harness.method import StudentContext, TeacherView, instantiate
+from harness.metrics import TaskEvaluator
+from harness.student import classifier_config
+from harness.tasks import get_task
+from harness.teacher_outputs import (
+    INTERMEDIATES_KIND,
+    CachedIntermediates,
+    IntermediateCacheRequest,
+    IntermediateCacheTooLarge,
+    TeacherLayers,
+    estimate_bytes,
+    forward_to_depth,
+    intermediate_cache_spec,
+    live_teacher_outputs,
+    prepare_intermediates,
+)
+
+VOCAB, HEADS, TEACHER_LAYERS, TEACHER_HIDDEN = 60, 4, 4, 32
+TASK = get_task("rte")
+
+
+def teacher_config() -> BertConfig:
+    return BertConfig(vocab_size=VOCAB, hidden_size=TEACHER_HIDDEN,
+                      num_hidden_layers=TEACHER_LAYERS, num_attention_heads=HEADS,
+                      intermediate_size=64, max_position_embeddings=32)
+
+
+def tiny_teacher() -> BertForSequenceClassification:
+    torch.manual_seed(0)
+    return BertForSequenceClassification(classifier_config(teacher_config(), TASK)).eval()
+
+
+def tiny_split(rows: int = 20) -> EncodedSplit:
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(3, 12, rows)
+    return EncodedSplit(name="train",
+                        input_ids=[rng.integers(1, VOCAB, length) for length in lengths],
+                        token_type_ids=[(np.arange(length) > length // 2).astype(np.int64)
+                                        for length in lengths],
+                        labels=rng.integers(0, 2, rows), lengths=lengths)
+
+
+def tinybert(**params):
+    return instantiate("tinybert", MethodRecipe(params={
+        "general_distillation": False, "augment": False, **params.pop("params", {})},
+        **params))
+
+
+def student_for(method, layers: int = 2):
+    shape = StudentConfig(num_layers=layers, hidden_size=16, num_heads=HEADS,
+                          intermediate_size=32)
+    context = StudentContext(task=TASK, shape_name="tiny", shape=shape,
+                             teacher_config=teacher_config())
+    torch.manual_seed(1)
+    return method.build_student(context), method.extra_modules(context)
+
+
+def run_intermediate(method, runtime: TeacherRuntime, seed: int = 0, steps: int = 3):
+    """The intermediate stage for a few steps; its per-step losses and final weights."""
+    stage = next(stage for stage in method.stages(TASK) if stage.name == "intermediate")
+    student, extra = student_for(method)
+    torch.manual_seed(seed)
+    result = train_stage(method=method, stage=stage, student=student, extra=extra,
+                         config=TrainConfig(max_steps=steps, batch_size=6, log_every_steps=1),
+                         train_split=tiny_split(), eval_split=None,
+                         evaluator=TaskEvaluator(TASK), teacher=runtime,
+                         accelerator=Accelerator(), seed=seed)
+    return result.history, torch.cat([p.detach().flatten() for p in student.parameters()])
+
+
+def batch_of(split: EncodedSplit, rows) -> dict[str, torch.Tensor]:
+    return PaddingCollator(split)(list(rows))
+
+
+# -- live forward: only what is read ----------------------------------------------------------
+def test_forward_to_depth_gives_the_full_forwards_tensors_and_runs_no_deeper():
+    teacher = tiny_teacher()
+    batch = batch_of(tiny_split(), range(7))
+    calls = []
+    hooks = [layer.register_forward_hook(lambda *_, n=n: calls.append(n))
+             for n, layer in enumerate(transformer_layers(teacher), start=1)]
+    with torch.inference_mode():  # both with the score-capturing (eager) attention
+        with capture_attention_scores(teacher) as capture:
+            full = teacher(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                           token_type_ids=batch["token_type_ids"], output_hidden_states=True)
+            all_scores = list(capture.scores)
+        calls.clear()
+        with capture_attention_scores(teacher, [1, 2]) as capture:
+            found = forward_to_depth(teacher, batch, {0, 2}, depth=2)
+            capture.finish_early(2)
+            early_scores = list(capture.scores)
+    for hook in hooks:
+        hook.remove()
+    assert calls == [1, 2]  # layers 3 and 4 never ran
+    assert set(found) == {0, 2}
+    torch.testing.assert_close(found[0], full.hidden_states[0], rtol=0, atol=0)
+    torch.testing.assert_close(found[2], full.hidden_states[2], rtol=0, atol=0)
+    for early, reference in zip(early_scores, all_scores[:2], strict=True):
+        torch.testing.assert_close(early, reference, rtol=0, atol=0)
+
+
+def test_tinybert_declares_the_mapped_layers_of_its_active_terms():
+    teacher_depth = TEACHER_LAYERS
+    full = tinybert(params={"mapping": "bottom"})
+    stage = {s.name: s for s in full.stages(TASK)}["intermediate"]
+    student, _ = student_for(full)
+    assert full.teacher_layers(stage, teacher_depth, student) == TeacherLayers(
+        frozenset({0, 1, 2}), frozenset({1, 2}))
+    no_attention = tinybert(params={"mapping": "bottom"}, disabled_losses=["attention"])
+    stage = {s.name: s for s in no_attention.stages(TASK)}["intermediate"]
+    layers = no_attention.teacher_layers(stage, teacher_depth, student)
+    assert layers == TeacherLayers(frozenset({0, 1, 2}), frozenset())
+    assert "attention_scores" not in stage.teacher_outputs
+    embedding_only = tinybert(disabled_losses=["attention", "hidden"])
+    stage = {s.name: s for s in embedding_only.stages(TASK)}["intermediate"]
+    layers = embedding_only.teacher_layers(stage, teacher_depth, student)
+    assert layers == TeacherLayers(frozenset({0}), frozenset()) and layers.depth == 0
+
+
+def test_bert_pkd_declares_only_its_patient_layers():
+    method = instantiate("bert-pkd", MethodRecipe())
+    stage = method.stages(TASK)[0]
+    student = BertForSequenceClassification(BertConfig(
+        vocab_size=VOCAB, hidden_size=16, num_hidden_layers=3, num_attention_heads=HEADS,
+        intermediate_size=32))
+    layers = method.teacher_layers(stage, 6, student)
+    assert layers == TeacherLayers(frozenset({2, 4})) and layers.depth == 4
+
+
+@pytest.mark.parametrize("disabled", [[], ["attention"]])
+def test_stopped_forward_trains_exactly_like_the_full_forward(disabled):
+    """Bottom mapping g = (1, 2) of a 4-layer teacher: layers 3 and 4 never run, and the
+    losses and weights are those of the full forward, step for step."""
+    method = tinybert(params={"mapping": "bottom"}, disabled_losses=disabled)
+    history, weights = run_intermediate(method, TeacherRuntime(model=tiny_teacher()))
+    method.teacher_layers = lambda *_: None  # undeclared: the whole teacher, as before
+    full_history, full_weights = run_intermediate(method, TeacherRuntime(model=tiny_teacher()))
+    assert [h["loss"] for h in history] == pytest.approx([h["loss"] for h in full_history],
+                                                         rel=1e-6)
+    torch.testing.assert_close(weights, full_weights, rtol=1e-5, atol=1e-6)
+
+
+def test_live_view_keeps_layer_numbering_with_none_for_layers_not_read():
+    method = tinybert(params={"mapping": "bottom"})
+    stage = {s.name: s for s in method.stages(TASK)}["intermediate"]
+    teacher = tiny_teacher()
+    batch = batch_of(tiny_split(), range(5))
+    layers = TeacherLayers(frozenset({0, 1, 2}), frozenset({1, 2}))
+    view = TeacherView()
+    with capture_attention_scores(teacher, [1, 2]) as capture, torch.inference_mode():
+        live_teacher_outputs(teacher, batch, stage, view, layers, capture, need_logits=False)
+    assert len(view.hidden_states) == TEACHER_LAYERS + 1
+    assert [h is None for h in view.hidden_states] == [False, False, False, True, True]
+    assert [s is None for s in view.attention_scores] == [False, False, True, True]
+    assert view.logits is None
+
+
+# -- the disk cache ---------------------------------------------------------------------------
+def request(tmp_path, max_gb: float = 1.0, log=None) -> IntermediateCacheRequest:
+    return IntermediateCacheRequest(cache=ArtifactCache(tmp_path / "cache"),
+                                    teacher_key="tiny-teacher", max_gb=max_gb, batch_size=8,
+                                    log=log or (lambda _: None))
+
+
+def entries(tmp_path) -> list:
+    folder = tmp_path / "cache" / INTERMEDIATES_KIND
+    return sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) \
+        if folder.exists() else []
+
+
+def test_cached_rows_equal_the_live_forward_in_fp16_and_the_size_is_known_before(tmp_path):
+    teacher, split = tiny_teacher(), tiny_split()
+    layers = TeacherLayers(frozenset({0, 2, 3}), frozenset({2, 3}))
+    messages: list[str] = []
+    cached = prepare_intermediates(request(tmp_path, log=messages.append), teacher, split,
+                                   layers, Accelerator())
+    expected = estimate_bytes(split.lengths, layers, TEACHER_HIDDEN, HEADS)
+    assert cached.bytes == expected["total"]  # the size reported before writing
+    assert len(entries(tmp_path)) == 5  # one per output and layer
+    assert "to write" in messages[0] and "limit 1 GB" in messages[0]  # before writing
+    rows = [4, 0, 13, 7]  # any order, any rows
+    batch = batch_of(split, rows)
+    stage = {s.name: s for s in tinybert().stages(TASK)}["intermediate"]
+    live = TeacherView()
+    with capture_attention_scores(teacher, [2, 3]) as capture, torch.inference_mode():
+        live_teacher_outputs(teacher, batch, stage, live, layers, capture, need_logits=False)
+    view = TeacherView()
+    cached.fill(view, batch, stage.teacher_outputs)
+    mask = batch["attention_mask"].bool()
+    pairs = mask[:, None, :, None] & mask[:, None, None, :]
+    for number in range(TEACHER_LAYERS + 1):
+        if number not in layers.hidden:
+            assert view.hidden_states[number] is None
+            continue
+        ours, reference = view.hidden_states[number], live.hidden_states[number]
+        assert ours.dtype == torch.float32 and ours.shape == reference.shape
+        torch.testing.assert_close(ours[mask], reference[mask], rtol=1e-3, atol=1e-3)
+        assert not ours[~mask].any()
+    for number in range(1, TEACHER_LAYERS + 1):
+        ours, reference = view.attention_scores[number - 1], live.attention_scores[number - 1]
+        if number not in layers.scores:
+            assert ours is None
+            continue
+        real = pairs.expand_as(reference)
+        torch.testing.assert_close(ours[real], reference[real], rtol=1e-3, atol=2e-3)
+    # a different split (other rows) does not open this entry
+    with pytest.raises(ValueError, match="does not hold the rows"):
+        CachedIntermediates(cached.paths, tiny_split(rows=7))
+
+
+def test_too_large_an_entry_is_refused_with_its_size_and_the_limit(tmp_path):
+    with pytest.raises(IntermediateCacheTooLarge, match=r"would take .* over "
+                       r"teacher\.intermediate_cache\.max_gb = 1e-06 GB"):
+        prepare_intermediates(request(tmp_path, max_gb=1e-6), tiny_teacher(), tiny_split(),
+                              TeacherLayers(frozenset({1}), frozenset({1})), Accelerator())
+    assert entries(tmp_path) == []
+
+
+def test_cached_training_matches_live_within_fp16_and_entries_serve_seeds_and_ablations(
+        tmp_path):
+    method = tinybert(params={"mapping": "bottom"})
+    live_history, live_weights = run_intermediate(method, TeacherRuntime(model=tiny_teacher()))
+    runtime = TeacherRuntime(model=tiny_teacher(), intermediate_cache=request(tmp_path))
+    history, weights = run_intermediate(method, runtime)
+    built = entries(tmp_path)
+    assert len(built) == 5  # hidden states 0, 1, 2 and scores 1, 2 of the bottom mapping
+    for ours, reference in zip(history, live_history, strict=True):
+        for term in ("embedding", "attention", "hidden", "loss"):
+            assert ours[term] == pytest.approx(reference[term], rel=5e-3), term
+    torch.testing.assert_close(weights, live_weights, rtol=0, atol=1e-3)
+    # another seed, other loss weights and lambdas, an ablation reading fewer layers:
+    # all served by those entries
+    for other, seed in ((tinybert(params={"mapping": "bottom", "layer_weights": [1, 2, 0.5, 1]},
+                                  loss_weights={"hidden": 3.0}), 5),
+                        (tinybert(params={"mapping": "bottom"},
+                                  disabled_losses=["attention"]), 0)):
+        run_intermediate(other, TeacherRuntime(model=tiny_teacher(),
+                                               intermediate_cache=request(tmp_path)), seed=seed)
+        assert entries(tmp_path) == built
+    # the top mapping (layers 3, 4) adds only what it lacks: their states and scores
+    top = tinybert(params={"mapping": "top"})
+    run_intermediate(top, TeacherRuntime(model=tiny_teacher(),
+                                         intermediate_cache=request(tmp_path)))
+    assert len(entries(tmp_path)) == 9 and set(built) < set(entries(tmp_path))
+
+
+def test_run_ids_mention_the_cache_only_when_it_is_on_and_used():
+    from harness.config import TeacherConfig
+
+    method = tinybert()
+    stages = method.stages(TASK)
+    off = TeacherConfig(checkpoint="x")
+    on = TeacherConfig(checkpoint="x", intermediate_cache={"enabled": True})
+    assert intermediate_cache_spec(off, method, stages) == {}
+    assert intermediate_cache_spec(on, method, stages) == {
+        "intermediate_cache": {"dtype": "float16", "stages": ["intermediate"]}}
+    kd = instantiate("kd", MethodRecipe())
+    assert intermediate_cache_spec(on, kd, kd.stages(TASK)) == {}
+
+
+def test_a_suite_with_the_cache_on_records_it_and_shares_entries_across_seeds(
+        tiny_suite_file, tmp_path):
+    import json
+
+    from harness.config import load_suite
+    from harness.runner import SuiteRunner
+
+    plain = ["methods.tinybert.params.general_distillation=false",
+             "methods.tinybert.params.augment=false"]
+
+    def runner(overrides):
+        return SuiteRunner(load_suite(str(tiny_suite_file), plain + overrides),
+                           tmp_path / "results", tmp_path / "cache", log=lambda _: None)
+
+    cached = runner(["teacher.intermediate_cache.enabled=true"])
+    assert cached.run_id("tinybert", "rte", 1) != runner([]).run_id("tinybert", "rte", 1)
+    assert cached.run_id("kd", "rte", 1) == runner([]).run_id("kd", "rte", 1)
+    record = json.loads(cached.run_one("tinybert", "rte", seed=1).path.read_text())
+    assert record["status"] == "finished"
+    assert record["config"]["teacher"]["intermediate_cache"] == {
+        "dtype": "float16", "stages": ["intermediate"]}
+    built = entries(tmp_path)
+    assert len(built) == 5  # hidden states 0, 1, 2 and scores 1, 2 of the 2-layer teacher
+    cached.run_one("tinybert", "rte", seed=2)
+    assert entries(tmp_path) == built

@@ -1,0 +1,86 @@
+"""Precision of the cached teacher logits (teacher.inference_precision) and the student's
+opt-in torch.compile: validated, keyed, recorded, and leaving every existing id alone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.cache import CACHE_VERSION, content_hash
+from harness.config import ConfigError, TeacherConfig, TrainConfig, load_suite
+from harness.runner import SuiteRunner
+from harness.tasks import get_task
+from harness.teacher import Checkpoint, teacher_key
+from harness.teacher_outputs import autocast_setting, run_precision_benchmark
+
+CHECKPOINT = Checkpoint("pypi:x", "/nowhere", {"config": "c", "weights": {"w": "d"}})
+
+
+def test_fp32_keeps_the_teacher_key_it_always_had_and_bf16_gets_its_own():
+    task, training = get_task("rte"), TrainConfig()
+    fp32 = TeacherConfig(checkpoint="pypi:x")
+    legacy = content_hash({  # the key's recipe before inference_precision existed
+        "kind": "teacher", "cache_version": CACHE_VERSION, "checkpoint": CHECKPOINT.identity,
+        "task": "rte", "data": "fingerprint", "finetune": True,
+        "training": training.identity(), "seed": 42, "max_seq_length": 128})
+    assert teacher_key(CHECKPOINT, task, "fingerprint", fp32, training, 128) == legacy
+    bf16 = fp32.model_copy(update={"inference_precision": "bf16"})
+    assert teacher_key(CHECKPOINT, task, "fingerprint", bf16, training, 128) not in {
+        legacy, teacher_key(CHECKPOINT, task, "other data", bf16, training, 128)}
+
+
+def test_options_are_validated_with_their_path(tiny_suite_file):
+    with pytest.raises(ConfigError, match=r"teacher\.inference_precision"):
+        load_suite(str(tiny_suite_file), ["teacher.inference_precision=fp16"])
+    with pytest.raises(ConfigError, match=r"teacher\.intermediate_cache\.max_gb"):
+        load_suite(str(tiny_suite_file), ["teacher.intermediate_cache.max_gb=0"])
+    with pytest.raises(ConfigError, match=r"training\.compile"):
+        load_suite(str(tiny_suite_file), ["training.compile=maybe"])
+    with pytest.raises(ValueError, match="fp16"):
+        autocast_setting("fp16")
+
+
+def test_compile_enters_a_training_identity_only_when_on():
+    assert "compile" not in TrainConfig().identity()
+    assert TrainConfig(compile=True).identity()["compile"] is True
+
+
+def _runner(suite_file: Path, tmp_path: Path, overrides: list[str]) -> SuiteRunner:
+    return SuiteRunner(load_suite(str(suite_file), overrides), tmp_path / "results",
+                       tmp_path / "cache", log=lambda _: None)
+
+
+def test_bf16_logits_reuse_the_fine_tuned_teacher_and_are_recorded(tiny_suite_file, tmp_path):
+    fp32 = _runner(tiny_suite_file, tmp_path, [])
+    bf16 = _runner(tiny_suite_file, tmp_path, ["teacher.inference_precision=bf16"])
+    base, labelled = fp32.teacher("rte"), bf16.teacher("rte")
+    teachers = [p for p in (tmp_path / "cache" / "teachers").iterdir()
+                if not p.name.startswith(".")]
+    assert len(teachers) == 2  # one fine-tuning; the bf16 entry holds logits only
+    assert labelled.key != base.key and labelled.model_path == base.model_path
+    assert not (labelled.path / "model").exists()
+    assert (base.inference_precision, labelled.inference_precision) == ("fp32", "bf16")
+    for split in ("train", "dev"):
+        ours, reference = np.asarray(labelled.logits(split)), np.asarray(base.logits(split))
+        assert ours.shape == reference.shape
+        assert 0 < np.abs(ours - reference).max() < 0.1  # bf16 arithmetic, same model
+    assert fp32.run_id("kd", "rte", 1) != bf16.run_id("kd", "rte", 1)
+    record = json.loads(bf16.run_one("kd", "rte", seed=1).path.read_text())
+    assert record["teacher"]["inference_precision"] == "bf16"
+    assert record["teacher"]["key"] == labelled.key == record["config"]["teacher"]["key"]
+
+
+def test_precision_benchmark_reports_both_precisions(tiny_suite_file, tmp_path):
+    result = run_precision_benchmark(suite=str(tiny_suite_file), tasks=["rte"], train_rows=8,
+                                     batch_size=16, cache_dir=tmp_path / "cache",
+                                     log=lambda _: None)
+    rows = {(row["split"], row["precision"]): row for row in result["rows"]}
+    assert set(rows) == {(split, precision) for split in ("dev", "train[:8]")
+                         for precision in ("fp32", "bf16")}
+    assert rows["dev", "fp32"]["max_abs_diff"] == 0.0
+    assert rows["dev", "bf16"]["score"] is not None
+    assert 0 <= rows["dev", "bf16"]["argmax_agreement"] <= 100
+    assert any("| rte dev | 24 | bf16 |" in line for line in result["table"])
