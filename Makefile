@@ -8,7 +8,7 @@ export HF_DATASETS_OFFLINE ?= 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup postgres chromium run test lint report clean-venv bench-env bench-train
+.PHONY: setup postgres chromium run test lint report clean-venv bench-env bench-train bench
 
 setup: $(STAMP) postgres chromium
 
@@ -72,3 +72,13 @@ $(TB_STAMP): $(STAMP)
 # The training-step benchmark: harness vs a hand-written loop vs TextBrewer (ARGS: options).
 bench-train: $(TB_STAMP)
 	$(BIN)/harness bench train $(ARGS)
+
+# Every performance benchmark of docs/benchmarks.md, each printing its ratios and targets
+# (about 25 minutes on 2 CPU cores; needs the cached glue-cpu teachers for `bench memory`).
+bench: $(TB_STAMP)
+	$(BIN)/harness bench train
+	$(BIN)/harness bench cache --task sst2 --train-examples 3000
+	$(BIN)/harness bench augment --task mrpc --examples 200 --copies 4
+	$(BIN)/harness bench augment --task cola --examples 200 --copies 4
+	$(BIN)/harness bench memory
+	$(BIN)/harness bench runs
