@@ -269,6 +269,12 @@ def _build_teacher(key, task, splits, data_fingerprint, checkpoint, teacher, tra
     started = time.perf_counter()
     base_config = load_base_config(checkpoint)
     if teacher.finetune:
+        from accelerate.utils import set_seed
+
+        # Seeded before the classifier head is initialised, not only before training: the
+        # head's initial weights otherwise depend on whatever ran earlier in the process
+        # (a test order, an earlier task), and the same key could cache different teachers.
+        set_seed(teacher.seed)
         config = classifier_config(base_config, task)
         model = AutoModelForSequenceClassification.from_pretrained(
             checkpoint.location, config=config)

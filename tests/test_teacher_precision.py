@@ -84,3 +84,18 @@ def test_precision_benchmark_reports_both_precisions(tiny_suite_file, tmp_path):
     assert rows["dev", "bf16"]["score"] is not None
     assert 0 <= rows["dev", "bf16"]["argmax_agreement"] <= 100
     assert any("| rte dev | 24 | bf16 |" in line for line in result["table"])
+
+
+def test_a_fresh_teacher_does_not_depend_on_what_ran_before_it(tiny_suite_file, tmp_path):
+    """The classifier head is initialised after seeding: two builds of the same teacher,
+    after different use of the global random generators, cache identical logits (CI found
+    a tuning test whose teacher changed with the test order)."""
+    import torch
+
+    logits = []
+    for name, noise in (("first", 1), ("second", 1000)):
+        torch.rand(noise)  # whatever ran earlier in the process
+        np.random.rand(noise)
+        runner = _runner(tiny_suite_file, tmp_path / name, [])
+        logits.append(np.asarray(runner.teacher("rte").logits("dev")))
+    np.testing.assert_array_equal(logits[0], logits[1])
