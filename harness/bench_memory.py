@@ -178,6 +178,9 @@ def run_memory_flatness(*, suite: str, methods: Sequence[str], tasks: Sequence[s
         + ", ".join(f"{value:.0f}" for value in round_end) + " MiB",
         f"slope of RSS after each run, rounds 2+: {_slope_text(slope)}; of per-run peak "
         f"RSS: {_slope_text(peak_slope)}",
+        "the same over the second half of the rounds (rounds "
+        f"{len(seeds) // 2 + 1}+): "
+        + "; ".join(_slope_text(value) for value in flatness_slopes(rows, len(seeds) // 2)),
         "live torch tensors after each round: "
         + ", ".join(str(rows[i]["live_tensors"]) for i in range(len(rows))
                     if i == len(rows) - 1 or rows[i + 1]["round"] != rows[i]["round"]),
@@ -232,9 +235,11 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def flatness_slopes(rows: Sequence[dict[str, Any]]) -> tuple[float | None, float | None]:
-    """(RSS after each run, per-run peak) slopes over the runs of rounds 2+ (MiB/run)."""
-    later = [row for row in rows if row["round"] > 0]
+def flatness_slopes(rows: Sequence[dict[str, Any]], first_round: int = 1
+                    ) -> tuple[float | None, float | None]:
+    """(RSS after each run, per-run peak) slopes over the runs of rounds ``first_round``
+    on (0-based; default: all but the first), in MiB per run."""
+    later = [row for row in rows if row["round"] >= first_round]
     return (fit_slope([r["run"] for r in later], [r["rss_after_gc_mb"] for r in later]),
             fit_slope([r["run"] for r in later], [r["peak_rss_mb"] for r in later]))
 
@@ -301,7 +306,8 @@ def plot_memory_flatness(panels: Sequence[tuple[str, Sequence[dict[str, Any]]]],
                Line2D([], [], color="black", ls="--", label="least-squares fit, rounds 2+"),
                *[Line2D([], [], color="grey", marker=markers[m], ls="", label=m)
                  for m in methods]]
-    fig.legend(handles=handles, loc="outside lower center", ncol=min(4, len(handles)),
+    fig.legend(handles=handles, loc="outside lower center",
+               ncol=min(4 if len(panels) > 1 else 2, len(handles)),
                fontsize=8, frameon=False)
     if suptitle:
         fig.suptitle(suptitle, fontsize=11)
