@@ -57,6 +57,7 @@ from torch import nn
 
 from harness.capture import capture_attention_scores
 from harness.config import TrainConfig
+from harness.engine import parameter_groups
 from harness.features import EncodedSplit
 from harness.method import Method, Stage
 
@@ -255,21 +256,6 @@ def schedule_warmup(config: TrainConfig) -> int:
 
 
 # -- the minimal loop --------------------------------------------------------------------
-def parameter_groups(modules: Sequence[nn.Module], weight_decay: float) -> list[dict]:
-    """AdamW groups: weight decay on matrices, none on biases, LayerNorm and vectors."""
-    decay, no_decay = [], []
-    for module in modules:
-        for name, parameter in module.named_parameters():
-            if not parameter.requires_grad:
-                continue
-            if parameter.ndim < 2 or "LayerNorm" in name or name.endswith(".bias"):
-                no_decay.append(parameter)
-            else:
-                decay.append(parameter)
-    return [{"params": decay, "weight_decay": weight_decay},
-            {"params": no_decay, "weight_decay": 0.0}]
-
-
 def linear_schedule(warmup_steps: int, total_steps: int) -> Callable[[int], float]:
     """Linear warm-up to the peak, then linear decay to 0 at ``total_steps``."""
     def factor(step: int) -> float:

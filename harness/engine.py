@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -93,7 +93,8 @@ def autocast(accelerator: Accelerator, precision: str):
     return torch.autocast(accelerator.device.type, dtype=dtype)
 
 
-def _optimizer(modules: list[nn.Module], config: TrainConfig) -> torch.optim.Optimizer:
+def parameter_groups(modules: Sequence[nn.Module], weight_decay: float) -> list[dict]:
+    """AdamW groups: weight decay on matrices, none on biases, LayerNorm and vectors."""
     decay, no_decay = [], []
     for module in modules:
         for name, parameter in module.named_parameters():
@@ -103,9 +104,12 @@ def _optimizer(modules: list[nn.Module], config: TrainConfig) -> torch.optim.Opt
                 no_decay.append(parameter)
             else:
                 decay.append(parameter)
-    groups = [{"params": decay, "weight_decay": config.weight_decay},
-              {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=config.lr)
+    return [{"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0}]
+
+
+def _optimizer(modules: list[nn.Module], config: TrainConfig) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(parameter_groups(modules, config.weight_decay), lr=config.lr)
 
 
 def _loader(split: EncodedSplit, sampler: BucketBatchSampler, accelerator: Accelerator,

@@ -263,6 +263,18 @@ def prepare_teacher(
     return artifacts
 
 
+def _label_splits(model, splits, task, evaluator, teacher, accelerator):
+    """The teacher's logits on every split (at its inference precision; a collective under
+    DDP) and its scores on the dev splits."""
+    precision = autocast_setting(teacher.inference_precision)
+    logits = {name: predict_logits(model, split, accelerator, teacher.inference_batch_size,
+                                   precision)
+              for name, split in splits.items()}
+    dev = {name: evaluator.score(logits[name], split.labels)
+           for name, split in splits.items() if name in task.dev_splits}
+    return logits, dev
+
+
 def _build_teacher(key, task, splits, data_fingerprint, checkpoint, teacher, training,
                    max_length, cache, accelerator, log) -> None:
     evaluator = TaskEvaluator(task)
@@ -300,12 +312,7 @@ def _build_teacher(key, task, splits, data_fingerprint, checkpoint, teacher, tra
                          "evaluations": result.evaluations, "final_losses": result.final_losses}
     # Every split's logits, by every process (a collective under DDP).
     model.to(accelerator.device)
-    precision = autocast_setting(teacher.inference_precision)
-    logits = {name: predict_logits(model, split, accelerator, teacher.inference_batch_size,
-                                   precision)
-              for name, split in splits.items()}
-    dev = {name: evaluator.score(logits[name], split.labels)
-           for name, split in splits.items() if name in task.dev_splits}
+    logits, dev = _label_splits(model, splits, task, evaluator, teacher, accelerator)
     train_labels = splits["train"].labels
     summary = {
         "task": task.name,
@@ -343,12 +350,7 @@ def _relabel(key: str, base: TeacherArtifacts, splits: dict[str, EncodedSplit],
     evaluator = TaskEvaluator(task)
     started = time.perf_counter()
     model = base.load_model().to(accelerator.device)
-    precision = autocast_setting(teacher.inference_precision)
-    logits = {name: predict_logits(model, split, accelerator, teacher.inference_batch_size,
-                                   precision)
-              for name, split in splits.items()}
-    dev = {name: evaluator.score(logits[name], split.labels)
-           for name, split in splits.items() if name in task.dev_splits}
+    logits, dev = _label_splits(model, splits, task, evaluator, teacher, accelerator)
     summary = {**base.summary, "dev": dev, "inference_precision": teacher.inference_precision,
                "model_key": base.key, "fp32_dev": base.dev_metrics,
                "logits_seconds": time.perf_counter() - started}
