@@ -51,7 +51,10 @@ class TrainConfig(StrictModel):
     max_grad_norm: float | None = Field(1.0, gt=0)
     eval_every_steps: int | None = Field(None, gt=0, description="None: evaluate once per epoch")
     eval_batch_size: int = Field(128, gt=0)
-    mixed_precision: Literal["no", "bf16", "fp16"] = "no"
+    mixed_precision: Literal["no", "bf16", "fp16", "auto"] = Field(
+        "no", description="autocast of training steps; auto: bf16 where the device computes "
+        "it natively (CPU flags avx512_bf16 / amx_bf16, or CUDA bf16), else no. Resolved "
+        "before run ids are computed, so a record holds the precision it ran in")
     compile: bool = Field(
         False, description="torch.compile the student (in place) for the stage; off by "
         "default: 0.7-0.8x the speed per step and 40-75 s to compile on the 2-core CPU")
@@ -139,13 +142,19 @@ class TeacherConfig(StrictModel):
     min_margin: float = Field(5.0, description="points the teacher must beat the majority-class "
                               "(or mean-prediction) baseline by on the dev main metric")
     inference_batch_size: int = Field(128, gt=0)
-    inference_precision: Literal["fp32", "bf16"] = Field(
+    inference_precision: Literal["fp32", "bf16", "auto"] = Field(
         "fp32", description="precision of the cached teacher logits (every split and "
         "augmented set): fp32, or bf16 autocast. It enters the teacher's cache key and the "
         "run ids (bf16 reuses the fp32 entry's fine-tuned model). fp32 by default: bf16 "
         "was 6.6-8.7x slower on the 2-core CPU (no AMX / AVX-512 BF16) for no accuracy "
-        "gain; on a GPU with bf16 it may be the better choice (not measured)")
+        "gain; on a GPU with bf16 it may be the better choice (not measured). auto: bf16 "
+        "where the device computes it natively, else fp32 (resolved before any key)")
     intermediate_cache: IntermediateCacheConfig = IntermediateCacheConfig()
+    pooling: Literal["auto", "cls", "pooler", "mean"] = Field(
+        "auto", description="what the classification head reads: auto (the checkpoint's own "
+        "convention: a sentence-transformers folder's Pooling mode, else BERT's pooler), "
+        "cls (the [CLS] state), pooler (BERT's pooler) or mean (mean over real tokens); "
+        "the resolved mode enters the teacher's cache key and the run ids")
 
 
 class StudentConfig(StrictModel):
@@ -162,6 +171,10 @@ class StudentConfig(StrictModel):
     embedding_init: Literal["random", "teacher", "teacher_pca"] = Field(
         "random", description="teacher: copy (same hidden size); teacher_pca: the teacher's "
         "embeddings projected on their top principal directions")
+    pooling: Literal["auto", "cls", "pooler", "mean"] = Field(
+        "auto", description="what the classification head reads (see teacher.pooling); "
+        "auto: the teacher's resolved pooling, since the student starts from (or is compared "
+        "with) that checkpoint")
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> StudentConfig:
@@ -239,12 +252,19 @@ class CorpusConfig(StrictModel):
     tasks: list[str] | None = Field(None, description="whose training sentences; default: the "
                                     "suite's tasks (name them to share one corpus, and so one "
                                     "general-distillation checkpoint, across suites)")
-    text_files: list[str] = Field(default_factory=list,
-                                  description="plain text, one sentence or passage per line")
+    text_files: list[str] = Field(
+        default_factory=list, description="plain text, one sentence or passage per line; "
+        "a relative path is looked up in the folder that holds the GLUE data folder (so "
+        "corpus/en-general.txt is ../shared/data/corpus/en-general.txt by default), then in "
+        "the working folder")
     hub_dataset: HubTextDataset | None = None
     max_sentences: int | None = Field(None, gt=0, description="keep a seeded sample of this size")
     min_words: int = Field(3, ge=1, description="drop lines shorter than this")
     max_seq_length: int = Field(64, gt=8)
+    long_lines: Literal["split", "truncate"] = Field(
+        "split", description="lines longer than max_seq_length pieces: split into "
+        "consecutive windows at word boundaries (every word is seen), or truncate (the "
+        "start only)")
     seed: int = Field(0, description="seed of the sample and of general distillation itself")
 
 
@@ -256,6 +276,10 @@ class MethodRecipe(StrictModel):
         "(a plugin name): it runs that plugin with the suite's recipe for it, this one's "
         "fields merged over it, and records under its own name")
     student: str | None = Field(None, description="student shape name; default: the suite's")
+    init_from: str | None = Field(
+        None, description="start the student from the body that another method's general "
+        "(corpus) stages produce on the same student shape, e.g. kd and finetune from the "
+        "general TinyBERT: methods compared on a student then start from one checkpoint")
     params: dict[str, Any] = Field(default_factory=dict)
     task_params: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="per-task overrides of params, e.g. fewer "
@@ -399,6 +423,9 @@ class SuiteConfig(StrictModel):
             if base is not None and base.base is not None:
                 raise ValueError(f"methods.{method}.base {recipe.base!r} is a variant "
                                  "itself; name the method it varies")
+            if recipe.init_from is not None and recipe.init_from not in self.methods:
+                raise ValueError(f"methods.{method}.init_from {recipe.init_from!r} is not a "
+                                 f"method of this suite ({sorted(self.methods)})")
             if recipe.student is not None and recipe.student not in self.students:
                 raise ValueError(
                     f"methods.{method}.student {recipe.student!r} is not one of "
@@ -533,6 +560,14 @@ def _read_suite_tree(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
         raise ConfigError(f"{path}: extends: expected a suite name or path, got {parent!r}")
     base_path = resolve_suite_path(parent)
     return deep_merge(_read_suite_tree(base_path, (*seen, path.resolve())), tree)
+
+
+def with_resolved_precision(suite: SuiteConfig, resolved: dict[str, str]) -> SuiteConfig:
+    """``suite`` with its ``auto`` precisions replaced (see :mod:`harness.precision`)."""
+    from harness.precision import resolve_auto_precision
+
+    tree = resolve_auto_precision(suite.model_dump(exclude_unset=True), resolved)
+    return SuiteConfig.model_validate(tree)
 
 
 def load_suite(name_or_path: str, overrides: list[str] | None = None) -> SuiteConfig:

@@ -14,7 +14,7 @@ import math
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
@@ -60,7 +60,9 @@ class TaskData:
     source: str
     """Human-readable origin, e.g. ``local:/path/to/glue`` or ``hub:nyu-mll/glue``."""
     files: dict[str, str]
-    """Split -> path read (empty for the hub)."""
+    """Split -> file read, relative to the data folder (empty for the hub)."""
+    layouts: dict[str, str] = field(default_factory=dict)
+    """Split -> the file layout it was read as (``glue-cola``, ``sts-benchmark``, ...)."""
 
 
 # --------------------------------------------------------------------------- layouts
@@ -261,8 +263,10 @@ def _build_dataset(
 # --------------------------------------------------------------------------- local files
 
 
-def _read_split_file(spec: TaskSpec, path: Path, raw: bytes, is_test: bool) -> datasets.Dataset:
-    """Parse one TSV (quoting off, BOM stripped) into a split Dataset."""
+def _read_split_file(spec: TaskSpec, path: Path, raw: bytes, is_test: bool
+                     ) -> tuple[datasets.Dataset, str]:
+    """Parse one TSV (quoting off, BOM stripped) into a split Dataset; also returns the
+    name of the layout the file was read as."""
     try:
         content = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -295,7 +299,7 @@ def _read_split_file(spec: TaskSpec, path: Path, raw: bytes, is_test: bool) -> d
             labels.append(math.nan if spec.is_regression else _UNLABELED)
         else:
             labels.append(_parse_label(spec, fields[file_layout.label_col], is_test, path, lineno))
-    return _build_dataset(spec, texts, labels)
+    return _build_dataset(spec, texts, labels), file_layout.layout.name
 
 
 def _find_split_file(folder: Path, split: str) -> Path | None:
@@ -307,8 +311,9 @@ def _find_split_file(folder: Path, split: str) -> Path | None:
 
 def _load_local(
     spec: TaskSpec, data_dir: Path
-) -> tuple[dict[str, datasets.Dataset], dict[str, str], bytes]:
-    """Read every split file of a task; returns (splits, files, content digest input)."""
+) -> tuple[dict[str, datasets.Dataset], dict[str, str], dict[str, str], bytes]:
+    """Read every split file of a task; returns (splits, files relative to ``data_dir``,
+    layouts, content digest input)."""
     folder = data_dir / spec.folder
     if not folder.is_dir():
         raise DataNotFoundError(
@@ -316,6 +321,7 @@ def _load_local(
         )
     splits: dict[str, datasets.Dataset] = {}
     files: dict[str, str] = {}
+    layouts: dict[str, str] = {}
     raw_by_split: dict[str, bytes] = {}
     for split in ("train", *spec.dev_splits, *spec.test_splits):
         path = _find_split_file(folder, split)
@@ -328,14 +334,15 @@ def _load_local(
                 f"{_HOW_TO_GET_DATA}"
             )
         raw = path.read_bytes()
-        splits[split] = _read_split_file(spec, path, raw, is_test=split in spec.test_splits)
-        files[split] = str(path)
+        splits[split], layouts[split] = _read_split_file(
+            spec, path, raw, is_test=split in spec.test_splits)
+        files[split] = path.relative_to(data_dir).as_posix()
         raw_by_split[split] = raw
     digest_input = b"".join(
         split.encode() + b"\0" + hashlib.sha256(raw_by_split[split]).digest()
         for split in sorted(raw_by_split)
     )
-    return splits, files, digest_input
+    return splits, files, layouts, digest_input
 
 
 # --------------------------------------------------------------------------- hub
@@ -429,11 +436,11 @@ def load_task(
     spec = task if isinstance(task, TaskSpec) else get_task(task)
     if source == "local":
         root = resolve_data_dir(data_dir)
-        splits, files, digest_input = _load_local(spec, root)
+        splits, files, layouts, digest_input = _load_local(spec, root)
         source_name = f"local:{root}"
     elif source == "hub":
         splits, digest_input = _load_hub(spec)
-        files = {}
+        files, layouts = {}, {}
         source_name = f"hub:{HUB_DATASET}"
     else:
         raise ValueError(f"unknown data source {source!r}; expected 'local' or 'hub'")
@@ -448,6 +455,7 @@ def load_task(
         fingerprint=digest.hexdigest(),
         source=source_name,
         files=files,
+        layouts=layouts,
     )
 
 

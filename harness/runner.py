@@ -34,9 +34,10 @@ from harness.config import (
     TrainConfig,
     recipe_with_overrides,
     student_kind,
+    with_resolved_precision,
 )
 from harness.corpus import Corpus, build_corpus, encode_corpus
-from harness.data import TaskData, load_task
+from harness.data import TaskData, load_task, resolve_data_dir
 from harness.distributed import any_process, broadcast
 from harness.engine import NonFiniteLossError, TeacherRuntime, predict_logits, train_stage
 from harness.features import EncodedSplit, encode_split
@@ -51,8 +52,9 @@ from harness.method import (
     registry,
 )
 from harness.metrics import TaskEvaluator
+from harness.precision import auto_precision, native_bf16
 from harness.store import RECORD_VERSION, ResultsStore
-from harness.student import count_parameters
+from harness.student import count_parameters, student_pooling
 from harness.tasks import TaskSpec, get_task
 from harness.teacher import (
     Checkpoint,
@@ -64,6 +66,7 @@ from harness.teacher import (
     prepare_teacher,
     resolve_checkpoint,
     teacher_key,
+    teacher_pooling,
 )
 from harness.teacher_outputs import intermediate_cache_request, intermediate_cache_spec
 
@@ -99,6 +102,7 @@ def machine_info(accelerator: Accelerator) -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "device": str(accelerator.device),
         "num_processes": accelerator.num_processes,
+        "native_bf16": native_bf16(accelerator.device),
     }
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
@@ -174,7 +178,6 @@ class RunOutcome:
 class SuiteRunner:
     def __init__(self, suite: SuiteConfig, results_dir: Path, cache_dir: Path | None = None,
                  log: Callable[[str], None] = print, retry_failed: bool = False) -> None:
-        self.suite = suite
         self.store = ResultsStore(results_dir)
         self.cache = ArtifactCache(cache_dir or default_cache_dir())
         self.retry_failed = retry_failed
@@ -191,6 +194,9 @@ class SuiteRunner:
                 f"{self.accelerator.num_processes}: on a machine without GPUs launch with "
                 "ACCELERATE_USE_CPU=1 (accelerate launch --multi_gpu --num_processes N; "
                 "--cpu starts one process)")
+        # `auto` precisions resolved for this device before any key or run id is computed.
+        self.precision = auto_precision(self.accelerator.device)
+        self.suite = with_resolved_precision(suite, self.precision)
         # Under `accelerate launch` every process runs the same cells: one of them talks.
         self.log = log if self.accelerator.is_main_process else _silent
         if not self.accelerator.is_local_main_process:
@@ -208,6 +214,7 @@ class SuiteRunner:
         self._augmented: dict[str, AugmentedSet] = {}
         self._student_splits: dict[tuple[str, str, str], EncodedSplit] = {}
         self._teacher_speed: dict[tuple[str, int], float] = {}
+        self._teacher_pooling: str | None = None
 
     # -- preparation ---------------------------------------------------------------------
     @property
@@ -246,6 +253,20 @@ class SuiteRunner:
                 max_length=prepared.max_length, cache=self.cache,
                 accelerator=self.accelerator, log=self.log)
         return self._teachers[name]
+
+    @property
+    def teacher_pooling(self) -> str:
+        """The teacher head's pooling, ``auto`` resolved from the checkpoint."""
+        if self._teacher_pooling is None:
+            self._teacher_pooling = teacher_pooling(self.checkpoint, self.suite.teacher)
+        return self._teacher_pooling
+
+    def student_pooling(self, shape_name: str) -> str | None:
+        """A BERT-family shape's resolved pooling; None for other kinds (no such head)."""
+        shape = self.suite.students[shape_name]
+        if not isinstance(shape, StudentConfig):
+            return None
+        return student_pooling(shape, self.teacher_pooling)
 
     def teacher_state(self) -> dict[str, torch.Tensor]:
         """The pre-trained teacher's weights (student initialisation)."""
@@ -309,7 +330,9 @@ class SuiteRunner:
             "task": task.name,
             "method": method_name,
             "seed": seed,
-            "student": {"name": shape_name, **shape.model_dump()},
+            "student": {"name": shape_name, **shape.model_dump(),
+                        **({"pooling": pooling} if (pooling := self.student_pooling(shape_name))
+                           else {})},
             **({"plugin": plugin} if plugin != method_name else {}),
             "params": method.params.model_dump(),
             "loss_weights": method.weights,
@@ -324,9 +347,38 @@ class SuiteRunner:
             },
         }
         if general:
+            if recipe.init_from is not None:
+                raise ConfigError(f"methods.{method_name}.init_from: {plugin} runs general "
+                                  "stages of its own; init_from is for methods without them")
             spec["general"] = {"key": self.general_key(method, shape, general, stage_configs)}
+        elif recipe.init_from is not None:
+            source, source_stages, source_configs = self.general_source(
+                recipe.init_from, task, shape_name, where=f"methods.{method_name}.init_from")
+            spec["general"] = {"key": self.general_key(source, shape, source_stages,
+                                                       source_configs),
+                               "from": recipe.init_from}
         spec["teacher"].update(intermediate_cache_spec(self.suite.teacher, method, stages))
         return method, spec, stage_configs
+
+    def general_source(self, method_name: str, task: TaskSpec, shape_name: str, where: str
+                       ) -> tuple[Method, list[Stage], dict[str, TrainConfig]]:
+        """The method whose general stages a student starts from (``init_from``), with
+        those stages and their budgets: exactly what that method's own runs resolve, so
+        both share one general checkpoint."""
+        recipe = self.suite.recipe(method_name)
+        own_shape = recipe.student or self.suite.default_student
+        if own_shape != shape_name:
+            raise ConfigError(f"{where}: {method_name} distils student {own_shape!r}, this "
+                              f"run trains {shape_name!r}; a general checkpoint fits only "
+                              "its own student shape")
+        method = instantiate(self.suite.plugin(method_name), recipe, task.name)
+        stages = [stage for stage in method.stages(task) if stage.is_general]
+        if not stages:
+            raise ConfigError(f"{where}: {method_name} has no general (corpus) stage as "
+                              "configured, so there is no general checkpoint to start from")
+        configs = {stage.name: self.suite.train_config(
+            None, *recipe.stage_overrides(None, stage.name)) for stage in stages}
+        return method, stages, configs
 
     def run_id(self, method_name: str, task_name: str, seed: int,
                variation: Variation = Variation()) -> str:
@@ -377,10 +429,13 @@ class SuiteRunner:
             "main_metric": task.main_metric,
             "teacher": {"checkpoint": self.checkpoint.spec, "key": teacher.key,
                         "inference_precision": teacher.inference_precision,
+                        "pooling": teacher.pooling,
                         "dev": teacher.dev_metrics, "baseline": teacher.summary["baseline"],
                         "parameters": teacher.summary["parameters"]},
-            "data": {"source": prepared.data.source, "fingerprint": prepared.data.fingerprint,
-                     "files": prepared.data.files,
+            # Files relative to the data folder: records hold no machine paths.
+            "data": {"source": self.suite.data.source,
+                     "fingerprint": prepared.data.fingerprint,
+                     "files": prepared.data.files, "layouts": prepared.data.layouts,
                      "train_examples": len(prepared.splits["train"])},
             "seeds": {"run": seed, "teacher": self.suite.teacher.seed,
                       "subsample": self.suite.data.subsample_seed},
@@ -451,8 +506,17 @@ class SuiteRunner:
                               "WordPiece ids; a student with its own encoder cannot have "
                               "corpus stages")
         context.encoder = encoder
-        general_summary = (self._general_distillation(method, context, general, stage_configs)
-                           if general else None)
+        if general:
+            general_summary = self._general_distillation(method, context, general,
+                                                         stage_configs)
+        elif "general" in spec:  # init_from: another method's general checkpoint
+            source, source_stages, source_configs = self.general_source(
+                spec["general"]["from"], task, context.shape_name, where=spec["method"])
+            general_summary = self._general_distillation(source, context, source_stages,
+                                                         source_configs)
+            general_summary["from"] = spec["general"]["from"]
+        else:
+            general_summary = None
 
         def for_student(split: EncodedSplit, key: str) -> EncodedSplit:
             return self._student_split(encoder, task.name, key, split)
@@ -538,8 +602,9 @@ class SuiteRunner:
                 for result in stage_results
             ],
         }
-        if general_summary is not None:
-            outcome["general_distillation"] = general_summary
+        if general_summary is not None:  # the key identifies it; the cache path is local
+            outcome["general_distillation"] = {key: value for key, value
+                                               in general_summary.items() if key != "path"}
         if augmented is not None:
             outcome["augmentation"] = augmented.summary
         if encoder is not None:
@@ -612,7 +677,8 @@ class SuiteRunner:
         return StudentContext(
             task=task, shape_name=shape_name, shape=shape,
             teacher_config=load_base_config(self.checkpoint),
-            teacher_state=self.teacher_state(), assets=self._assets())
+            teacher_state=self.teacher_state(), assets=self._assets(),
+            pooling=self.student_pooling(shape_name) or "pooler")
 
     def _assets(self) -> AugmentContext:
         return AugmentContext(checkpoint=self.checkpoint, tokenizer=self.tokenizer,
@@ -626,7 +692,9 @@ class SuiteRunner:
             config = self.suite.corpus
             names = (config.tasks or self.suite.tasks) if config.task_sentences else []
             tasks = [self.prepare_task(name).data for name in names]
-            self._corpus = build_corpus(config, tasks)
+            data_dir = (resolve_data_dir(self.suite.data.dir)
+                        if self.suite.data.source == "local" else None)
+            self._corpus = build_corpus(config, tasks, data_dir)
         return self._corpus
 
     def general_key(self, method: Method, shape: StudentConfig, stages: list[Stage],
@@ -634,10 +702,13 @@ class SuiteRunner:
         corpus = self.corpus()
         return content_hash({
             "kind": "general", "version": GENERAL_VERSION, "method": method.name,
-            "method_key": method.general_key(), "student": shape.model_dump(),
+            "method_key": method.general_key(),
+            "student": {**shape.model_dump(),
+                        "pooling": student_pooling(shape, self.teacher_pooling)},
             "teacher": self.checkpoint.identity,
             "corpus": {"fingerprint": corpus.fingerprint,
                        "max_seq_length": self.suite.corpus.max_seq_length,
+                       "long_lines": self.suite.corpus.long_lines,
                        "seed": self.suite.corpus.seed},
             "stages": {stage.name: stage_configs[stage.name].identity() for stage in stages},
         })
@@ -652,7 +723,8 @@ class SuiteRunner:
             corpus = self.corpus()
             self.log(f"[general] {method.name}: general distillation on {len(corpus)} "
                      f"unlabeled sentences ({', '.join(corpus.sources)})")
-            split = encode_corpus(corpus, self.tokenizer, self.suite.corpus.max_seq_length)
+            split = encode_corpus(corpus, self.tokenizer, self.suite.corpus.max_seq_length,
+                                  self.suite.corpus.long_lines)
             seed = self.suite.corpus.seed
             set_seed(seed)
             student, extra = self._build_student(method, context)
@@ -670,7 +742,8 @@ class SuiteRunner:
             body = {name: tensor for name, tensor in student.state_dict().items()
                     if not prefix or name.startswith(f"{prefix}.")}
             summary = {
-                "corpus_sentences": len(corpus), "corpus_sources": corpus.sources,
+                "corpus_sentences": len(corpus), "corpus_sequences": len(split),
+                "corpus_tokens": int(split.lengths.sum()), "corpus_sources": corpus.sources,
                 "corpus_fingerprint": corpus.fingerprint,
                 "stages": [{"name": r.name, "steps": r.steps, "examples_seen": r.examples_seen,
                             "seconds": r.seconds, "examples_per_second": r.examples_per_second,
@@ -691,6 +764,8 @@ class SuiteRunner:
         path = self.cache.path("general", key)
         summary = json.loads((path / "summary.json").read_text())
         return {"key": key, "path": str(path), "corpus_sentences": summary["corpus_sentences"],
+                **{name: summary[name] for name in ("corpus_sequences", "corpus_tokens",
+                                                    "corpus_sources") if name in summary},
                 "seconds": summary["seconds"],
                 "final_losses": summary["stages"][-1]["final_losses"]}
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from transformers import BertConfig, BertForSequenceClassification, PretrainedConfig
+from transformers import BertConfig, PretrainedConfig
 
 from harness.config import StudentConfig
 from harness.method import StudentContext
+from harness.pooling import PooledBertForSequenceClassification, with_pooling
 from harness.tasks import TaskSpec
 
 
@@ -35,8 +36,13 @@ def evenly_spaced_layers(num_teacher_layers: int, num_student_layers: int) -> li
     return [round((index + 1) * step) - 1 for index in range(num_student_layers)]
 
 
+def student_pooling(shape: StudentConfig, teacher_pooling: str) -> str:
+    """The student head's pooling: the shape's, or with ``auto`` the teacher's (resolved)."""
+    return teacher_pooling if shape.pooling == "auto" else shape.pooling
+
+
 def student_bert_config(shape: StudentConfig, teacher_config: PretrainedConfig,
-                        task: TaskSpec) -> PretrainedConfig:
+                        task: TaskSpec, pooling: str = "pooler") -> PretrainedConfig:
     config = BertConfig(
         vocab_size=teacher_config.vocab_size,
         hidden_size=shape.hidden_size,
@@ -47,7 +53,7 @@ def student_bert_config(shape: StudentConfig, teacher_config: PretrainedConfig,
         type_vocab_size=getattr(teacher_config, "type_vocab_size", 2),
         pad_token_id=getattr(teacher_config, "pad_token_id", 0),
     )
-    return classifier_config(config, task)
+    return with_pooling(classifier_config(config, task), pooling)
 
 
 def _principal_projection(matrix: torch.Tensor, dim: int) -> torch.Tensor:
@@ -57,7 +63,7 @@ def _principal_projection(matrix: torch.Tensor, dim: int) -> torch.Tensor:
     return right[:dim].T.contiguous()
 
 
-def _init_embeddings(student: BertForSequenceClassification, shape: StudentConfig,
+def _init_embeddings(student: PooledBertForSequenceClassification, shape: StudentConfig,
                      teacher_state: dict[str, torch.Tensor]) -> None:
     prefix = "bert.embeddings." if "bert.embeddings.word_embeddings.weight" in teacher_state \
         else "embeddings."
@@ -80,7 +86,7 @@ def _init_embeddings(student: BertForSequenceClassification, shape: StudentConfi
             embeddings.LayerNorm.bias.copy_(teacher_state[prefix + "LayerNorm.bias"])
 
 
-def _init_layers(student: BertForSequenceClassification, shape: StudentConfig,
+def _init_layers(student: PooledBertForSequenceClassification, shape: StudentConfig,
                  teacher_state: dict[str, torch.Tensor], num_teacher_layers: int) -> None:
     layers = shape.teacher_layers or evenly_spaced_layers(num_teacher_layers, shape.num_layers)
     prefix = "bert.encoder.layer." if any(k.startswith("bert.encoder.") for k in teacher_state) \
@@ -100,20 +106,22 @@ def _init_layers(student: BertForSequenceClassification, shape: StudentConfig,
                                      f"{key} is {tuple(value.shape)}, student "
                                      f"{target} is {tuple(student_state[target].shape)}")
                 student_state[target] = value.clone()
-    # The pooler reads the last layer's [CLS]; it comes along when the widths agree.
+    # The pooler (when the head reads it) comes along when the widths agree.
     pooler_prefix = prefix.replace("encoder.layer.", "pooler.")
     for key, value in teacher_state.items():
         target = "bert.pooler." + key[len(pooler_prefix):]
-        if key.startswith(pooler_prefix) and student_state[target].shape == value.shape:
+        if key.startswith(pooler_prefix) and target in student_state \
+                and student_state[target].shape == value.shape:
             student_state[target] = value.clone()
     student.load_state_dict(student_state)
 
 
 def build_bert_student(context: StudentContext) -> nn.Module:
-    """The suite's student shape as a BertForSequenceClassification, initialised as asked."""
+    """The suite's student shape as a BERT sequence classifier with the context's pooling,
+    initialised as asked."""
     shape = context.shape
-    student = BertForSequenceClassification(
-        student_bert_config(shape, context.teacher_config, context.task)
+    student = PooledBertForSequenceClassification(
+        student_bert_config(shape, context.teacher_config, context.task, context.pooling)
     )
     needs_teacher = shape.init == "teacher_layers" or shape.embedding_init != "random"
     if needs_teacher:

@@ -25,7 +25,6 @@ from accelerate import Accelerator
 from transformers import (
     AutoConfig,
     AutoModel,
-    AutoModelForSequenceClassification,
     AutoTokenizer,
     PretrainedConfig,
     PreTrainedTokenizerBase,
@@ -39,6 +38,7 @@ from harness.features import EncodedSplit
 from harness.losses import gold_loss
 from harness.method import LossTerm, Method, MethodParams, Stage, StepInputs
 from harness.metrics import TaskEvaluator
+from harness.pooling import config_pooling, load_sequence_classifier, resolve_pooling, with_pooling
 from harness.student import classifier_config
 from harness.tasks import TaskSpec
 from harness.teacher_outputs import autocast_setting
@@ -174,9 +174,15 @@ class TeacherArtifacts:
     def main_score(self) -> float:
         return self.dev_metrics[self.task.selection_split][self.task.main_metric]
 
+    @property
+    def pooling(self) -> str:
+        """What the fine-tuned teacher's head reads (entries made before pooling was a
+        setting used BERT's pooler)."""
+        return self.summary.get("pooling", "pooler")
+
     def load_model(self, attn_implementation: str | None = None):
         kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
-        return AutoModelForSequenceClassification.from_pretrained(self.model_path, **kwargs)
+        return load_sequence_classifier(self.model_path, **kwargs)
 
     def config(self) -> PretrainedConfig:
         return AutoConfig.from_pretrained(self.model_path)
@@ -194,8 +200,14 @@ def teacher_key(checkpoint: Checkpoint, task: TaskSpec, data_fingerprint: str,
                          "model": key, "inference_precision": teacher.inference_precision})
 
 
+def teacher_pooling(checkpoint: Checkpoint, teacher: TeacherConfig) -> str:
+    """The pooling of the teacher's classification head, ``auto`` resolved."""
+    return resolve_pooling(teacher.pooling, checkpoint.location)
+
+
 def _model_key(checkpoint: Checkpoint, task: TaskSpec, data_fingerprint: str,
                teacher: TeacherConfig, training: TrainConfig, max_length: int) -> str:
+    pooling = teacher_pooling(checkpoint, teacher) if teacher.finetune else None
     return content_hash({
         "kind": "teacher",
         "cache_version": CACHE_VERSION,
@@ -206,6 +218,8 @@ def _model_key(checkpoint: Checkpoint, task: TaskSpec, data_fingerprint: str,
         "training": training.identity() if teacher.finetune else None,
         "seed": teacher.seed if teacher.finetune else None,
         "max_seq_length": max_length,
+        # Keys made before pooling was a setting (BERT's pooler) stay as they were.
+        **({"pooling": pooling} if pooling not in (None, "pooler") else {}),
     })
 
 
@@ -287,11 +301,11 @@ def _build_teacher(key, task, splits, data_fingerprint, checkpoint, teacher, tra
         # head's initial weights otherwise depend on whatever ran earlier in the process
         # (a test order, an earlier task), and the same key could cache different teachers.
         set_seed(teacher.seed)
-        config = classifier_config(base_config, task)
-        model = AutoModelForSequenceClassification.from_pretrained(
-            checkpoint.location, config=config)
+        config = with_pooling(classifier_config(base_config, task),
+                              teacher_pooling(checkpoint, teacher))
+        model = load_sequence_classifier(checkpoint.location, config=config)
     else:
-        model = AutoModelForSequenceClassification.from_pretrained(checkpoint.location)
+        model = load_sequence_classifier(checkpoint.location)
         check_label_order(task, model.config, f"teacher {checkpoint.spec}")
     stage_summary = None
     if teacher.finetune:
@@ -325,6 +339,7 @@ def _build_teacher(key, task, splits, data_fingerprint, checkpoint, teacher, tra
         "seconds": time.perf_counter() - started,
         "parameters": sum(p.numel() for p in model.parameters()),
         "inference_precision": teacher.inference_precision,
+        "pooling": config_pooling(model.config),
     }
     if accelerator.num_processes > 1:
         summary["processes"] = accelerator.num_processes

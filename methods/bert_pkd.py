@@ -50,6 +50,7 @@ copies the first k layers (or ``params.teacher_layers``).
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import torch
@@ -247,9 +248,7 @@ class BertPKD(Method):
                               "teacher's state_dict as StudentContext.teacher_state")
         shape = shape.model_copy(update={"init": "teacher_layers", "teacher_layers": layers,
                                          "embedding_init": "teacher"})
-        built = StudentContext(task=context.task, shape_name=context.shape_name, shape=shape,
-                               teacher_config=teacher, teacher_state=context.teacher_state)
-        return build_bert_student(built)
+        return build_bert_student(replace(context, shape=shape, teacher_config=teacher))
 
     def teacher_layers(self, stage: Stage, num_teacher_layers: int,
                        student: nn.Module) -> TeacherLayers | None:

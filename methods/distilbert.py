@@ -38,7 +38,7 @@ the corpus and budget are the suite's, not BookCorpus + Wikipedia for 90 GPU-hou
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import torch
@@ -260,10 +260,7 @@ class DistilBERT(Method):
             self._vocabulary = _Vocabulary(teacher.vocab_size, tokenizer.mask_token_id,
                                            tuple(tokenizer.all_special_ids))
             self._assets = context.assets
-        student_context = StudentContext(
-            task=context.task, shape_name=context.shape_name, shape=shape,
-            teacher_config=teacher, teacher_state=context.teacher_state, assets=context.assets)
-        return build_bert_student(student_context)
+        return build_bert_student(replace(context, shape=shape, teacher_config=teacher))
 
     def extra_modules(self, context: StudentContext) -> nn.ModuleDict:
         """The student's MLM head (general distillation), started from the teacher's head

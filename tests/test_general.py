@@ -8,8 +8,8 @@ import torch
 import yaml
 
 from harness.augmented import prepare_augmented
-from harness.config import CorpusConfig, load_suite
-from harness.corpus import build_corpus, encode_corpus
+from harness.config import ConfigError, CorpusConfig, load_suite
+from harness.corpus import Corpus, build_corpus, encode_corpus, split_into_windows
 from harness.data import DataNotFoundError, load_task
 from harness.runner import SuiteRunner
 from tests.conftest import tiny_suite_dict
@@ -66,9 +66,50 @@ def test_encoded_corpus_is_single_segment_and_truncated(tiny_data_dir, tiny_teac
     from transformers import AutoTokenizer
 
     corpus = build_corpus(CorpusConfig(), [load_task("rte", data_dir=tiny_data_dir)])
-    split = encode_corpus(corpus, AutoTokenizer.from_pretrained(tiny_teacher_dir), 10)
+    split = encode_corpus(corpus, AutoTokenizer.from_pretrained(tiny_teacher_dir), 10,
+                          long_lines="truncate")
     assert len(split) == len(corpus) and split.lengths.max() <= 10
     assert all(not ids.any() for ids in split.token_type_ids)
+
+
+def test_long_lines_are_split_at_word_boundaries_and_every_piece_is_kept(tiny_teacher_dir):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_teacher_dir)
+    line = ("unbelievably extraordinary circumstances notwithstanding the committee "
+            "deliberated interminably about characteristically unremarkable propositions")
+    short = "a short line of words"
+    corpus = Corpus([line, short], "fingerprint", [])
+    split = encode_corpus(corpus, tokenizer, 12)
+    pieces = tokenizer(line, add_special_tokens=False)["input_ids"]
+    windows = [ids[1:-1].tolist() for ids in split.input_ids[:-1]]
+    assert len(windows) > 1 and split.lengths.max() <= 12
+    assert [piece for window in windows for piece in window] == pieces  # each once, in order
+    for window in windows[1:]:  # no window starts inside a word
+        assert not tokenizer.convert_ids_to_tokens(window[0]).startswith("##")
+    assert all(ids[0] == tokenizer.cls_token_id and ids[-1] == tokenizer.sep_token_id
+               for ids in split.input_ids)
+    assert split.input_ids[-1][1:-1].tolist() == tokenizer(short, add_special_tokens=False)[
+        "input_ids"]
+
+
+def test_split_into_windows_cuts_inside_a_word_only_when_it_is_longer_than_a_window():
+    words = [0, 0, 0, 1, 1, 2, 2, 2, 2, 2]
+    assert split_into_windows(words, 10, 4) == [(0, 3), (3, 5), (5, 9), (9, 10)]
+    assert split_into_windows(None, 10, 4) == [(0, 4), (4, 8), (8, 10)]
+
+
+def test_relative_text_files_are_found_beside_the_data_folder(tmp_path, tiny_data_dir):
+    data = tmp_path / "data"
+    (data / "glue").mkdir(parents=True)
+    (data / "corpus").mkdir()
+    (data / "corpus" / "general.txt").write_text("one line of general english text\n")
+    corpus = build_corpus(CorpusConfig(task_sentences=False,
+                                       text_files=["corpus/general.txt"]), [], data / "glue")
+    assert corpus.sentences == ["one line of general english text"]
+    assert corpus.sources == ["file:corpus/general.txt"]  # portable: no machine path
+    with pytest.raises(DataNotFoundError, match=r"corpus/missing.txt.*tried .*data/corpus"):
+        build_corpus(CorpusConfig(text_files=["corpus/missing.txt"]), [], data / "glue")
 
 
 def test_general_distillation_runs_once_and_every_task_and_seed_starts_from_it(
@@ -230,3 +271,71 @@ def test_tinybert_trains_on_augmented_copies_labelled_by_the_teacher(
     before = sorted(path.name for path in (tmp_path / "cache" / "augmented").iterdir())
     runner.run_one("tinybert", "rte", 2)
     assert sorted(path.name for path in (tmp_path / "cache" / "augmented").iterdir()) == before
+
+
+def test_init_from_starts_other_methods_from_the_same_general_checkpoint(
+        tmp_path, tiny_data_dir, tiny_teacher_dir):
+    """kd and finetune with init_from: tinybert share tinybert's general checkpoint (one
+    general distillation) and start from its body; their own heads start fresh."""
+    suite = tiny_suite(tmp_path, tiny_data_dir, tiny_teacher_dir)
+    tree = suite.model_dump(exclude_unset=True)
+    tree["methods"]["kd-general"] = {"base": "kd", "init_from": "tinybert"}
+    tree["methods"]["finetune-general"] = {"base": "finetune", "init_from": "tinybert",
+                                           "stages": {"task": {"max_steps": 1, "lr": 1e-9}}}
+    path = tmp_path / "init-from.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    messages: list[str] = []
+    runner = SuiteRunner(load_suite(str(path)), tmp_path / "results", tmp_path / "cache",
+                         log=messages.append)
+    _, tinybert, _ = runner.resolve("tinybert", "rte", 1)
+    _, kd, _ = runner.resolve("kd-general", "rte", 1)
+    assert kd["general"] == {"key": tinybert["general"]["key"], "from": "tinybert"}
+    _, plain_kd, _ = runner.resolve("kd", "rte", 1)
+    assert "general" not in plain_kd
+    record = runner.store.load(runner.run_one("finetune-general", "rte", 1).path)
+    runner.run_one("kd-general", "stsb", 1)
+    assert sum(message.startswith("[general] tinybert") for message in messages) == 1
+    (entry,) = (tmp_path / "cache" / "general").iterdir()
+    assert record["general_distillation"]["key"] == entry.name
+    assert record["general_distillation"]["from"] == "tinybert"
+    # One step at lr 1e-9 leaves the body where the general checkpoint put it.
+    body = torch.load(entry / "student_body.pt", weights_only=True)
+    student, _ = runner._build_student(*_finetune_context(runner, "finetune-general", "rte"))
+    runner._load_general(student, torch.nn.ModuleDict(), entry)
+    for name, value in body.items():
+        assert torch.equal(student.state_dict()[name], value), name
+
+
+def _finetune_context(runner, method_name, task_name):
+    from harness.method import instantiate
+    from harness.tasks import get_task
+
+    recipe = runner.suite.recipe(method_name)
+    method = instantiate(runner.suite.plugin(method_name), recipe, task_name)
+    shape = recipe.student or runner.suite.default_student
+    return method, runner._student_context(shape, get_task(task_name))
+
+
+def test_init_from_is_checked_before_anything_runs(tmp_path, tiny_data_dir, tiny_teacher_dir):
+    tree = tiny_suite_dict(tiny_data_dir, tiny_teacher_dir)
+    tree["methods"] = {"tinybert": {"params": NO_AUGMENT},
+                       "kd": {"init_from": "tinybrt"}}
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    with pytest.raises(ConfigError, match=r"methods\.kd\.init_from 'tinybrt'"):
+        load_suite(str(path))
+    student = next(iter(tree["students"]))
+    tree["students"]["other"] = dict(tree["students"][student])
+    tree["methods"]["kd"] = {"init_from": "tinybert", "student": "other"}
+    path.write_text(yaml.safe_dump(tree))
+    runner = SuiteRunner(load_suite(str(path)), tmp_path / "r", tmp_path / "c",
+                         log=lambda _: None)
+    with pytest.raises(ConfigError, match=r"methods\.kd\.init_from: tinybert distils student"):
+        runner.resolve("kd", "rte", 1)
+    tree["methods"]["tinybert"] = {"params": {**NO_AUGMENT, "general_distillation": False}}
+    tree["methods"]["kd"] = {"init_from": "tinybert"}
+    path.write_text(yaml.safe_dump(tree))
+    runner = SuiteRunner(load_suite(str(path)), tmp_path / "r", tmp_path / "c",
+                         log=lambda _: None)
+    with pytest.raises(ConfigError, match="no general"):
+        runner.resolve("kd", "rte", 1)

@@ -21,12 +21,14 @@ CHECKPOINT = Checkpoint("pypi:x", "/nowhere", {"config": "c", "weights": {"w": "
 
 def test_fp32_keeps_the_teacher_key_it_always_had_and_bf16_gets_its_own():
     task, training = get_task("rte"), TrainConfig()
-    fp32 = TeacherConfig(checkpoint="pypi:x")
+    fp32 = TeacherConfig(checkpoint="pypi:x", pooling="pooler")
     legacy = content_hash({  # the key's recipe before inference_precision existed
         "kind": "teacher", "cache_version": CACHE_VERSION, "checkpoint": CHECKPOINT.identity,
         "task": "rte", "data": "fingerprint", "finetune": True,
         "training": training.identity(), "seed": 42, "max_seq_length": 128})
     assert teacher_key(CHECKPOINT, task, "fingerprint", fp32, training, 128) == legacy
+    mean = fp32.model_copy(update={"pooling": "mean"})
+    assert teacher_key(CHECKPOINT, task, "fingerprint", mean, training, 128) != legacy
     bf16 = fp32.model_copy(update={"inference_precision": "bf16"})
     assert teacher_key(CHECKPOINT, task, "fingerprint", bf16, training, 128) not in {
         legacy, teacher_key(CHECKPOINT, task, "other data", bf16, training, 128)}
