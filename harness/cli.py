@@ -685,6 +685,30 @@ def bench_runs(
         _echo(line)
 
 
+@bench_app.command("threads")
+def bench_threads(
+    suite: SuiteOpt = "glue-cpu",
+    method: Annotated[str, typer.Option("--method", "-m", help="the cell's method")] = "kd-3L",
+    task: Annotated[str, typer.Option(help="the cell's task")] = "mrpc",
+    set_: SetOpt = None,
+    cores: Annotated[int | None, typer.Option(help="default: every core")] = None,
+) -> None:
+    """One job on every core vs one single-threaded job per core, on the same real cell:
+    wall times and cells per hour (how to run a grid's workers on this machine)."""
+    from harness.bench_threads import run_threads_benchmark
+
+    command = " ".join(["harness run --suite", suite, "--method", method, "--tasks", task,
+                        *[f"--set {item}" for item in set_ or []]])
+    try:
+        result = run_threads_benchmark(suite=suite, method=method, task=task,
+                                       sets=set_ or [], cores=cores, log=_echo)
+    except (ConfigError, RuntimeError, ValueError) as error:
+        _fail(str(error).strip("'\""))
+        return
+    for line in result.table(command):
+        _echo(line)
+
+
 @bench_app.command("train")
 def bench_train(
     suite: SuiteOpt = "glue-cpu",
