@@ -66,9 +66,12 @@ def _wait(process: subprocess.Popen, started: float) -> float:
 
 
 def run_threads_benchmark(*, suite: str, method: str, task: str, sets: list[str],
-                          cores: int | None = None, log=print) -> ThreadsResult:
+                          cores: int | None = None, cache_dir: Path | None = None,
+                          log=print) -> ThreadsResult:
     cores = cores or os.cpu_count() or 1
     common = ["--suite", suite, "--method", method, "--tasks", task]
+    if cache_dir is not None:
+        common += ["--cache-dir", str(cache_dir)]
     for assignment in sets:
         common += ["--set", assignment]
     with tempfile.TemporaryDirectory(prefix="bench-threads-") as scratch:

@@ -692,6 +692,7 @@ def bench_threads(
     task: Annotated[str, typer.Option(help="the cell's task")] = "mrpc",
     set_: SetOpt = None,
     cores: Annotated[int | None, typer.Option(help="default: every core")] = None,
+    cache_dir: CacheOpt = None,
 ) -> None:
     """One job on every core vs one single-threaded job per core, on the same real cell:
     wall times and cells per hour (how to run a grid's workers on this machine)."""
@@ -701,7 +702,8 @@ def bench_threads(
                         *[f"--set {item}" for item in set_ or []]])
     try:
         result = run_threads_benchmark(suite=suite, method=method, task=task,
-                                       sets=set_ or [], cores=cores, log=_echo)
+                                       sets=set_ or [], cores=cores, cache_dir=cache_dir,
+                                       log=_echo)
     except (ConfigError, RuntimeError, ValueError) as error:
         _fail(str(error).strip("'\""))
         return

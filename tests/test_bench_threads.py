@@ -1,0 +1,22 @@
+"""harness bench threads on a tiny suite: the same cell alone on two threads, then twice at
+once on one thread each, as whole `harness run` processes."""
+
+from __future__ import annotations
+
+from harness.bench_threads import run_threads_benchmark
+
+
+def test_threads_benchmark_times_both_modes_on_a_real_cell(tiny_suite_file, tmp_path):
+    messages: list[str] = []
+    result = run_threads_benchmark(suite=str(tiny_suite_file), method="kd", task="rte",
+                                   sets=[], cores=2, cache_dir=tmp_path / "cache",
+                                   log=messages.append)
+    assert result.cores == 2 and len(result.parallel_seconds) == 2
+    assert result.alone_seconds > 0 and min(result.parallel_seconds) > 0
+    assert result.parallel_wall >= max(result.parallel_seconds)
+    assert result.parallel_per_hour == 3600 * 2 / result.parallel_wall
+    table = result.table("harness run ...")
+    assert len(table) == 4 and "cells/h" in table[1] and "throughput ratio" in table[3]
+    assert messages[0].startswith("warming")
+    # the timed runs wrote to their own stores, not to the repository's results/
+    assert (tmp_path / "cache" / "teachers").is_dir()
