@@ -46,7 +46,7 @@ EXPECTED_ROWS = {
     "mrpc": {"train": 3668, "dev": 408, "test": 1725},
     "rte": {"train": 2490, "dev": 277, "test": 3000},
     "stsb": {"train": 5749, "dev": 1500, "test": 1379},
-    "cola": {"train": 8551, "dev": 516},
+    "cola": {"train": 8551, "dev": 527},
 }
 
 
@@ -89,6 +89,30 @@ def test_shared_mrpc_bom_and_literal_quotes(shared_tasks: dict[str, TaskData]) -
     assert '"the witness"' in train[0]["text_a"]
     assert set(column(train, "label")) == {0, 1}
     assert set(column(shared_tasks["mrpc"].splits["test"], "label")) == {-1}
+
+
+def test_shared_cola_is_the_original_glue_release(shared_tasks: dict[str, TaskData]) -> None:
+    """Headerless source / label / judgement / sentence rows, cased and untokenised."""
+    loaded = shared_tasks["cola"]
+    assert loaded.layouts == {"train": "glue-cola", "dev": "glue-cola"}
+    train = loaded.splits["train"]
+    assert train[0]["text_a"] == ("Our friends won't buy this analysis, let alone the next "
+                                  "one we propose.")
+    assert set(column(train, "label")) == {0, 1}
+    assert sum(column(loaded.splits["dev"], "label")) == 365  # 365 of 527 acceptable
+
+
+def test_the_lowercased_cola_variant_is_read_as_a_fixture(shared_dir: Path) -> None:
+    """The tokenised, lowercased CoLA copy that circulates publicly (sentence, label; no
+    header) is recognised by its own layout, never mistaken for the original."""
+    variant_dir = shared_dir.parent / "glue-variants"
+    if not (variant_dir / "CoLA").is_dir():
+        pytest.skip(f"no CoLA variant fixture at {variant_dir}")
+    variant = load_task("cola", data_dir=variant_dir)
+    assert {split: len(ds) for split, ds in variant.splits.items()} == {"train": 8551,
+                                                                       "dev": 516}
+    assert variant.layouts == {"train": "cola-variant", "dev": "cola-variant"}
+    assert column(variant.splits["train"], "text_a")[0].islower()
 
 
 def test_shared_sst2_text_is_stripped(shared_tasks: dict[str, TaskData]) -> None:

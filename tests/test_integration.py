@@ -24,9 +24,13 @@ pytestmark = [pytest.mark.integration,
 
 
 def test_kd_on_real_cola_with_the_offline_teacher(tmp_path):
+    """glue-cpu's kd: the 4L-192 student from the general TinyBERT (a few general steps on a
+    sample of the real corpus: the shared general English text and the tasks' sentences),
+    mean pooling as the MiniLM checkpoint declares, on the original GLUE CoLA."""
     suite = load_suite("glue-cpu", [
         "data.max_train_examples.cola=256", "teacher.training.max_steps=6",
-        "teacher.min_margin=-100", "training.max_steps=6",
+        "teacher.min_margin=-100", "training.max_steps=6", "corpus.max_sentences=64",
+        "methods.tinybert.stages.general.max_steps=3",
     ])
     runner = SuiteRunner(suite, tmp_path / "results", tmp_path / "cache", log=lambda _: None)
     outcome = runner.run_one("kd", "cola", seed=1)
@@ -43,7 +47,15 @@ def test_kd_on_real_cola_with_the_offline_teacher(tmp_path):
     teacher = count_parameters(load_pretrained_encoder(runner.checkpoint))
     assert record["parameters"]["non_embedding"] * 4 <= teacher["non_embedding"]
     logits = runner.teacher("cola").logits("dev")
-    assert logits.shape == (516, 2)
+    assert logits.shape == (527, 2)
+    assert record["data"]["layouts"] == {"train": "glue-cola", "dev": "glue-cola"}
+    assert record["data"]["files"] == {"train": "CoLA/train.tsv", "dev": "CoLA/dev.tsv"}
+    assert record["teacher"]["pooling"] == "mean" and record["config"]["student"]["pooling"] \
+        == "mean"
+    general = record["general_distillation"]
+    assert general["from"] == "tinybert" and general["corpus_sentences"] == 64
+    assert "path" not in general  # no machine paths in records
+    assert "file:corpus/en-general.txt" in general["corpus_sources"]
 
 
 def test_bert_pkd_on_real_cola_with_the_offline_teacher(tmp_path):
