@@ -95,15 +95,11 @@ def _hub_checkpoint_pooling(repo_id: str) -> str:
         raise PoolingError(
             f"pooling: auto needs {repo_id!r}'s modules.json (if any) from the hub, which "
             f"cannot be reached (offline?); pass pooling: cls, pooler or mean") from error
-    pooling_config = None
+    # The Pooling module's config lands in the same snapshot folder as modules.json.
     for module in json.loads(modules.read_text()):
         if str(module.get("type", "")).endswith("Pooling"):
-            path = f"{module.get('path', '1_Pooling')}/config.json"
-            pooling_config = Path(hf_hub_download(repo_id, path))
-    if pooling_config is None:
-        return "pooler"
-    folder = pooling_config.parent.parent
-    return _sentence_transformers_mode(folder) or "pooler"
+            hf_hub_download(repo_id, f"{module.get('path', '1_Pooling')}/config.json")
+    return _sentence_transformers_mode(modules.parent) or "pooler"
 
 
 def resolve_pooling(pooling: str, checkpoint_location: str | Path) -> str:

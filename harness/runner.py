@@ -195,8 +195,7 @@ class SuiteRunner:
                 "ACCELERATE_USE_CPU=1 (accelerate launch --multi_gpu --num_processes N; "
                 "--cpu starts one process)")
         # `auto` precisions resolved for this device before any key or run id is computed.
-        self.precision = auto_precision(self.accelerator.device)
-        self.suite = with_resolved_precision(suite, self.precision)
+        self.suite = with_resolved_precision(suite, auto_precision(self.accelerator.device))
         # Under `accelerate launch` every process runs the same cells: one of them talks.
         self.log = log if self.accelerator.is_main_process else _silent
         if not self.accelerator.is_local_main_process:
