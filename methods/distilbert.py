@@ -26,7 +26,7 @@ Stages:
 
 Vocabulary distributions need a masked-LM head.  The teacher's own head is used when the
 checkpoint has one (BERT); the offline MiniLM has none, so it gets the head fitted tied to
-its embeddings (:func:`harness.mlm.load_masked_lm`, the one TinyBERT's augmentation uses;
+its embeddings (:func:`harness.assets.mlm.load_masked_lm`, the one TinyBERT's augmentation uses;
 its held-out recall is in the cache summary and the log).  ``vocabulary_terms: false``
 drops ``ce`` and ``mlm`` instead (the general stage then distils with ``cos`` alone).
 
@@ -46,20 +46,22 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
-from harness.config import ConfigError
-from harness.losses import gold_loss, soft_kl, soft_target_loss
-from harness.method import (
+from harness.api import (
+    ConfigError,
     LossTerm,
     Method,
     MethodParams,
     Stage,
     StepInputs,
     StudentContext,
+    TaskSpec,
+    build_bert_student,
+    gold_loss,
     register_method,
+    soft_kl,
+    soft_target_loss,
 )
-from harness.mlm import MLMHeadConfig, load_masked_lm
-from harness.student import build_bert_student
-from harness.tasks import TaskSpec
+from harness.assets.mlm import MLMHeadConfig, load_masked_lm
 
 if TYPE_CHECKING:
     import optuna
@@ -365,7 +367,7 @@ class DistilBERT(Method):
 
 def _head_state(head: nn.Module) -> dict[str, torch.Tensor] | None:
     """A teacher MLM head's transform and bias in :class:`StudentMLMHead`'s names (a fitted
-    :class:`~harness.mlm.TiedMLMHead` or BERT's ``cls`` head); None for other heads."""
+    :class:`~harness.assets.mlm.TiedMLMHead` or BERT's ``cls`` head); None for other heads."""
     state = head.state_dict()
     if "dense.weight" in state:  # TiedMLMHead
         names = {"dense.weight": "dense.weight", "dense.bias": "dense.bias",

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import torch
 
-from harness.losses import gold_loss
-from harness.method import LossTerm, Method, Stage, StepInputs, register_method
-from harness.tasks import TaskSpec
+from harness.api import (
+    LossTerm,
+    Method,
+    Stage,
+    StepInputs,
+    TaskSpec,
+    gold_loss,
+    register_method,
+)
 
 
 @register_method

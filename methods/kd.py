@@ -9,9 +9,17 @@ from __future__ import annotations
 import torch
 from pydantic import Field
 
-from harness.losses import gold_loss, soft_target_loss
-from harness.method import LossTerm, Method, MethodParams, Stage, StepInputs, register_method
-from harness.tasks import TaskSpec
+from harness.api import (
+    LossTerm,
+    Method,
+    MethodParams,
+    Stage,
+    StepInputs,
+    TaskSpec,
+    gold_loss,
+    register_method,
+    soft_target_loss,
+)
 
 
 @register_method

@@ -11,9 +11,9 @@ import math
 
 import pytest
 
-from harness.config import load_suite
-from harness.method import registry
-from harness.runner import SuiteRunner
+from harness.api.registry import registry
+from harness.config.schema import load_suite
+from harness.experiments.runner import SuiteRunner
 
 
 @pytest.mark.parametrize("method", registry.names())

@@ -1,4 +1,4 @@
-"""TinyBERT task distillation (methods/tinybert.py) on tiny random BERTs.
+"""TinyBERT task distillation (methods/tinybert/__init__.py) on tiny random BERTs.
 
 Every term is checked against its formula computed by hand, row by row over the real
 tokens of a padded batch, from the models' own hidden states and query/key weights.
@@ -13,11 +13,13 @@ import torch
 import torch.nn.functional as F
 from transformers import BertConfig, BertForSequenceClassification
 
-from harness.capture import capture_attention_scores
-from harness.config import ConfigError, MethodRecipe, StudentConfig
-from harness.method import Method, StepInputs, StudentContext, TeacherView, instantiate
-from harness.student import classifier_config
-from harness.tasks import TaskSpec, get_task
+from harness.api.capture import capture_attention_scores
+from harness.api.context import StudentContext
+from harness.api.method import Method, StepInputs, TeacherView
+from harness.api.registry import instantiate
+from harness.api.students import classifier_config
+from harness.config.schema import ConfigError, MethodRecipe, StudentConfig
+from harness.data.tasks import TaskSpec, get_task
 from tests.reference_formulas import manual_attention_scores
 
 VOCAB, HEADS = 50, 4
