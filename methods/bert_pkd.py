@@ -68,7 +68,6 @@ from harness.api import (
     StudentContext,
     TaskSpec,
     TeacherLayers,
-    gold_loss,
     register_method,
     soft_target_loss,
 )
@@ -255,7 +254,7 @@ class BertPKD(Method):
                        student: nn.Module) -> TeacherLayers | None:
         """The patient term reads teacher layers I(1..k-1) only (their [CLS] states): the
         live teacher stops after I(k-1), e.g. layer 4 of 6 for PKD-Skip 6 -> 3."""
-        model = getattr(student, "module", student)
+        model = student
         layers = patient_layers(model.config.num_hidden_layers, num_teacher_layers,
                                 self.params.mapping)
         return TeacherLayers(hidden=frozenset(layers))
@@ -270,9 +269,6 @@ class BertPKD(Method):
         }
 
     # -- loss terms ----------------------------------------------------------------------
-    def loss_gold(self, inputs: StepInputs) -> torch.Tensor:
-        return gold_loss(inputs.student.logits, inputs.batch["labels"], inputs.task.is_regression)
-
     def loss_soft(self, inputs: StepInputs) -> torch.Tensor:
         return soft_target_loss(inputs.student.logits, inputs.teacher.logits,
                                 self.params.temperature, inputs.task.is_regression)

@@ -56,7 +56,6 @@ from harness.api import (
     StudentContext,
     TaskSpec,
     build_bert_student,
-    gold_loss,
     register_method,
     soft_kl,
     soft_target_loss,
@@ -284,7 +283,7 @@ class DistilBERT(Method):
 
     def forward_student(self, student: nn.Module, batch: dict[str, torch.Tensor],
                         stage: Stage) -> DistilBERTStudentOutput:
-        model = getattr(student, "module", student)
+        model = student
         output = student(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                          token_type_ids=batch.get("token_type_ids"),
                          output_hidden_states=stage.is_general)
@@ -331,7 +330,7 @@ class DistilBERT(Method):
             labels = inputs.batch["mlm_labels"]
             picked = labels != IGNORE
             student_hidden = inputs.student.hidden_states[-1][picked]
-            head = getattr(inputs.extra, "module", inputs.extra)["mlm_head"]
+            head = inputs.extra["mlm_head"]
             student_logits = head(student_hidden, inputs.student.word_embeddings)
             teacher_logits = None
             if self.weights["ce"]:
@@ -360,9 +359,6 @@ class DistilBERT(Method):
         return cosine_hidden_loss(inputs.student.hidden_states[-1],
                                   inputs.teacher.hidden_states[-1],
                                   inputs.batch["attention_mask"])
-
-    def loss_gold(self, inputs: StepInputs) -> torch.Tensor:
-        return gold_loss(inputs.student.logits, inputs.batch["labels"], inputs.task.is_regression)
 
 
 def _head_state(head: nn.Module) -> dict[str, torch.Tensor] | None:

@@ -16,7 +16,6 @@ from harness.api import (
     Stage,
     StepInputs,
     TaskSpec,
-    gold_loss,
     register_method,
     soft_target_loss,
 )
@@ -43,9 +42,6 @@ class VanillaKD(Method):
 
     def default_weights(self) -> dict[str, float]:
         return {"gold": 1.0 - self.params.alpha, "soft": self.params.alpha}
-
-    def loss_gold(self, inputs: StepInputs) -> torch.Tensor:
-        return gold_loss(inputs.student.logits, inputs.batch["labels"], inputs.task.is_regression)
 
     def loss_soft(self, inputs: StepInputs) -> torch.Tensor:
         return soft_target_loss(inputs.student.logits, inputs.teacher.logits,

@@ -20,12 +20,15 @@ from harness.api.losses import (
     teacher_regression_loss,
 )
 from harness.api.method import (
+    GOLD,
+    STUDENT_OUTPUTS,
     TEACHER_OUTPUTS,
     LossTerm,
     Method,
     MethodParams,
     Stage,
     StepInputs,
+    StudentOutputs,
     TeacherLayers,
     TeacherView,
 )
@@ -37,6 +40,8 @@ from harness.config.schema import BiLSTMStudentConfig, ConfigError, StudentConfi
 from harness.data.tasks import TaskSpec
 
 __all__ = [
+    "GOLD",
+    "STUDENT_OUTPUTS",
     "TEACHER_OUTPUTS",
     "ArtifactCache",
     "AugmentContext",
@@ -51,6 +56,7 @@ __all__ = [
     "StudentConfig",
     "StudentContext",
     "StudentEncoder",
+    "StudentOutputs",
     "TaskSpec",
     "TeacherLayers",
     "TeacherView",

@@ -58,7 +58,7 @@ def score_capturing_attention(
         scores = scores + attention_mask
     capture: ScoreCapture | None = getattr(module, _CAPTURE_ATTRIBUTE, None)
     if capture is not None:
-        capture._record(scores)
+        capture._record(scores, query, key, value)
     weights = nn.functional.softmax(scores, dim=-1)
     weights = nn.functional.dropout(weights, p=dropout, training=module.training)
     output = torch.matmul(weights, value).transpose(1, 2).contiguous()
@@ -85,19 +85,35 @@ def register_score_attention() -> None:
     _registered = True
 
 
+PROJECTIONS = ("queries", "keys", "values")
+"""What :class:`ScoreCapture` can keep besides the scores: the self-attention's query, key and
+value vectors, (batch, heads, length, head_dim) each, as the attention function receives
+them (after the projections, split into heads)."""
+
+
 class ScoreCapture:
-    """Attention scores of one model's latest forward pass.
+    """Attention scores (and, when asked, query / key / value vectors) of one model's latest
+    forward pass.
 
     ``scores[i]`` is the (batch, heads, q_len, k_len) score tensor of Transformer layer
     ``layers[i]`` (numbered 1..N as in TinyBERT, 0 being the embeddings), in layer order.
     Scores include the additive padding mask: padded keys hold a huge negative value (the
     dtype's minimum), so compare them only on real tokens (:func:`token_pair_mask`).
     The list is replaced at the start of every forward of the model, so a reference kept
-    from an earlier step stays valid.  Tensors keep their autograd history (student) or are
-    inference tensors (teacher under ``torch.inference_mode``).
+    from an earlier step stays valid.  Tensors keep their autograd history (student) or none
+    (teacher under ``torch.no_grad``).  ``queries``, ``keys`` and ``values`` are lists like
+    ``scores``, filled for the names in ``record`` (:data:`PROJECTIONS`) and empty otherwise.
     """
 
-    def __init__(self, num_layers: int, layers: Iterable[int] | None = None) -> None:
+    def __init__(self, num_layers: int, layers: Iterable[int] | None = None,
+                 record: Iterable[str] = ()) -> None:
+        self.record = frozenset(record)
+        unknown = self.record - set(PROJECTIONS)
+        if unknown:
+            raise ValueError(f"cannot record {sorted(unknown)}; choose from {PROJECTIONS}")
+        self.queries: list[torch.Tensor] = []
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
         self.num_layers = num_layers
         self.layers: tuple[int, ...] = (tuple(range(1, num_layers + 1)) if layers is None
                                         else tuple(sorted(set(layers))))
@@ -120,10 +136,12 @@ class ScoreCapture:
 
     def _start(self) -> None:
         self.scores = []
+        self.queries, self.keys, self.values = [], [], []
         self._calls = 0
         self._recording = True
 
-    def _record(self, scores: torch.Tensor) -> None:
+    def _record(self, scores: torch.Tensor, query: torch.Tensor | None = None,
+                key: torch.Tensor | None = None, value: torch.Tensor | None = None) -> None:
         # Outside a forward of the root model (e.g. activation-checkpoint recomputation
         # during backward) nothing is recorded.
         if not self._recording:
@@ -131,6 +149,15 @@ class ScoreCapture:
         self._calls += 1
         if self._calls in self._wanted:
             self.scores.append(scores)
+            for name, tensor in (("queries", query), ("keys", key), ("values", value)):
+                if name in self.record:
+                    getattr(self, name).append(tensor)
+
+    def by_layer(self, what: str = "scores") -> list[torch.Tensor | None]:
+        """``scores`` / ``queries`` / ``keys`` / ``values`` of Transformer layers 1..N (list
+        index n - 1), None for a layer not captured."""
+        captured = dict(zip(self.layers, getattr(self, what), strict=False))
+        return [captured.get(number) for number in range(1, self.num_layers + 1)]
 
     def _finish(self) -> None:
         self._recording = False
@@ -181,9 +208,10 @@ def transformer_layers(model: nn.Module) -> list[nn.Module]:
 
 
 @contextmanager
-def capture_attention_scores(model: PreTrainedModel,
-                             layers: Sequence[int] | None = None) -> Iterator[ScoreCapture]:
-    """Within the block, every forward of ``model`` records its attention scores.
+def capture_attention_scores(model: PreTrainedModel, layers: Sequence[int] | None = None,
+                             record: Iterable[str] = ()) -> Iterator[ScoreCapture]:
+    """Within the block, every forward of ``model`` records its attention scores (and the
+    query / key / value vectors named in ``record``, see :data:`PROJECTIONS`).
 
     Switches ``model`` to :data:`ATTN_IMPLEMENTATION` (restoring its previous attention
     implementation on exit) and attaches a :class:`ScoreCapture` to its self-attention
@@ -201,7 +229,7 @@ def capture_attention_scores(model: PreTrainedModel,
     if any(hasattr(module, _CAPTURE_ATTRIBUTE) for module in attention_modules):
         raise RuntimeError("attention scores of this model are already being captured")
 
-    capture = ScoreCapture(model.config.num_hidden_layers, layers)
+    capture = ScoreCapture(model.config.num_hidden_layers, layers, record)
     previous_implementation = model.config._attn_implementation
     if previous_implementation != ATTN_IMPLEMENTATION:
         model.set_attn_implementation(ATTN_IMPLEMENTATION)

@@ -34,12 +34,23 @@ from harness.data.tasks import TaskSpec
 if TYPE_CHECKING:
     import optuna
 
-TEACHER_OUTPUTS = frozenset({"logits", "hidden_states", "attentions", "attention_scores"})
+SELF_ATTENTION_OUTPUTS = frozenset({"attention_scores", "queries", "keys", "values"})
+"""Read from inside every self-attention layer (:func:`harness.api.capture.
+capture_attention_scores`): the unnormalised (pre-softmax) scores QK^T / sqrt(d_k) plus the
+padding mask, and the query, key and value vectors, (batch, heads, length, length or
+head_dim), indexed by Transformer layer n at n - 1."""
+
+TEACHER_OUTPUTS = frozenset({"logits", "hidden_states", "attentions"}) | SELF_ATTENTION_OUTPUTS
 """What a stage may ask of the teacher.  ``logits`` come from the cache; the rest are
 computed on the fly by a teacher forward pass in the training loop (the embedding output
-is ``hidden_states[0]``).  ``attention_scores``
-are the unnormalised (pre-softmax) scores of every Transformer layer, captured through
-:func:`harness.api.capture.capture_attention_scores`."""
+is ``hidden_states[0]``), outside autograd: they are constants of the loss, usable in its
+graph."""
+
+STUDENT_OUTPUTS = frozenset({"hidden_states", "attentions"}) | SELF_ATTENTION_OUTPUTS
+"""What a stage may ask of a BERT-family student's forward (:meth:`Method.forward_student`
+returns them in a :class:`StudentOutputs`, with their autograd graph).  ``attentions`` (the
+softmax distributions) makes the engine build the student with eager attention, the one
+implementation that returns them."""
 
 class MethodParams(BaseModel):
     """Base for a method's hyperparameters: strict, so a misspelt name is an error."""
@@ -55,6 +66,9 @@ class Stage:
     loss_terms: tuple[str, ...]
     teacher: Literal["finetuned", "pretrained", "none"] = "finetuned"
     teacher_outputs: frozenset[str] = frozenset({"logits"})
+    student_outputs: frozenset[str] = frozenset()
+    """What the stage's loss terms read from the student besides its logits (see
+    :data:`STUDENT_OUTPUTS`); hidden states also come whenever the teacher's are asked for."""
     evaluate: bool = True
     """Evaluate on dev during the stage and keep the best checkpoint (needs task logits)."""
     data: Literal["task", "augmented", "corpus"] = "task"
@@ -68,6 +82,9 @@ class Stage:
         unknown = set(self.teacher_outputs) - TEACHER_OUTPUTS
         if unknown:
             raise ValueError(f"stage {self.name!r}: unknown teacher outputs {sorted(unknown)}")
+        unknown = set(self.student_outputs) - STUDENT_OUTPUTS
+        if unknown:
+            raise ValueError(f"stage {self.name!r}: unknown student outputs {sorted(unknown)}")
         if self.teacher == "none" and self.teacher_outputs:
             raise ValueError(f"stage {self.name!r}: no teacher, but asks for teacher outputs")
         if self.data == "corpus" and (self.evaluate or self.teacher == "finetuned"
@@ -90,6 +107,10 @@ class LossTerm:
     description: str
 
 
+GOLD = LossTerm("gold", "cross-entropy to the gold labels (MSE to gold scores for regression)")
+"""The gold-label term every method may list; :meth:`Method.loss_gold` computes it."""
+
+
 @dataclass
 class TeacherView:
     """Teacher outputs for one batch, as requested by the stage."""
@@ -100,12 +121,33 @@ class TeacherView:
     attention_scores: list[torch.Tensor] | None = None
     """(batch, heads, length, length) pre-softmax scores of Transformer layers 1..N (list
     index n - 1), padding mask included; see :class:`harness.api.capture.ScoreCapture`."""
+    queries: list[torch.Tensor | None] | None = None
+    keys: list[torch.Tensor | None] | None = None
+    values: list[torch.Tensor | None] | None = None
+    """(batch, heads, length, head_dim) vectors of Transformer layers 1..N (list index
+    n - 1; None for a layer the method's :meth:`Method.teacher_layers` leaves out)."""
+
+
+@dataclass
+class StudentOutputs:
+    """What the default :meth:`Method.forward_student` returns for a stage that declares
+    ``student_outputs``: the logits, and each declared output with its autograd graph, laid
+    out as in :class:`TeacherView` (self-attention outputs over Transformer layers 1..M)."""
+
+    logits: torch.Tensor
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+    attention_scores: list[torch.Tensor | None] | None = None
+    queries: list[torch.Tensor | None] | None = None
+    keys: list[torch.Tensor | None] | None = None
+    values: list[torch.Tensor | None] | None = None
 
 
 @dataclass(frozen=True)
 class TeacherLayers:
     """Teacher layers a stage reads: hidden states (0 = embedding output, n = output of
-    Transformer layer n) and attention scores (Transformer layers 1..N)."""
+    Transformer layer n) and self-attention outputs, ``scores`` (Transformer layers 1..N:
+    their scores and, when the stage asks for them, queries, keys and values)."""
 
     hidden: frozenset[int] = frozenset()
     scores: frozenset[int] = frozenset()
@@ -137,7 +179,7 @@ def stage_layers(method: Method, stage: Stage, num_teacher_layers: int,
     outputs = stage.teacher_outputs
     return TeacherLayers(
         hidden=declared.hidden if "hidden_states" in outputs else frozenset(),
-        scores=declared.scores if "attention_scores" in outputs else frozenset(),
+        scores=declared.scores if outputs & SELF_ATTENTION_OUTPUTS else frozenset(),
     ).check(num_teacher_layers)
 
 
@@ -196,13 +238,41 @@ class Method:
 
     def forward_student(self, student: nn.Module, batch: dict[str, torch.Tensor],
                         stage: Stage) -> Any:
-        """Run the student; the default suits transformers sequence classifiers."""
-        return student(
-            input_ids=batch["input_ids"],
-            attention_mask=batch["attention_mask"],
-            token_type_ids=batch.get("token_type_ids"),
-            output_hidden_states="hidden_states" in stage.teacher_outputs,
-        )
+        """Run the student on ``batch`` in ``stage``; what it returns is ``inputs.student``
+        in the loss terms.
+
+        ``student`` is the module :meth:`build_student` returned: attributes read the model
+        itself (its config, embeddings), and calling it runs the training forward (through
+        the data-parallel wrapper when there is one).  ``batch`` holds ``input_ids``,
+        ``attention_mask``, ``token_type_ids``, ``labels`` and ``row`` (plus
+        ``has_gold`` on augmented data and the encoder's own fields, see
+        :class:`StudentEncoder`).  The default suits transformers sequence classifiers: the
+        model output (``logits``; ``hidden_states`` when the stage reads the teacher's or
+        declares the student's), or, when the stage declares ``student_outputs``, a
+        :class:`StudentOutputs` with each of them.  Override it for another student kind or
+        another forward."""
+        outputs = stage.student_outputs
+        hidden = "hidden_states" in stage.teacher_outputs or "hidden_states" in outputs
+        kwargs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"],
+                  "token_type_ids": batch.get("token_type_ids"),
+                  "output_hidden_states": hidden}
+        if not outputs:
+            return student(**kwargs)
+        if "attentions" in outputs:
+            kwargs["output_attentions"] = True
+        projections = outputs & {"queries", "keys", "values"}
+        if not outputs & SELF_ATTENTION_OUTPUTS:
+            out = student(**kwargs)
+            return StudentOutputs(out.logits, out.hidden_states, out.attentions)
+        from harness.api.capture import capture_attention_scores
+
+        with capture_attention_scores(student, record=projections) as captured:
+            out = student(**kwargs)
+        return StudentOutputs(
+            out.logits, out.hidden_states if hidden else None,
+            out.attentions if "attentions" in outputs else None,
+            **{name: captured.by_layer("scores" if name == "attention_scores" else name)
+               for name in outputs & SELF_ATTENTION_OUTPUTS})
 
     def search_space(self, trial: optuna.Trial) -> dict[str, Any]:
         """Optuna search space as dotted recipe overrides, e.g. ``{"params.alpha": 0.5}``."""
@@ -243,6 +313,14 @@ class Method:
         teacher, corpus and stage budgets: it keys their cache, so leave out whatever only
         task stages read, or every ablation would redo general distillation."""
         return {"params": self.params.model_dump(), "weights": self.weights}
+
+    def loss_gold(self, inputs: StepInputs) -> torch.Tensor:
+        """The :data:`GOLD` term: cross-entropy to the gold labels, or MSE to the gold
+        scores of a regression task, over the rows that have one (augmented copies do not)."""
+        from harness.api.losses import gold_loss
+
+        return gold_loss(inputs.student.logits, inputs.batch["labels"],
+                         inputs.task.is_regression, inputs.batch.get("has_gold"))
 
     # -- used by the engine --------------------------------------------------------------
     def compute_losses(self, inputs: StepInputs) -> dict[str, torch.Tensor]:

@@ -668,7 +668,15 @@ class SuiteRunner:
         first and caches it, the others then read it.  (Under DDP, preparing the student
         gives every process the main process's initial weights.)"""
         with self.accelerator.local_main_process_first():
-            return method.build_student(context), method.extra_modules(context)
+            student, extra = method.build_student(context), method.extra_modules(context)
+        if any("attentions" in stage.student_outputs for stage in method.stages(context.task)):
+            # transformers' default (SDPA) attention returns no attention distributions.
+            set_implementation = getattr(student, "set_attn_implementation", None)
+            if set_implementation is None:
+                raise ConfigError(f"{method.name} asks for the student's attention "
+                                  f"distributions; a {type(student).__name__} cannot give them")
+            set_implementation("eager")
+        return student, extra
 
     def _student_context(self, shape_name: str, task: TaskSpec) -> StudentContext:
         shape = self.suite.students[shape_name]

@@ -20,8 +20,7 @@ import torch
 from accelerate import Accelerator
 from transformers import AutoConfig, PretrainedConfig
 
-from harness.api.losses import gold_loss
-from harness.api.method import LossTerm, Method, MethodParams, Stage, StepInputs
+from harness.api.method import LossTerm, Method, MethodParams, Stage
 from harness.api.pooling import (
     config_pooling,
     load_sequence_classifier,
@@ -54,9 +53,6 @@ class _GoldLabels(Method):
 
     def stages(self, task: TaskSpec) -> list[Stage]:
         return [Stage("finetune", ("gold",), teacher="none", teacher_outputs=frozenset())]
-
-    def loss_gold(self, inputs: StepInputs) -> torch.Tensor:
-        return gold_loss(inputs.student.logits, inputs.batch["labels"], inputs.task.is_regression)
 
 
 @dataclass

@@ -39,7 +39,14 @@ import torch
 from torch import nn
 
 from harness.api.capture import ScoreCapture, capture_attention_scores, transformer_layers
-from harness.api.method import Method, Stage, TeacherLayers, TeacherView, stage_layers
+from harness.api.method import (
+    SELF_ATTENTION_OUTPUTS,
+    Method,
+    Stage,
+    TeacherLayers,
+    TeacherView,
+    stage_layers,
+)
 from harness.common.cache import ArtifactCache, content_hash
 from harness.data.features import BucketBatchSampler, EncodedSplit, PaddingCollator
 
@@ -142,8 +149,10 @@ def live_teacher_outputs(model: nn.Module, batch: dict[str, torch.Tensor], stage
         view.hidden_states = getattr(out, "hidden_states", None)
         view.attentions = getattr(out, "attentions", None)
         if scores is not None:
-            view.attention_scores = (scores.scores if layers is None
-                                     else _scores_view(scores, model.config.num_hidden_layers))
+            if "attention_scores" in outputs:
+                view.attention_scores = (scores.scores if layers is None else
+                                         _scores_view(scores, model.config.num_hidden_layers))
+            _fill_projections(view, scores)
         if need_logits:
             view.logits = out.logits
         return
@@ -153,7 +162,14 @@ def live_teacher_outputs(model: nn.Module, batch: dict[str, torch.Tensor], stage
         view.hidden_states = tuple(found.get(n) for n in range(num_layers + 1))
     if scores is not None:
         scores.finish_early(layers.depth)
-        view.attention_scores = _scores_view(scores, num_layers)
+        if "attention_scores" in outputs:
+            view.attention_scores = _scores_view(scores, num_layers)
+        _fill_projections(view, scores)
+
+
+def _fill_projections(view: TeacherView, captured: ScoreCapture) -> None:
+    for name in captured.record:  # queries, keys, values
+        setattr(view, name, captured.by_layer(name))
 
 
 # -- the disk cache -------------------------------------------------------------------------
@@ -484,14 +500,18 @@ class TeacherRuntime:
                                             f"teacher ({reason})")
         if intermediates is not None:
             return lambda batch, view: intermediates.fill(view, batch, stage.teacher_outputs)
-        # Every teacher forward of the stage records its pre-softmax attention scores; the
-        # teacher's attention implementation is restored when the stage's stack closes.
+        # Every teacher forward of the stage records its pre-softmax attention scores (and the
+        # query / key / value vectors asked for); the teacher's attention implementation is
+        # restored when the stage's stack closes.
+        inside = stage.teacher_outputs & SELF_ATTENTION_OUTPUTS
         scores = (stack.enter_context(capture_attention_scores(
-            model, sorted(layers.scores) if layers else None))
-            if "attention_scores" in stage.teacher_outputs else None)
+            model, sorted(layers.scores) if layers else None,
+            record=inside - {"attention_scores"})) if inside else None)
 
         def fill(batch: dict[str, torch.Tensor], view: TeacherView) -> None:
-            with torch.inference_mode():
+            # no_grad, not inference_mode: the outputs enter the loss's autograd graph as
+            # constants, which inference tensors cannot.
+            with torch.no_grad():
                 live_teacher_outputs(model, batch, stage, view, layers, scores, live_logits)
 
         return fill

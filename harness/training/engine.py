@@ -84,6 +84,29 @@ class TeacherSource(Protocol):
         ...
 
 
+class _DataParallelStudent:
+    """The student as a method sees it under data parallelism: attributes are the model's
+    own (config, embeddings, modules), calls go through the wrapper that synchronises
+    gradients, so plugins never unwrap anything."""
+
+    def __init__(self, wrapped: nn.Module, model: nn.Module) -> None:
+        object.__setattr__(self, "_wrapped", wrapped)
+        object.__setattr__(self, "_model", model)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._wrapped(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+
+def method_view(student: nn.Module, accelerator: Accelerator) -> Any:
+    """``student`` as methods receive it (:meth:`harness.api.method.Method.forward_student`):
+    the model itself, or a view of it that calls through its data-parallel wrapper."""
+    model = accelerator.unwrap_model(student)
+    return model if model is student else _DataParallelStudent(student, model)
+
+
 def autocast(accelerator: Accelerator, precision: str):
     if precision == "no":
         return torch.autocast(accelerator.device.type, enabled=False)
@@ -264,8 +287,9 @@ def train_stage(
     stack = ExitStack()
     # Entered once for the stage (e.g. the teacher's attention-score capture), closed at
     # its end, and before any dev evaluation's preparation can leak into the timing.
-    fill_teacher = teacher.open_stage(method, stage, student, train_split, accelerator,
-                                      stack, live_logits)
+    fill_teacher = teacher.open_stage(method, stage, accelerator.unwrap_model(student),
+                                      train_split, accelerator, stack, live_logits)
+    seen_by_method = method_view(student, accelerator)
 
     batch_generator = torch.Generator(device=accelerator.device)
     batch_generator.manual_seed(seed + accelerator.process_index)
@@ -291,7 +315,7 @@ def train_stage(
                         view.logits = teacher_logits[batch["row"].cpu()].to(accelerator.device)
                     if fill_teacher is not None:
                         fill_teacher(batch, view)
-                    student_out = method.forward_student(student, batch, stage)
+                    student_out = method.forward_student(seen_by_method, batch, stage)
                     inputs = StepInputs(batch=batch, student=student_out, teacher=view, task=task,
                                         stage=stage, extra=extra)
                     values = method.compute_losses(inputs)
@@ -348,7 +372,7 @@ def train_stage(
                     logits = predict_logits(
                         student, eval_split, accelerator, config.eval_batch_size,
                         config.mixed_precision,
-                        forward=lambda b: method.forward_student(student, b, stage))
+                        forward=lambda b: method.forward_student(seen_by_method, b, stage))
                     metrics = evaluator.score(logits, eval_split.labels)
                     result.evaluations.append({"step": step, "epoch": epoch + 1, **metrics})
                     main = metrics[task.main_metric]

@@ -45,7 +45,6 @@ from harness.api import (
     StepInputs,
     StudentContext,
     TaskSpec,
-    gold_loss,
     progress_bar,
     register_method,
     soft_cross_entropy,
@@ -381,10 +380,6 @@ class BiLSTMSoft(Method):
         return TangAugmenter(self.params.augmentation, context.cache, context.log)
 
     # -- losses -----------------------------------------------------------------------
-    def loss_gold(self, inputs: StepInputs) -> torch.Tensor:
-        return gold_loss(inputs.student.logits, inputs.batch["labels"],
-                         inputs.task.is_regression, inputs.batch.get("has_gold"))
-
     def loss_distill(self, inputs: StepInputs) -> torch.Tensor:
         student, teacher = inputs.student.logits, inputs.teacher.logits
         if inputs.task.is_regression:

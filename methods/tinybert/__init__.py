@@ -59,7 +59,6 @@ from harness.api import (
     attention_score_loss,
     capture_attention_scores,
     embedding_loss,
-    gold_loss,
     hidden_loss,
     layer_map,
     layer_weights,
@@ -241,7 +240,7 @@ class TinyBERT(Method):
         """Run the student, exposing what the stage asks of the teacher: hidden states and,
         when attention scores are asked for, the student's own scores (captured per forward,
         so they hold this batch's autograd graph)."""
-        model = getattr(student, "module", student)  # the transformers model inside DDP
+        model = student
         kwargs = {
             "input_ids": batch["input_ids"],
             "attention_mask": batch["attention_mask"],
@@ -265,7 +264,7 @@ class TinyBERT(Method):
         outputs (hidden term) and scores (attention term); nothing deeper than g(M)."""
         if stage.teacher == "none":
             return None
-        model = getattr(student, "module", student)
+        model = student
         mapping = self.params.mapping
         if stage.is_general:
             mapping = self.params.general_mapping or mapping
@@ -301,7 +300,7 @@ class TinyBERT(Method):
         return layer_weights(inputs.student.num_layers, self.params.layer_weights)
 
     def _projection(self, extra: nn.Module, layer: int) -> nn.Module:
-        modules = getattr(extra, "module", extra)  # unwrapped if the engine wrapped it
+        modules = extra
         if self.params.shared_projection:
             return modules["shared"]
         return modules["embedding"] if layer == 0 else modules[f"hidden{layer}"]
@@ -326,9 +325,6 @@ class TinyBERT(Method):
             lambdas[m] * attention_score_loss(student[m - 1], teacher[g - 1],
                                               inputs.batch["attention_mask"])
             for m, g in enumerate(self._mapping(inputs), start=1))
-
-    def loss_gold(self, inputs: StepInputs) -> torch.Tensor:
-        return gold_loss(inputs.student.logits, inputs.batch["labels"], inputs.task.is_regression)
 
     def loss_prediction(self, inputs: StepInputs) -> torch.Tensor:
         weight = self._lambdas(inputs)[-1]
