@@ -206,8 +206,8 @@ class BiLSTMStudentConfig(StrictModel):
 
 
 def student_kind(shape: Any) -> str:
-    """``bert`` for :class:`StudentConfig` (which has no ``kind`` key, so its records hash
-    as before the other kinds existed), else the shape's ``kind``."""
+    """``bert`` for :class:`StudentConfig` (which has no ``kind`` key, so a BERT shape's
+    run id does not depend on the other kinds), else the shape's ``kind``."""
     if isinstance(shape, dict):
         return str(shape.get("kind", "bert"))
     return str(getattr(shape, "kind", "bert"))

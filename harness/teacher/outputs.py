@@ -137,10 +137,10 @@ def _scores_view(scores: ScoreCapture, num_layers: int) -> list[torch.Tensor | N
 def live_teacher_outputs(model: nn.Module, batch: dict[str, torch.Tensor], stage: Stage,
                          view: TeacherView, layers: TeacherLayers | None,
                          scores: ScoreCapture | None, need_logits: bool) -> None:
-    """Fill ``view`` with the stage's live teacher outputs for ``batch`` (call under
-    ``torch.inference_mode``).  Without declared ``layers``, or when the logits or softmax
-    attentions must come from this forward, the whole model runs as before; otherwise the
-    forward stops after ``layers.depth`` and only the declared entries are filled."""
+    """Fill ``view`` with the stage's live teacher outputs for ``batch`` (call without
+    autograd).  Without declared ``layers``, or when the logits or softmax attentions must
+    come from this forward, the whole model runs; otherwise the forward stops after
+    ``layers.depth`` and only the declared entries are filled."""
     outputs = stage.teacher_outputs
     if layers is None or need_logits or "attentions" in outputs:
         out = model(**_model_inputs(batch),

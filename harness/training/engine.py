@@ -137,8 +137,9 @@ def _loader(split: EncodedSplit, sampler: BucketBatchSampler, accelerator: Accel
             pad_token_id: int = 0, shard: bool = True) -> DataLoader:
     """This process's share of every batch of ``sampler`` (all of it with ``shard=False``
     or in one process), with the batch's global size and how many of the rows are the
-    process's own: ``(batch, size, own)``.  A DataLoader, as before DDP support: starting
-    one draws its base seed from the global RNG, which later dropout masks depend on."""
+    process's own: ``(batch, size, own)``.  A DataLoader on purpose: starting one draws
+    its base seed from the global RNG, and the dropout masks drawn after it depend on that
+    draw, so the random stream of a run (and its recorded scores) stays reproducible."""
     collate = PaddingCollator(split, pad_token_id)
 
     def share(rows: list[int]) -> tuple[dict[str, torch.Tensor], int, int]:
