@@ -72,7 +72,7 @@ class Bench:
               live_layers: bool = True, cached: bool = False, precision: str = "no",
               compile_student: bool = False, logits: bool = False) -> dict[str, float]:
         """Median ms per step of one stage of ``method_name`` on the bench rows."""
-        from harness.experiments.runner import Variation
+        from harness.experiments.planner import Variation
 
         runner, args = self.runner, self.args
         if method_name == "tinybert":  # timing does not depend on the starting weights
@@ -188,7 +188,7 @@ class Bench:
             self.lines.append(line)
 
     def _paired(self, label, method_name, stage_name, overrides, disabled, cache, batches):
-        from harness.experiments.runner import Variation
+        from harness.experiments.planner import Variation
 
         runner, args = self.runner, self.args
         if method_name == "tinybert":

@@ -21,7 +21,8 @@ from harness.api.method import Stage
 from harness.cli import app
 from harness.config.schema import ConfigError, TrainConfig, load_suite
 from harness.experiments.grid import Grid, grid_cells
-from harness.experiments.runner import SuiteRunner, Variation, scale_to_budget
+from harness.experiments.planner import Variation, scale_to_budget
+from harness.experiments.runner import SuiteRunner
 from harness.experiments.tuning import open_storage
 from tests.conftest import tiny_suite_dict
 

@@ -11,7 +11,8 @@ from harness.api.students import count_parameters
 from harness.assets.checkpoints import load_pretrained_encoder
 from harness.config.schema import load_suite
 from harness.data.loading import DataNotFoundError, resolve_data_dir
-from harness.experiments.runner import SuiteRunner, Variation
+from harness.experiments.planner import Variation
+from harness.experiments.runner import SuiteRunner
 
 try:
     resolve_data_dir()

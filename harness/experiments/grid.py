@@ -23,7 +23,8 @@ from typing import Any
 from harness.api.registry import registry
 from harness.common.cache import content_hash
 from harness.config.schema import ConfigError, GridConfig, SuiteConfig, student_kind
-from harness.experiments.runner import RunOutcome, SuiteRunner, Variation
+from harness.experiments.planner import Variation
+from harness.experiments.runner import RunOutcome, SuiteRunner
 from harness.experiments.store import ResultsStore
 from harness.experiments.tuning import (
     TunedParams,

@@ -100,7 +100,7 @@ class TuningTarget:
     task_epochs: float | None = None
 
     def variation(self, overrides: dict[str, Any] | None = None):
-        from harness.experiments.runner import Variation
+        from harness.experiments.planner import Variation
 
         return Variation.of(self.student, overrides, self.task_epochs)
 
