@@ -311,9 +311,13 @@ def test_bf16_autocast_gives_finite_terms_and_gradients():
     assert setup.student.config._attn_implementation == "sdpa"  # restored after the forward
 
 
-def test_ddp_wrapped_student_and_projections_are_unwrapped_and_trained():
+def test_ddp_wrapped_student_is_seen_unwrapped_and_trained():
+    """Under DDP the engine hands the method a view of the student (attributes of the model,
+    calls through the wrapper) and the projections as they are (never wrapped)."""
     from torch import distributed
     from torch.nn.parallel import DistributedDataParallel
+
+    from harness.training.engine import method_view
 
     setup = Setup()
     with tempfile.NamedTemporaryFile() as store:
@@ -321,10 +325,11 @@ def test_ddp_wrapped_student_and_projections_are_unwrapped_and_trained():
                                        world_size=1)
         try:
             # The intermediate stage leaves the pooler and the classifier unused.
-            student = DistributedDataParallel(setup.student.train(),
+            wrapped = DistributedDataParallel(setup.student.train(),
                                               find_unused_parameters=True)
-            extra = DistributedDataParallel(setup.extra)
-            inputs = setup.step_inputs("intermediate", student=student, extra=extra)
+            inputs = setup.step_inputs("intermediate",
+                                       student=method_view(wrapped, setup.student),
+                                       extra=setup.extra)
             values = setup.method.compute_losses(inputs)
             setup.method.total_loss(values).backward()
         finally:

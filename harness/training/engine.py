@@ -100,10 +100,10 @@ class _DataParallelStudent:
         return getattr(self._model, name)
 
 
-def method_view(student: nn.Module, accelerator: Accelerator) -> Any:
-    """``student`` as methods receive it (:meth:`harness.api.method.Method.forward_student`):
-    the model itself, or a view of it that calls through its data-parallel wrapper."""
-    model = accelerator.unwrap_model(student)
+def method_view(student: nn.Module, model: nn.Module) -> Any:
+    """``student`` (as prepared for training, ``model`` once unwrapped) as methods receive
+    it (:meth:`harness.api.method.Method.forward_student`): the model itself, or a view of
+    it that calls through its data-parallel wrapper."""
     return model if model is student else _DataParallelStudent(student, model)
 
 
@@ -290,7 +290,7 @@ def train_stage(
     # its end, and before any dev evaluation's preparation can leak into the timing.
     fill_teacher = teacher.open_stage(method, stage, accelerator.unwrap_model(student),
                                       train_split, accelerator, stack, live_logits)
-    seen_by_method = method_view(student, accelerator)
+    seen_by_method = method_view(student, accelerator.unwrap_model(student))
 
     batch_generator = torch.Generator(device=accelerator.device)
     batch_generator.manual_seed(seed + accelerator.process_index)
