@@ -37,7 +37,10 @@ ARGS ?=
 run: $(STAMP)
 	$(BIN)/harness run --suite glue-cpu --results $(RESULTS) $(ARGS)
 
+# The import contracts (layers along the data flow, methods on the API; pyproject.toml),
+# then every test.
 test: $(STAMP)
+	$(BIN)/lint-imports
 	$(BIN)/pytest -q
 
 # The reference reports in reports/ (regenerate when a method or its records land; a test

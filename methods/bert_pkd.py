@@ -15,7 +15,7 @@ position 0 in every row, so padding never enters the patient term.
 
 Terms (weights from :meth:`BertPKD.default_weights`, so ``loss_weights`` and
 ``disabled_losses`` work as for every plugin): ``gold`` (1 - alpha), ``soft`` (alpha;
-exactly :func:`harness.losses.soft_kl`, as in ``kd``; regression tasks: MSE to the
+exactly :func:`harness.api.losses.soft_kl`, as in ``kd``; regression tasks: MSE to the
 teacher's prediction) and ``patient`` (beta).  With beta = 0 the stage asks nothing but
 the cached logits of the teacher (no live teacher forward, no hidden states) and runs
 exactly the arithmetic of ``kd`` on the same student.
@@ -58,19 +58,19 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
-from harness.config import ConfigError
-from harness.losses import gold_loss, soft_target_loss
-from harness.method import (
+from harness.api import (
+    ConfigError,
     LossTerm,
     Method,
     MethodParams,
     Stage,
     StepInputs,
     StudentContext,
+    TaskSpec,
+    TeacherLayers,
     register_method,
+    soft_target_loss,
 )
-from harness.tasks import TaskSpec
-from harness.teacher_outputs import TeacherLayers
 
 if TYPE_CHECKING:
     import optuna
@@ -211,7 +211,7 @@ class BertPKD(Method):
         """The suite's shape, with its Transformer layers copied from the teacher's first k
         (or ``params.teacher_layers``) and its embeddings from the teacher's, after checking
         shapes and the mapping, so a bad recipe fails before training."""
-        from harness.student import build_bert_student
+        from harness.api.students import build_bert_student
 
         shape, teacher = context.shape, context.teacher_config
         where = f"methods.{self.name}"
@@ -254,7 +254,7 @@ class BertPKD(Method):
                        student: nn.Module) -> TeacherLayers | None:
         """The patient term reads teacher layers I(1..k-1) only (their [CLS] states): the
         live teacher stops after I(k-1), e.g. layer 4 of 6 for PKD-Skip 6 -> 3."""
-        model = getattr(student, "module", student)
+        model = student
         layers = patient_layers(model.config.num_hidden_layers, num_teacher_layers,
                                 self.params.mapping)
         return TeacherLayers(hidden=frozenset(layers))
@@ -269,9 +269,6 @@ class BertPKD(Method):
         }
 
     # -- loss terms ----------------------------------------------------------------------
-    def loss_gold(self, inputs: StepInputs) -> torch.Tensor:
-        return gold_loss(inputs.student.logits, inputs.batch["labels"], inputs.task.is_regression)
-
     def loss_soft(self, inputs: StepInputs) -> torch.Tensor:
         return soft_target_loss(inputs.student.logits, inputs.teacher.logits,
                                 self.params.temperature, inputs.task.is_regression)

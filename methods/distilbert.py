@@ -26,7 +26,7 @@ Stages:
 
 Vocabulary distributions need a masked-LM head.  The teacher's own head is used when the
 checkpoint has one (BERT); the offline MiniLM has none, so it gets the head fitted tied to
-its embeddings (:func:`harness.mlm.load_masked_lm`, the one TinyBERT's augmentation uses;
+its embeddings (:func:`harness.assets.mlm.load_masked_lm`, the one TinyBERT's augmentation uses;
 its held-out recall is in the cache summary and the log).  ``vocabulary_terms: false``
 drops ``ce`` and ``mlm`` instead (the general stage then distils with ``cos`` alone).
 
@@ -46,20 +46,21 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
-from harness.config import ConfigError
-from harness.losses import gold_loss, soft_kl, soft_target_loss
-from harness.method import (
+from harness.api import (
+    ConfigError,
     LossTerm,
     Method,
     MethodParams,
     Stage,
     StepInputs,
     StudentContext,
+    TaskSpec,
+    build_bert_student,
     register_method,
+    soft_kl,
+    soft_target_loss,
 )
-from harness.mlm import MLMHeadConfig, load_masked_lm
-from harness.student import build_bert_student
-from harness.tasks import TaskSpec
+from harness.assets.mlm import MLMHeadConfig, load_masked_lm
 
 if TYPE_CHECKING:
     import optuna
@@ -282,7 +283,7 @@ class DistilBERT(Method):
 
     def forward_student(self, student: nn.Module, batch: dict[str, torch.Tensor],
                         stage: Stage) -> DistilBERTStudentOutput:
-        model = getattr(student, "module", student)
+        model = student
         output = student(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                          token_type_ids=batch.get("token_type_ids"),
                          output_hidden_states=stage.is_general)
@@ -329,7 +330,7 @@ class DistilBERT(Method):
             labels = inputs.batch["mlm_labels"]
             picked = labels != IGNORE
             student_hidden = inputs.student.hidden_states[-1][picked]
-            head = getattr(inputs.extra, "module", inputs.extra)["mlm_head"]
+            head = inputs.extra["mlm_head"]
             student_logits = head(student_hidden, inputs.student.word_embeddings)
             teacher_logits = None
             if self.weights["ce"]:
@@ -359,13 +360,10 @@ class DistilBERT(Method):
                                   inputs.teacher.hidden_states[-1],
                                   inputs.batch["attention_mask"])
 
-    def loss_gold(self, inputs: StepInputs) -> torch.Tensor:
-        return gold_loss(inputs.student.logits, inputs.batch["labels"], inputs.task.is_regression)
-
 
 def _head_state(head: nn.Module) -> dict[str, torch.Tensor] | None:
     """A teacher MLM head's transform and bias in :class:`StudentMLMHead`'s names (a fitted
-    :class:`~harness.mlm.TiedMLMHead` or BERT's ``cls`` head); None for other heads."""
+    :class:`~harness.assets.mlm.TiedMLMHead` or BERT's ``cls`` head); None for other heads."""
     state = head.state_dict()
     if "dense.weight" in state:  # TiedMLMHead
         names = {"dense.weight": "dense.weight", "dense.bias": "dense.bias",

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import torch
-
-from harness.losses import gold_loss
-from harness.method import LossTerm, Method, Stage, StepInputs, register_method
-from harness.tasks import TaskSpec
+from harness.api import (
+    LossTerm,
+    Method,
+    Stage,
+    TaskSpec,
+    register_method,
+)
 
 
 @register_method
@@ -17,9 +19,6 @@ class FineTune(Method):
 
     def stages(self, task: TaskSpec) -> list[Stage]:
         return [Stage("task", ("gold",), teacher="none", teacher_outputs=frozenset())]
-
-    def loss_gold(self, inputs: StepInputs) -> torch.Tensor:
-        return gold_loss(inputs.student.logits, inputs.batch["labels"], inputs.task.is_regression)
 
     def search_space(self, trial) -> dict:
         return {"stages.task.lr": trial.suggest_float("lr", 1e-5, 3e-4, log=True)}

@@ -9,9 +9,16 @@ from __future__ import annotations
 import torch
 from pydantic import Field
 
-from harness.losses import gold_loss, soft_target_loss
-from harness.method import LossTerm, Method, MethodParams, Stage, StepInputs, register_method
-from harness.tasks import TaskSpec
+from harness.api import (
+    LossTerm,
+    Method,
+    MethodParams,
+    Stage,
+    StepInputs,
+    TaskSpec,
+    register_method,
+    soft_target_loss,
+)
 
 
 @register_method
@@ -35,9 +42,6 @@ class VanillaKD(Method):
 
     def default_weights(self) -> dict[str, float]:
         return {"gold": 1.0 - self.params.alpha, "soft": self.params.alpha}
-
-    def loss_gold(self, inputs: StepInputs) -> torch.Tensor:
-        return gold_loss(inputs.student.logits, inputs.batch["labels"], inputs.task.is_regression)
 
     def loss_soft(self, inputs: StepInputs) -> torch.Tensor:
         return soft_target_loss(inputs.student.logits, inputs.teacher.logits,

@@ -1,7 +1,7 @@
 """Step timings behind the teacher-output and student-compilation defaults.
 
 Real training steps of the glue-cpu suite on real task rows (MRPC by default), through
-``harness.engine.train_stage`` itself, with the cached fine-tuned MiniLM teacher:
+``harness.training.engine.train_stage`` itself, with the cached fine-tuned MiniLM teacher:
 
 * ``layers``: the live teacher forward of a stage, whole (every layer, pooler and
   classifier: what the engine did before methods declared their layers) against stopped
@@ -36,21 +36,22 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from harness.cache import ArtifactCache
-from harness.capture import capture_attention_scores
-from harness.config import load_suite
-from harness.engine import TeacherRuntime, train_stage
-from harness.features import BucketBatchSampler, PaddingCollator
-from harness.method import TeacherView, instantiate
-from harness.metrics import TaskEvaluator
-from harness.runner import SuiteRunner
-from harness.teacher_outputs import (
+from harness.api.capture import capture_attention_scores
+from harness.api.method import TeacherView, stage_layers
+from harness.api.registry import instantiate
+from harness.common.cache import ArtifactCache
+from harness.config.schema import load_suite
+from harness.data.features import BucketBatchSampler, PaddingCollator
+from harness.data.metrics import TaskEvaluator
+from harness.experiments.runner import SuiteRunner
+from harness.teacher.outputs import (
     IntermediateCacheRequest,
+    TeacherRuntime,
     estimate_bytes,
     live_teacher_outputs,
     prepare_intermediates,
-    stage_layers,
 )
+from harness.training.engine import train_stage
 
 
 class Bench:
@@ -71,7 +72,7 @@ class Bench:
               live_layers: bool = True, cached: bool = False, precision: str = "no",
               compile_student: bool = False, logits: bool = False) -> dict[str, float]:
         """Median ms per step of one stage of ``method_name`` on the bench rows."""
-        from harness.runner import Variation
+        from harness.experiments.planner import Variation
 
         runner, args = self.runner, self.args
         if method_name == "tinybert":  # timing does not depend on the starting weights
@@ -187,7 +188,7 @@ class Bench:
             self.lines.append(line)
 
     def _paired(self, label, method_name, stage_name, overrides, disabled, cache, batches):
-        from harness.runner import Variation
+        from harness.experiments.planner import Variation
 
         runner, args = self.runner, self.args
         if method_name == "tinybert":

@@ -14,7 +14,7 @@ and the optimiser settings.  This script builds TextBrewer's ``GeneralDistiller`
   average over real tokens / real token pairs, as the harness's do;
 * the attention maps the adaptors hand over are the unnormalised scores (QK^T/sqrt(d_k)
   plus the additive mask), captured by the harness's attention function
-  (:mod:`harness.capture`, imported from the checkout: it depends on torch and
+  (:mod:`harness.api.capture`, imported from the checkout: it depends on torch and
   transformers only), so both sides run the same model arithmetic;
 * AdamW over the student (decay / no-decay groups as the harness makes them; TextBrewer
   adds one group per projection), transformers' linear warm-up/decay schedule, TextBrewer's
@@ -77,7 +77,7 @@ def build(setup: dict):
     from textbrewer import DistillationConfig, GeneralDistiller, TrainingConfig
 
     sys.path.insert(0, str(REPO_ROOT))
-    from harness.capture import capture_attention_scores
+    from harness.api.capture import capture_attention_scores
 
     device = torch.device(setup["device"])
 

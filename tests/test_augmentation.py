@@ -11,16 +11,16 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from harness.augmentation import (
+from harness.assets.checkpoints import Checkpoint, resolve_checkpoint
+from harness.assets.glove import GloveVectors
+from harness.assets.mlm import MLMHeadConfig, load_masked_lm
+from harness.common.cache import ArtifactCache, content_hash
+from methods.tinybert.augmentation import (
     AugmentParams,
     ContextualAugmenter,
     augment_per_word_loop,
     build_augmenter,
 )
-from harness.cache import ArtifactCache, content_hash
-from harness.glove import GloveVectors
-from harness.mlm import MLMHeadConfig, load_masked_lm
-from harness.teacher import Checkpoint, resolve_checkpoint
 from tests.conftest import MINILM_DIR, WORDS
 from tests.test_mlm import write_tiny_mlm
 

@@ -14,23 +14,23 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from harness.bench import (
+from harness.api.students import count_parameters
+from harness.bench.efficiency import (
     BERT_BASE_FOLDER,
     BenchError,
     BenchSettings,
     bilstm_embedding_dim,
     build_student,
     comparison_lines,
-    count_flops,
     latest_bench,
     load_teacher,
     published_efficiency,
     run_bench,
 )
 from harness.cli import app
-from harness.config import load_suite
-from harness.store import ResultsStore
-from harness.student import count_parameters
+from harness.common.flops import count_flops
+from harness.config.schema import load_suite
+from harness.experiments.store import ResultsStore
 
 SEQS = (16, 32)
 STAT_KEYS = {"median", "q25", "q75", "min", "max", "repeats"}

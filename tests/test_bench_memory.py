@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import harness.memory as memory
-from harness.bench_memory import (
+import harness.common.memory as memory
+from harness.bench.memory import (
     cache_table,
     fit_slope,
     flatness_slopes,
@@ -20,10 +20,10 @@ from harness.bench_memory import (
     read_rows,
     run_memory_flatness,
 )
-from harness.cache import content_hash
-from harness.config import load_suite
-from harness.memory import MemoryProbe, release_freed_memory, rss_mb
-from harness.runner import SuiteRunner
+from harness.common.cache import content_hash
+from harness.common.memory import MemoryProbe, release_freed_memory, rss_mb
+from harness.config.schema import load_suite
+from harness.experiments.runner import SuiteRunner
 
 LINUX = sys.platform.startswith("linux")
 

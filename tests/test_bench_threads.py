@@ -3,7 +3,7 @@ once on one thread each, as whole `harness run` processes."""
 
 from __future__ import annotations
 
-from harness.bench_threads import run_threads_benchmark
+from harness.bench.threads import run_threads_benchmark
 
 
 def test_threads_benchmark_times_both_modes_on_a_real_cell(tiny_suite_file, tmp_path):

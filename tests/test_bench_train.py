@@ -16,7 +16,10 @@ from accelerate import Accelerator
 from transformers import BertConfig, BertForSequenceClassification
 from typer.testing import CliRunner
 
-from harness.bench_train import (
+from harness.api.context import StudentContext
+from harness.api.registry import instantiate
+from harness.api.students import classifier_config
+from harness.bench.train import (
     DEFAULT_TEXTBREWER_ENV,
     TEXTBREWER_SCRIPT,
     BenchSetup,
@@ -32,11 +35,9 @@ from harness.bench_train import (
     textbrewer_setup,
 )
 from harness.cli import app
-from harness.config import MethodRecipe, StudentConfig, TrainConfig
-from harness.features import EncodedSplit
-from harness.method import StudentContext, instantiate
-from harness.student import classifier_config
-from harness.tasks import get_task
+from harness.config.schema import MethodRecipe, StudentConfig, TrainConfig
+from harness.data.features import EncodedSplit
+from harness.data.tasks import get_task
 
 TASK = get_task("mrpc")
 VOCAB, HEADS = 60, 4
@@ -197,7 +198,7 @@ def test_textbrewer_side_matches_the_minimal_loop(tmp_path):
 
 def minimal_batch(setup: BenchSetup) -> dict[str, torch.Tensor]:
     """A padded batch of the setup's first four rows, as the harness's collator makes it."""
-    from harness.features import PaddingCollator
+    from harness.data.features import PaddingCollator
 
     batch = PaddingCollator(setup.split)(list(range(4)))
     assert batch["attention_mask"].eq(0).any()

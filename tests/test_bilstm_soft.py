@@ -11,16 +11,15 @@ import pytest
 import torch
 import yaml
 
-from harness.cache import ArtifactCache
-from harness.config import ConfigError, load_suite
-from harness.features import EncodedSplit, PaddingCollator
-from harness.glove import GloveVectors
-from harness.losses import gold_loss
-from harness.method import StepInputs, TeacherView, instantiate
-from harness.pos import tag_texts, tag_texts_cached
-from harness.runner import SuiteRunner
-from harness.tasks import get_task
-from harness.words import MASK, SPECIALS, WordVocabulary, embedding_matrix, tokenize
+from harness.api.losses import gold_loss
+from harness.api.method import StepInputs, TeacherView
+from harness.api.registry import instantiate
+from harness.assets.glove import GloveVectors
+from harness.common.cache import ArtifactCache
+from harness.config.schema import ConfigError, load_suite
+from harness.data.features import EncodedSplit, PaddingCollator
+from harness.data.tasks import get_task
+from harness.experiments.runner import SuiteRunner
 from methods.bilstm_soft import (
     KEEP,
     MASKED,
@@ -32,6 +31,8 @@ from methods.bilstm_soft import (
     augment_examples,
     augment_words,
 )
+from methods.bilstm_soft.pos import tag_texts, tag_texts_cached
+from methods.bilstm_soft.words import MASK, SPECIALS, WordVocabulary, embedding_matrix, tokenize
 from tests.conftest import tiny_suite_dict
 
 # A small tagged corpus: several words per tag, with known frequencies.
@@ -296,7 +297,7 @@ def test_loss_terms():
 
 
 def _recipe(params: dict):
-    from harness.config import MethodRecipe
+    from harness.config.schema import MethodRecipe
 
     return MethodRecipe(params=params)
 

@@ -14,7 +14,7 @@ from transformers import (
     DistilBertForSequenceClassification,
 )
 
-from harness.capture import (
+from harness.api.capture import (
     ATTN_IMPLEMENTATION,
     capture_attention_scores,
     padding_key_mask,
@@ -188,7 +188,7 @@ def test_capture_is_undone_on_exit_and_scores_are_replaced_per_forward():
 
 
 def test_model_loaded_with_the_capture_implementation_keeps_it():
-    from harness.capture import register_score_attention
+    from harness.api.capture import register_score_attention
 
     register_score_attention()
     torch.manual_seed(0)
@@ -236,7 +236,7 @@ def test_padding_masks_mark_real_tokens():
 
 def test_attention_loss_on_padded_captured_scores_equals_the_unpadded_rows():
     """End to end: the huge mask values in captured scores never reach the loss."""
-    from harness.distill_losses import attention_score_loss
+    from harness.api.losses import attention_score_loss
 
     torch.manual_seed(0)
     teacher = BertModel(bert_config(layers=2)).eval()

@@ -1,4 +1,4 @@
-"""Tests for harness.config (suite recipes, overrides) and harness.method.instantiate."""
+"""Tests for harness.config.schema (suite recipes, overrides) and harness.api.method.instantiate."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ import yaml
 from torch import nn
 from transformers.modeling_outputs import SequenceClassifierOutput
 
-from harness.config import (
+from harness.api.method import StepInputs, TeacherView
+from harness.api.registry import instantiate
+from harness.config.schema import (
     SUITES_DIR,
     ConfigError,
     MethodRecipe,
@@ -25,8 +27,7 @@ from harness.config import (
     load_suite,
     parse_assignment,
 )
-from harness.method import StepInputs, TeacherView, instantiate
-from harness.tasks import get_task
+from harness.data.tasks import get_task
 
 # A small suite with the structure of suites/glue-cpu.yaml.
 BASE_SUITE = """

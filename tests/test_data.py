@@ -1,4 +1,4 @@
-"""Tests for harness.data: the real shared GLUE files, tiny fixtures, fetch round trip."""
+"""Tests for harness.data.loading: the real shared GLUE files, tiny fixtures, fetch round trip."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import datasets
 import numpy as np
 import pytest
 
-import harness.data as data_module
-from harness.data import (
+import harness.data.loading as data_module
+from harness.data.loading import (
     DataFormatError,
     DataNotFoundError,
     TaskData,
@@ -18,7 +18,7 @@ from harness.data import (
     load_task,
     resolve_data_dir,
 )
-from harness.tasks import get_task
+from harness.data.tasks import get_task
 
 # --------------------------------------------------------------------------- helpers
 
@@ -517,7 +517,7 @@ def test_resolve_data_dir_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyP
     repo = tmp_path / "repo"
     default = tmp_path / "shared" / "data" / "glue"
     default.mkdir(parents=True)
-    monkeypatch.setattr(data_module, "__file__", str(repo / "harness" / "data.py"))
+    monkeypatch.setattr(data_module, "__file__", str(repo / "harness" / "data" / "loading.py"))
 
     monkeypatch.setenv("HARNESS_DATA_DIR", str(env))
     assert resolve_data_dir(explicit) == explicit

@@ -10,11 +10,13 @@ import pytest
 import torch
 from transformers import BertConfig, BertForSequenceClassification, BertModel
 
-from harness.config import ConfigError, MethodRecipe, StudentConfig
-from harness.method import StepInputs, StudentContext, TeacherView, instantiate
-from harness.mlm import TiedMLMHead
-from harness.student import classifier_config
-from harness.tasks import get_task
+from harness.api.context import StudentContext
+from harness.api.method import StepInputs, TeacherView
+from harness.api.registry import instantiate
+from harness.api.students import classifier_config
+from harness.assets.mlm import TiedMLMHead
+from harness.config.schema import ConfigError, MethodRecipe, StudentConfig
+from harness.data.tasks import get_task
 from methods.distilbert import (
     IGNORE,
     StudentMLMHead,

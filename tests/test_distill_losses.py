@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from harness import losses
-from harness.distill_losses import (
+from harness.api import losses
+from harness.api.losses import (
     attention_score_loss,
     embedding_loss,
     hidden_loss,

@@ -66,7 +66,7 @@ def test_a_finished_cache_entry_is_kept_when_another_build_finishes(tmp_path):
     """Two builders of one entry (processes of a launch, workers sharing a cache): the
     first to finish puts its copy in place; the second drops its copy and leaves the
     finished entry alone (it may be being read)."""
-    from harness.cache import ArtifactCache
+    from harness.common.cache import ArtifactCache
 
     cache = ArtifactCache(tmp_path)
     with cache.build("teachers", "k" * 64, {"who": "second"}) as late:
@@ -90,8 +90,8 @@ def test_a_launch_accelerate_does_not_see_stops(tmp_path, tiny_suite_file, monke
     """`accelerate launch --multi_gpu` on a machine without GPUs and without
     ACCELERATE_USE_CPU starts processes that each see one process: every one would run
     every cell.  The runner stops and says how to launch."""
-    from harness.config import load_suite
-    from harness.runner import SuiteRunner
+    from harness.config.schema import load_suite
+    from harness.experiments.runner import SuiteRunner
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(RuntimeError, match="ACCELERATE_USE_CPU=1"):
@@ -106,14 +106,15 @@ def _train(out: Path | None) -> dict:
     from accelerate import Accelerator
     from transformers import BertConfig, BertForSequenceClassification
 
-    from harness.config import TrainConfig
-    from harness.engine import TeacherRuntime, predict_logits, train_stage
-    from harness.features import EncodedSplit
-    from harness.losses import gold_loss
-    from harness.method import LossTerm, Method, MethodParams, Stage, StepInputs
-    from harness.metrics import TaskEvaluator
-    from harness.student import classifier_config
-    from harness.tasks import get_task
+    from harness.api.losses import gold_loss
+    from harness.api.method import LossTerm, Method, MethodParams, Stage, StepInputs
+    from harness.api.students import classifier_config
+    from harness.config.schema import TrainConfig
+    from harness.data.features import EncodedSplit
+    from harness.data.metrics import TaskEvaluator
+    from harness.data.tasks import get_task
+    from harness.teacher.outputs import TeacherRuntime
+    from harness.training.engine import predict_logits, train_stage
 
     task = get_task("rte")
 
@@ -258,8 +259,8 @@ def _tune(suite: str, results: str, cache: str) -> None:
     """Three trials with a pruner that stops trial 1 at its first evaluation."""
     import optuna
 
-    from harness.config import load_suite
-    from harness.tuning import Tuner, TuningTarget, default_storage
+    from harness.config.schema import load_suite
+    from harness.experiments.tuning import Tuner, TuningTarget, default_storage
 
     class PruneTrialOne(optuna.pruners.BasePruner):
         def prune(self, study, trial) -> bool:

@@ -11,14 +11,15 @@ import torch
 from accelerate import Accelerator
 from transformers import BertConfig, BertForSequenceClassification
 
-import harness.engine
-from harness.config import TrainConfig
-from harness.engine import TeacherRuntime, train_stage
-from harness.features import EncodedSplit
-from harness.method import LossTerm, Method, MethodParams, Stage, StepInputs
-from harness.metrics import TaskEvaluator
-from harness.student import classifier_config
-from harness.tasks import get_task
+import harness.teacher.outputs
+from harness.api.method import LossTerm, Method, MethodParams, Stage, StepInputs
+from harness.api.students import classifier_config
+from harness.config.schema import TrainConfig
+from harness.data.features import EncodedSplit
+from harness.data.metrics import TaskEvaluator
+from harness.data.tasks import get_task
+from harness.teacher.outputs import TeacherRuntime
+from harness.training.engine import train_stage
 
 VOCAB, LAYERS, HEADS = 50, 3, 4
 TASK = get_task("rte")
@@ -74,7 +75,7 @@ def run_probe(method: Probe, runtime: TeacherRuntime) -> None:
 def capture_entries(monkeypatch) -> list[int]:
     """Counts how often the engine enters the score capture."""
     entries: list[int] = []
-    original = harness.engine.capture_attention_scores
+    original = harness.teacher.outputs.capture_attention_scores
 
     @contextmanager
     def counting(model, *args, **kwargs):
@@ -82,7 +83,7 @@ def capture_entries(monkeypatch) -> list[int]:
         with original(model, *args, **kwargs) as capture:
             yield capture
 
-    monkeypatch.setattr(harness.engine, "capture_attention_scores", counting)
+    monkeypatch.setattr(harness.teacher.outputs, "capture_attention_scores", counting)
     return entries
 
 

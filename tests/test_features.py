@@ -1,4 +1,4 @@
-"""Tests for harness.features: encoding with a real tokenizer, padding, length bucketing."""
+"""Tests for harness.data.features: encoding with a real tokenizer, padding, length bucketing."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import torch
 from torch.utils.data import DataLoader
 from transformers import AutoTokenizer
 
-from harness.features import BucketBatchSampler, EncodedSplit, PaddingCollator, encode_split
-from harness.tasks import get_task
+from harness.data.features import BucketBatchSampler, EncodedSplit, PaddingCollator, encode_split
+from harness.data.tasks import get_task
 
 TEXTS_A = [
     "a short one",

@@ -1,5 +1,6 @@
-"""The report's figures (harness.figures): files written, text that reads, no leaked figures,
-byte-identical regeneration, the Pareto front and the Optuna study rebuilt from a history."""
+"""The report's figures (harness.reporting.figures): files written, text that reads, no leaked
+figures, byte-identical regeneration, the Pareto front and the Optuna study rebuilt from a
+history."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from harness import figures
+from harness.reporting import figures
 
 SVG = "{http://www.w3.org/2000/svg}text"
 

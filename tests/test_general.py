@@ -7,11 +7,11 @@ import pytest
 import torch
 import yaml
 
-from harness.augmented import prepare_augmented
-from harness.config import ConfigError, CorpusConfig, load_suite
-from harness.corpus import Corpus, build_corpus, encode_corpus, split_into_windows
-from harness.data import DataNotFoundError, load_task
-from harness.runner import SuiteRunner
+from harness.config.schema import ConfigError, CorpusConfig, load_suite
+from harness.data.corpus import Corpus, build_corpus, encode_corpus, split_into_windows
+from harness.data.loading import DataNotFoundError, load_task
+from harness.experiments.runner import SuiteRunner
+from harness.teacher.augmented import prepare_augmented
 from tests.conftest import tiny_suite_dict
 
 NO_AUGMENT = {"augment": False}
@@ -307,8 +307,8 @@ def test_init_from_starts_other_methods_from_the_same_general_checkpoint(
 
 
 def _finetune_context(runner, method_name, task_name):
-    from harness.method import instantiate
-    from harness.tasks import get_task
+    from harness.api.registry import instantiate
+    from harness.data.tasks import get_task
 
     recipe = runner.suite.recipe(method_name)
     method = instantiate(runner.suite.plugin(method_name), recipe, task_name)

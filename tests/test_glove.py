@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.glove import GloveNotFoundError, GloveVectors
+from harness.assets.glove import GloveNotFoundError, GloveVectors
 
 VECTORS = {
     "cat": [1.0, 0.0, 0.0],

@@ -17,12 +17,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from harness.api.method import Stage
 from harness.cli import app
-from harness.config import ConfigError, TrainConfig, load_suite
-from harness.grid import Grid, grid_cells
-from harness.method import Stage
-from harness.runner import SuiteRunner, Variation, scale_to_budget
-from harness.tuning import open_storage
+from harness.config.schema import ConfigError, TrainConfig, load_suite
+from harness.experiments.grid import Grid, grid_cells
+from harness.experiments.planner import Variation, scale_to_budget
+from harness.experiments.runner import SuiteRunner
+from harness.experiments.tuning import open_storage
 from tests.conftest import tiny_suite_dict
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
@@ -295,7 +296,7 @@ def test_two_workers_one_killed_mid_cell_every_cell_finishes_once(
 
 OPEN_AND_CREATE = """
 import os, sys, optuna
-from harness.tuning import open_storage
+from harness.experiments.tuning import open_storage
 optuna.create_study(study_name=f"worker-{os.getpid()}", storage=open_storage(sys.argv[1]))
 """
 

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import load_suite
-from harness.data import DataNotFoundError, resolve_data_dir
-from harness.runner import SuiteRunner, Variation
-from harness.student import count_parameters
-from harness.teacher import load_pretrained_encoder
+from harness.api.students import count_parameters
+from harness.assets.checkpoints import load_pretrained_encoder
+from harness.config.schema import load_suite
+from harness.data.loading import DataNotFoundError, resolve_data_dir
+from harness.experiments.planner import Variation
+from harness.experiments.runner import SuiteRunner
 
 try:
     resolve_data_dir()
@@ -160,8 +161,8 @@ def test_committed_reference_records_keep_their_run_ids():
     """Adding an option must not orphan the shipped records (nor the cached teachers):
     each committed glue-cpu record's configuration still hashes to its run id (ablation
     variants resolve through tinybert-ablation, a view of glue-cpu)."""
-    from harness.cache import content_hash
-    from harness.store import ResultsStore
+    from harness.common.cache import content_hash
+    from harness.experiments.store import ResultsStore
 
     store = ResultsStore(Path(__file__).resolve().parent.parent / "results" / "glue-cpu")
     records = list(store.records())

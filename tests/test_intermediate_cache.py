@@ -10,27 +10,29 @@ import torch
 from accelerate import Accelerator
 from transformers import BertConfig, BertForSequenceClassification
 
-from harness.cache import ArtifactCache
-from harness.capture import capture_attention_scores, transformer_layers
-from harness.config import MethodRecipe, StudentConfig, TrainConfig
-from harness.engine import TeacherRuntime, train_stage
-from harness.features import EncodedSplit, PaddingCollator
-from harness.method import StudentContext, TeacherView, instantiate
-from harness.metrics import TaskEvaluator
-from harness.student import classifier_config
-from harness.tasks import get_task
-from harness.teacher_outputs import (
+from harness.api.capture import capture_attention_scores, transformer_layers
+from harness.api.context import StudentContext
+from harness.api.method import TeacherLayers, TeacherView
+from harness.api.registry import instantiate
+from harness.api.students import classifier_config
+from harness.common.cache import ArtifactCache
+from harness.config.schema import MethodRecipe, StudentConfig, TrainConfig
+from harness.data.features import EncodedSplit, PaddingCollator
+from harness.data.metrics import TaskEvaluator
+from harness.data.tasks import get_task
+from harness.teacher.outputs import (
     INTERMEDIATES_KIND,
     CachedIntermediates,
     IntermediateCacheRequest,
     IntermediateCacheTooLarge,
-    TeacherLayers,
+    TeacherRuntime,
     estimate_bytes,
     forward_to_depth,
     intermediate_cache_spec,
     live_teacher_outputs,
     prepare_intermediates,
 )
+from harness.training.engine import train_stage
 
 VOCAB, HEADS, TEACHER_LAYERS, TEACHER_HIDDEN = 60, 4, 4, 32
 TASK = get_task("rte")
@@ -262,7 +264,7 @@ def test_cached_training_matches_live_within_fp16_and_entries_serve_seeds_and_ab
 
 
 def test_run_ids_mention_the_cache_only_when_it_is_on_and_used():
-    from harness.config import TeacherConfig
+    from harness.config.schema import TeacherConfig
 
     method = tinybert()
     stages = method.stages(TASK)
@@ -279,8 +281,8 @@ def test_a_suite_with_the_cache_on_records_it_and_shares_entries_across_seeds(
         tiny_suite_file, tmp_path):
     import json
 
-    from harness.config import load_suite
-    from harness.runner import SuiteRunner
+    from harness.config.schema import load_suite
+    from harness.experiments.runner import SuiteRunner
 
     plain = ["methods.tinybert.params.general_distillation=false",
              "methods.tinybert.params.augment=false"]

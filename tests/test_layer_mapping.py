@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.layer_mapping import layer_map, layer_weights
+from harness.api.layer_mapping import layer_map, layer_weights
 
 
 @pytest.mark.parametrize(("student", "teacher", "expected"), [

@@ -10,9 +10,9 @@ import pytest
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
-import harness.metrics
-from harness.metrics import TaskEvaluator
-from harness.tasks import get_task
+import harness.data.metrics
+from harness.data.metrics import TaskEvaluator
+from harness.data.tasks import get_task
 
 SIZES = [7, 64, 513]
 _LOADED: dict[str, evaluate.EvaluationModule] = {}
@@ -20,7 +20,7 @@ _LOADED: dict[str, evaluate.EvaluationModule] = {}
 
 def metric(config: str) -> evaluate.EvaluationModule:
     if config not in _LOADED:
-        _LOADED[config] = evaluate.load(str(harness.metrics.METRIC_MODULE), config)
+        _LOADED[config] = evaluate.load(str(harness.data.metrics.METRIC_MODULE), config)
     return _LOADED[config]
 
 
@@ -127,7 +127,7 @@ def test_matthews_of_constant_predictions_is_zero(constant: int) -> None:
 
 def test_unknown_config_is_rejected() -> None:
     with pytest.raises(KeyError, match="unknown GLUE config"):
-        evaluate.load(str(harness.metrics.METRIC_MODULE), "squad")
+        evaluate.load(str(harness.data.metrics.METRIC_MODULE), "squad")
 
 
 # --------------------------------------------------------------------------- regression

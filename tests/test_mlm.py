@@ -9,8 +9,8 @@ import pytest
 import torch
 from transformers import AutoModel, AutoTokenizer, BertConfig, BertForMaskedLM
 
-from harness.cache import ArtifactCache
-from harness.mlm import (
+from harness.assets.checkpoints import resolve_checkpoint
+from harness.assets.mlm import (
     MaskedLM,
     MLMHeadConfig,
     TiedMLMHead,
@@ -18,7 +18,7 @@ from harness.mlm import (
     head_key,
     load_masked_lm,
 )
-from harness.teacher import resolve_checkpoint
+from harness.common.cache import ArtifactCache
 from tests.conftest import MINILM_DIR
 
 SUBJECTS = ["the cat", "the dog", "the man", "the woman"]

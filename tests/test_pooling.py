@@ -12,8 +12,7 @@ import torch
 import yaml
 from transformers import BertConfig, BertForSequenceClassification
 
-from harness.config import load_suite
-from harness.pooling import (
+from harness.api.pooling import (
     PooledBertForSequenceClassification,
     PoolingError,
     checkpoint_pooling,
@@ -22,7 +21,8 @@ from harness.pooling import (
     resolve_pooling,
     with_pooling,
 )
-from harness.runner import SuiteRunner
+from harness.config.schema import load_suite
+from harness.experiments.runner import SuiteRunner
 from tests.conftest import MINILM_DIR, tiny_suite_dict
 
 
@@ -140,7 +140,7 @@ def test_runs_record_the_resolved_pooling_and_it_changes_the_run_id(
     _, student_cls = resolved(f"students.{student_name}.pooling=cls")
     assert student_cls["student"]["pooling"] == "cls"
     assert student_cls["teacher"]["key"] == auto["teacher"]["key"]
-    from harness.cache import content_hash
+    from harness.common.cache import content_hash
     assert len({content_hash(spec) for spec in (auto, teacher_mean, student_cls)}) == 3
 
     runner, _ = resolved("teacher.pooling=mean")

@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.bench import latest_bench
-from harness.config import load_suite
-from harness.report import (
+from harness.bench.efficiency import latest_bench
+from harness.config.schema import load_suite
+from harness.reporting.report import (
     collect_runs,
     efficiency_table,
     leaderboard,

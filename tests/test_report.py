@@ -1,5 +1,5 @@
-"""Leaderboard reports (harness.report): hand-computed rows, published rows kept apart, every
-output format, and the HTML page in a real headless Chromium."""
+"""Leaderboard reports (harness.reporting.report): hand-computed rows, published rows kept
+apart, every output format, and the HTML page in a real headless Chromium."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from harness.anchors import load_published
 from harness.cli import app
-from harness.config import load_suite
-from harness.report import (
+from harness.config.published import load_published
+from harness.config.schema import load_suite
+from harness.experiments.store import ResultsStore
+from harness.reporting.report import (
     ablation_frame,
     baseline_check,
     build_report,
@@ -27,7 +28,6 @@ from harness.report import (
     published_board,
     task_baselines,
 )
-from harness.store import ResultsStore
 from tests.browser import Browser, screenshot_is_blank
 
 TEACHER = {"mrpc": 86.0, "rte": 60.0}

@@ -16,12 +16,12 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from harness.cache import content_hash
+from harness.api.registry import registry
+from harness.assets.checkpoints import TeacherError
 from harness.cli import app
-from harness.config import load_suite
-from harness.method import registry
-from harness.runner import SuiteRunner
-from harness.teacher import TeacherError
+from harness.common.cache import content_hash
+from harness.config.schema import load_suite
+from harness.experiments.runner import SuiteRunner
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -85,7 +85,7 @@ def test_teacher_no_better_than_the_majority_baseline_is_refused(tiny_suite_file
 
 
 def test_unknown_stage_override_is_an_error_naming_it(tiny_suite_file, tmp_path):
-    from harness.config import ConfigError
+    from harness.config.schema import ConfigError
 
     runner = _runner(tiny_suite_file, tmp_path, ["methods.kd.stages.intermediate.lr=1e-4"])
     with pytest.raises(ConfigError, match=r"methods\.kd\.stages\.intermediate"):
@@ -173,7 +173,7 @@ def test_run_id_depends_on_data_content_not_on_where_it_lives(
 
 def test_a_variant_without_a_stage_ignores_its_inherited_budget_but_not_a_typo(
         tiny_suite_file, tmp_path):
-    from harness.config import ConfigError
+    from harness.config.schema import ConfigError
 
     runner = _runner(tiny_suite_file, tmp_path, [
         "methods.tinybert.stages.intermediate.lr=1e-4",
@@ -206,7 +206,7 @@ def test_a_protocol_view_shares_run_ids_and_records_with_its_protocol(
 
 
 def test_repeated_or_comma_separated_list_options_all_count():
-    from harness.cli import _csv
+    from harness.common.cli_options import split_csv as _csv
 
     assert _csv(["rte", "stsb,cola"]) == ["rte", "stsb", "cola"]
     assert _csv("1, 2") == ["1", "2"]

@@ -1,4 +1,4 @@
-"""harness.stats on small numbers made here: bootstrap and t intervals, the sign-flip and
+"""harness.reporting.stats on small numbers made here: bootstrap and t intervals, the sign-flip and
 Wilcoxon paired tests (checked against exact enumeration), pairing and the pairwise table."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
-from harness.stats import (
+from harness.reporting.stats import (
     bootstrap_ci,
     holm_adjust,
     paired_comparison,

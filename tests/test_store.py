@@ -1,4 +1,5 @@
-"""Tests for harness.store (atomic JSON records) and harness.cache (artifact entries, hashes)."""
+"""Tests for harness.experiments.store (atomic JSON records) and harness.common.cache
+(artifact entries, hashes)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.cache import ArtifactCache, canonical_json, content_hash
-from harness.store import ResultsStore
+from harness.common.cache import ArtifactCache, canonical_json, content_hash
+from harness.experiments.store import ResultsStore
 
 RUN_HASH = "0123456789abcdef" + "f" * 48
 

@@ -6,11 +6,11 @@ import pytest
 import torch
 from transformers import BertConfig, BertModel
 
-from harness.config import StudentConfig
-from harness.method import StudentContext
-from harness.student import build_bert_student, count_parameters, evenly_spaced_layers
-from harness.tasks import get_task
-from harness.teacher import TeacherError, check_label_order
+from harness.api.context import StudentContext
+from harness.api.students import build_bert_student, count_parameters, evenly_spaced_layers
+from harness.assets.checkpoints import TeacherError, check_label_order
+from harness.config.schema import StudentConfig
+from harness.data.tasks import get_task
 
 
 def _teacher(layers: int = 4, hidden: int = 32) -> tuple[BertConfig, dict[str, torch.Tensor]]:

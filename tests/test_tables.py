@@ -1,12 +1,12 @@
-"""Comparison tables from records (harness.tables)."""
+"""Comparison tables from records (harness.reporting.tables)."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from harness.store import ResultsStore
-from harness.tables import finished_records, score_table, with_anchors
+from harness.experiments.store import ResultsStore
+from harness.reporting.tables import finished_records, score_table, with_anchors
 
 
 def write(store: ResultsStore, method: str, task: str, seed: int, score: float,

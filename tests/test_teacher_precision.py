@@ -9,12 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.cache import CACHE_VERSION, content_hash
-from harness.config import ConfigError, TeacherConfig, TrainConfig, load_suite
-from harness.runner import SuiteRunner
-from harness.tasks import get_task
-from harness.teacher import Checkpoint, teacher_key
-from harness.teacher_outputs import autocast_setting, run_precision_benchmark
+from harness.assets.checkpoints import Checkpoint
+from harness.bench.teacher_precision import run_precision_benchmark
+from harness.common.cache import CACHE_VERSION, content_hash
+from harness.config.schema import ConfigError, TeacherConfig, TrainConfig, load_suite
+from harness.data.tasks import get_task
+from harness.experiments.runner import SuiteRunner
+from harness.teacher.finetune import teacher_key
+from harness.teacher.outputs import autocast_setting
 
 CHECKPOINT = Checkpoint("pypi:x", "/nowhere", {"config": "c", "weights": {"w": "d"}})
 

@@ -1,4 +1,4 @@
-"""TinyBERT task distillation (methods/tinybert.py) on tiny random BERTs.
+"""TinyBERT task distillation (methods/tinybert/__init__.py) on tiny random BERTs.
 
 Every term is checked against its formula computed by hand, row by row over the real
 tokens of a padded batch, from the models' own hidden states and query/key weights.
@@ -13,11 +13,13 @@ import torch
 import torch.nn.functional as F
 from transformers import BertConfig, BertForSequenceClassification
 
-from harness.capture import capture_attention_scores
-from harness.config import ConfigError, MethodRecipe, StudentConfig
-from harness.method import Method, StepInputs, StudentContext, TeacherView, instantiate
-from harness.student import classifier_config
-from harness.tasks import TaskSpec, get_task
+from harness.api.capture import capture_attention_scores
+from harness.api.context import StudentContext
+from harness.api.method import Method, StepInputs, TeacherView
+from harness.api.registry import instantiate
+from harness.api.students import classifier_config
+from harness.config.schema import ConfigError, MethodRecipe, StudentConfig
+from harness.data.tasks import TaskSpec, get_task
 from tests.reference_formulas import manual_attention_scores
 
 VOCAB, HEADS = 50, 4
@@ -309,9 +311,13 @@ def test_bf16_autocast_gives_finite_terms_and_gradients():
     assert setup.student.config._attn_implementation == "sdpa"  # restored after the forward
 
 
-def test_ddp_wrapped_student_and_projections_are_unwrapped_and_trained():
+def test_ddp_wrapped_student_is_seen_unwrapped_and_trained():
+    """Under DDP the engine hands the method a view of the student (attributes of the model,
+    calls through the wrapper) and the projections as they are (never wrapped)."""
     from torch import distributed
     from torch.nn.parallel import DistributedDataParallel
+
+    from harness.training.engine import method_view
 
     setup = Setup()
     with tempfile.NamedTemporaryFile() as store:
@@ -319,10 +325,11 @@ def test_ddp_wrapped_student_and_projections_are_unwrapped_and_trained():
                                        world_size=1)
         try:
             # The intermediate stage leaves the pooler and the classifier unused.
-            student = DistributedDataParallel(setup.student.train(),
+            wrapped = DistributedDataParallel(setup.student.train(),
                                               find_unused_parameters=True)
-            extra = DistributedDataParallel(setup.extra)
-            inputs = setup.step_inputs("intermediate", student=student, extra=extra)
+            inputs = setup.step_inputs("intermediate",
+                                       student=method_view(wrapped, setup.student),
+                                       extra=setup.extra)
             values = setup.method.compute_losses(inputs)
             setup.method.total_loss(values).backward()
         finally:

@@ -15,9 +15,9 @@ import yaml
 from typer.testing import CliRunner
 
 from harness.cli import app
-from harness.config import ConfigError, load_suite
-from harness.grid import Grid
-from harness.tuning import Tuner, TuningTarget, load_tuned, open_storage, study_name
+from harness.config.schema import ConfigError, load_suite
+from harness.experiments.grid import Grid
+from harness.experiments.tuning import Tuner, TuningTarget, load_tuned, open_storage, study_name
 from tests.test_grid import (
     _check_every_cell_once,
     _harness,

@@ -1,0 +1,75 @@
+"""What a method is handed to build its student and its augmenter, and the protocols of the
+student encoders and augmenters a method may bring."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import torch
+
+from harness.config.schema import BiLSTMStudentConfig, StudentConfig
+from harness.data.tasks import TaskSpec
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
+
+@dataclass
+class StudentContext:
+    """What a method needs to build its student."""
+
+    task: TaskSpec
+    shape_name: str
+    shape: StudentConfig | BiLSTMStudentConfig
+    teacher_config: PretrainedConfig
+    teacher_state: dict[str, torch.Tensor] | None = None
+    """The pre-trained teacher's weights, for students initialised from teacher layers."""
+    assets: AugmentContext | None = None
+    """The teacher checkpoint, its tokenizer, the suite's corpus and the artifact cache, for
+    methods that need more of the teacher than its weights (e.g. its masked-LM head)."""
+    encoder: StudentEncoder | None = None
+    """The method's own student encoder (:meth:`Method.student_encoder`), fitted on the
+    task's training texts, e.g. to size a word-embedding table."""
+    pooling: str = "pooler"
+    """What a BERT-family student's classification head reads (``cls``, ``pooler`` or
+    ``mean``), resolved from the shape's ``pooling`` and the teacher's."""
+
+
+@dataclass
+class AugmentContext:
+    """What a method's augmenter may use: the teacher checkpoint (e.g. its masked-LM head),
+    its tokenizer, the suite's unlabeled corpus (to fit a head) and the artifact cache."""
+
+    checkpoint: Any
+    tokenizer: Any
+    corpus: Callable[[], list[str]]
+    cache: Any
+    log: Callable[[str], None]
+
+
+class StudentEncoder(Protocol):
+    """A student's own tokenisation: texts -> named per-row id arrays.
+
+    The runner adds them to every split the student reads (training, augmented, dev), and
+    batches carry them zero-padded as ``batch[name]`` with ``batch[name + "_lengths"]``;
+    the teacher keeps reading its WordPiece ``input_ids``.  :meth:`describe` identifies
+    the encoder (vocabulary included) for records and memoisation.
+    """
+
+    def describe(self) -> dict[str, Any]: ...
+
+    def encode(self, texts_a: Sequence[str], texts_b: Sequence[str] | None
+               ) -> dict[str, list[Any]]: ...
+
+
+class Augmenter(Protocol):
+    """Makes synthetic copies of training examples; the runner caches them by
+    :meth:`describe` and the task data, labels them with the fine-tuned teacher, and
+    never takes a gold label from them."""
+
+    def describe(self) -> dict[str, Any]: ...
+
+    def augment(self, examples: Sequence[tuple[str, ...]], seed: int,
+                progress: bool = True) -> list[tuple[int, tuple[str, ...]]]: ...

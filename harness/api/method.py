@@ -1,0 +1,338 @@
+"""The method plugin API.
+
+A method is one module in ``methods/`` (or a third-party package registered under the
+``harness.methods`` entry-point group) defining a :class:`Method` subclass decorated with
+:func:`register_method`.  It declares:
+
+* ``Params``: its hyperparameters (a pydantic model; unknown keys are errors);
+* ``loss_terms``: named loss terms, each computed by a ``loss_<name>`` method and weighted
+  by :meth:`Method.default_weights` (a recipe may override a weight or disable a term);
+* :meth:`Method.stages`: the training stages, each naming its data, its teacher (fine-tuned,
+  pre-trained or none), the teacher outputs it needs and the loss terms it uses;
+* :meth:`Method.build_student`, :meth:`Method.extra_modules` (learnable projections, trained
+  with the student but not counted as student parameters) and :meth:`Method.search_space`;
+* for a student that does not read the teacher's WordPiece ids (e.g. a word-level BiLSTM),
+  :meth:`Method.student_encoder`: its own tokenisation, fitted on the training texts.
+
+The engine owns everything else: data, the teacher and its cache, the training loop,
+evaluation, checkpoint selection and the results store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict
+from torch import nn
+
+from harness.api.context import AugmentContext, Augmenter, StudentContext, StudentEncoder
+from harness.data.tasks import TaskSpec
+
+if TYPE_CHECKING:
+    import optuna
+
+SELF_ATTENTION_OUTPUTS = frozenset({"attention_scores", "queries", "keys", "values"})
+"""Read from inside every self-attention layer (:func:`harness.api.capture.
+capture_attention_scores`): the unnormalised (pre-softmax) scores QK^T / sqrt(d_k) plus the
+padding mask, and the query, key and value vectors, (batch, heads, length, length or
+head_dim), indexed by Transformer layer n at n - 1."""
+
+TEACHER_OUTPUTS = frozenset({"logits", "hidden_states", "attentions"}) | SELF_ATTENTION_OUTPUTS
+"""What a stage may ask of the teacher.  ``logits`` come from the cache; the rest are
+computed on the fly by a teacher forward pass in the training loop (the embedding output
+is ``hidden_states[0]``), outside autograd: they are constants of the loss, usable in its
+graph."""
+
+STUDENT_OUTPUTS = frozenset({"hidden_states", "attentions"}) | SELF_ATTENTION_OUTPUTS
+"""What a stage may ask of a BERT-family student's forward (:meth:`Method.forward_student`
+returns them in a :class:`StudentOutputs`, with their autograd graph).  ``attentions`` (the
+softmax distributions) makes the engine build the student with eager attention, the one
+implementation that returns them."""
+
+class MethodParams(BaseModel):
+    """Base for a method's hyperparameters: strict, so a misspelt name is an error."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One training stage of a method."""
+
+    name: str
+    loss_terms: tuple[str, ...]
+    teacher: Literal["finetuned", "pretrained", "none"] = "finetuned"
+    teacher_outputs: frozenset[str] = frozenset({"logits"})
+    student_outputs: frozenset[str] = frozenset()
+    """What the stage's loss terms read from the student besides its logits (see
+    :data:`STUDENT_OUTPUTS`); hidden states also come whenever the teacher's are asked for."""
+    evaluate: bool = True
+    """Evaluate on dev during the stage and keep the best checkpoint (needs task logits)."""
+    data: Literal["task", "augmented", "corpus"] = "task"
+    """What the stage trains on: the task's training split; that split plus the copies made
+    by the method's :meth:`Method.augmenter` (teacher logits computed and cached for them);
+    or the suite's unlabeled ``corpus`` (general distillation).  ``corpus`` stages come
+    first, have no task in them, and their result is cached and shared by every task and
+    seed (see :meth:`Method.general_key`)."""
+
+    def __post_init__(self) -> None:
+        unknown = set(self.teacher_outputs) - TEACHER_OUTPUTS
+        if unknown:
+            raise ValueError(f"stage {self.name!r}: unknown teacher outputs {sorted(unknown)}")
+        unknown = set(self.student_outputs) - STUDENT_OUTPUTS
+        if unknown:
+            raise ValueError(f"stage {self.name!r}: unknown student outputs {sorted(unknown)}")
+        if self.teacher == "none" and self.teacher_outputs:
+            raise ValueError(f"stage {self.name!r}: no teacher, but asks for teacher outputs")
+        if self.data == "corpus" and (self.evaluate or self.teacher == "finetuned"
+                                      or "logits" in self.teacher_outputs):
+            raise ValueError(f"stage {self.name!r}: a corpus stage has no labels, no task "
+                             "logits and no fine-tuned teacher (teacher='pretrained' or "
+                             "'none', evaluate=False)")
+        if self.data == "augmented" and self.teacher != "finetuned":
+            raise ValueError(f"stage {self.name!r}: augmented copies carry no gold labels; "
+                             "they need the fine-tuned teacher's outputs")
+
+    @property
+    def is_general(self) -> bool:
+        return self.data == "corpus"
+
+
+@dataclass(frozen=True)
+class LossTerm:
+    name: str
+    description: str
+
+
+GOLD = LossTerm("gold", "cross-entropy to the gold labels (MSE to gold scores for regression)")
+"""The gold-label term every method may list; :meth:`Method.loss_gold` computes it."""
+
+
+@dataclass
+class TeacherView:
+    """Teacher outputs for one batch, as requested by the stage."""
+
+    logits: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+    attention_scores: list[torch.Tensor] | None = None
+    """(batch, heads, length, length) pre-softmax scores of Transformer layers 1..N (list
+    index n - 1), padding mask included; see :class:`harness.api.capture.ScoreCapture`."""
+    queries: list[torch.Tensor | None] | None = None
+    keys: list[torch.Tensor | None] | None = None
+    values: list[torch.Tensor | None] | None = None
+    """(batch, heads, length, head_dim) vectors of Transformer layers 1..N (list index
+    n - 1; None for a layer the method's :meth:`Method.teacher_layers` leaves out)."""
+
+
+@dataclass
+class StudentOutputs:
+    """What the default :meth:`Method.forward_student` returns for a stage that declares
+    ``student_outputs``: the logits, and each declared output with its autograd graph, laid
+    out as in :class:`TeacherView` (self-attention outputs over Transformer layers 1..M)."""
+
+    logits: torch.Tensor
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+    attention_scores: list[torch.Tensor | None] | None = None
+    queries: list[torch.Tensor | None] | None = None
+    keys: list[torch.Tensor | None] | None = None
+    values: list[torch.Tensor | None] | None = None
+
+
+@dataclass(frozen=True)
+class TeacherLayers:
+    """Teacher layers a stage reads: hidden states (0 = embedding output, n = output of
+    Transformer layer n) and self-attention outputs, ``scores`` (Transformer layers 1..N:
+    their scores and, when the stage asks for them, queries, keys and values)."""
+
+    hidden: frozenset[int] = frozenset()
+    scores: frozenset[int] = frozenset()
+
+    @property
+    def depth(self) -> int:
+        """The deepest Transformer layer needed (0: the embeddings only)."""
+        return max((*self.hidden, *self.scores), default=0)
+
+    def check(self, num_layers: int) -> TeacherLayers:
+        bad = ([f"hidden {n}" for n in sorted(self.hidden) if not 0 <= n <= num_layers]
+               + [f"scores {n}" for n in sorted(self.scores) if not 1 <= n <= num_layers])
+        if bad:
+            raise ValueError(f"teacher layers {bad} out of range for a {num_layers}-layer "
+                             "teacher (hidden states 0..N, attention scores 1..N)")
+        return self
+
+    def describe(self) -> dict[str, list[int]]:
+        return {"hidden": sorted(self.hidden), "scores": sorted(self.scores)}
+
+
+def stage_layers(method: Method, stage: Stage, num_teacher_layers: int,
+                 student: nn.Module) -> TeacherLayers | None:
+    """What of the teacher ``stage`` reads, as the method declares it and limited to the
+    outputs the stage asks for; None when the method does not say (all layers)."""
+    declared = method.teacher_layers(stage, num_teacher_layers, student)
+    if declared is None:
+        return None
+    outputs = stage.teacher_outputs
+    return TeacherLayers(
+        hidden=declared.hidden if "hidden_states" in outputs else frozenset(),
+        scores=declared.scores if outputs & SELF_ATTENTION_OUTPUTS else frozenset(),
+    ).check(num_teacher_layers)
+
+
+@dataclass
+class StepInputs:
+    """Everything a loss term may use for one batch."""
+
+    batch: dict[str, torch.Tensor]
+    student: Any
+    """The student's forward output (a transformers ModelOutput for BERT students)."""
+    teacher: TeacherView
+    task: TaskSpec
+    stage: Stage
+    extra: nn.ModuleDict
+    cache: dict[str, Any] = field(default_factory=dict)
+    """Scratch space shared by the terms of one step (e.g. a softmax computed once)."""
+
+
+class Method:
+    """Base class of a distillation method plugin."""
+
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+    Params: ClassVar[type[MethodParams]] = MethodParams
+    loss_terms: ClassVar[tuple[LossTerm, ...]] = ()
+    student_kinds: ClassVar[tuple[str, ...]] = ("bert",)
+    """The student shape kinds (``kind`` in a suite's ``students``) the method can build."""
+    stage_names: ClassVar[tuple[str, ...] | None] = None
+    """Every stage the method can have, when its stages depend on its parameters: a
+    recipe's budget for one of these that a configuration leaves out is ignored (a variant
+    inherits its base's budgets); any other name is an error.  None: the stages of
+    :meth:`stages` are the only valid names."""
+
+    def __init__(self, params: MethodParams, weights: dict[str, float]) -> None:
+        self.params = params
+        self.weights = weights
+
+    # -- declared by plugins -------------------------------------------------------------
+    def stages(self, task: TaskSpec) -> list[Stage]:
+        raise NotImplementedError
+
+    def default_weights(self) -> dict[str, float]:
+        """Weights of the loss terms before recipe overrides; may depend on ``params``."""
+        return {term.name: 1.0 for term in self.loss_terms}
+
+    def build_student(self, context: StudentContext) -> nn.Module:
+        """The student, ready to train.  A dict set as ``student.init_summary`` (e.g. word
+        vector coverage) goes into the run record."""
+        from harness.api.students import build_bert_student
+
+        return build_bert_student(context)
+
+    def extra_modules(self, context: StudentContext) -> nn.ModuleDict:
+        """Learnable modules trained with the student (projections); not part of it."""
+        return nn.ModuleDict()
+
+    def forward_student(self, student: nn.Module, batch: dict[str, torch.Tensor],
+                        stage: Stage) -> Any:
+        """Run the student on ``batch`` in ``stage``; what it returns is ``inputs.student``
+        in the loss terms.
+
+        ``student`` is the module :meth:`build_student` returned: attributes read the model
+        itself (its config, embeddings), and calling it runs the training forward (through
+        the data-parallel wrapper when there is one).  ``batch`` holds ``input_ids``,
+        ``attention_mask``, ``token_type_ids``, ``labels`` and ``row`` (plus
+        ``has_gold`` on augmented data and the encoder's own fields, see
+        :class:`StudentEncoder`).  The default suits transformers sequence classifiers: the
+        model output (``logits``; ``hidden_states`` when the stage reads the teacher's or
+        declares the student's), or, when the stage declares ``student_outputs``, a
+        :class:`StudentOutputs` with each of them.  Override it for another student kind or
+        another forward."""
+        outputs = stage.student_outputs
+        hidden = "hidden_states" in stage.teacher_outputs or "hidden_states" in outputs
+        kwargs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"],
+                  "token_type_ids": batch.get("token_type_ids"),
+                  "output_hidden_states": hidden}
+        if not outputs:
+            return student(**kwargs)
+        if "attentions" in outputs:
+            kwargs["output_attentions"] = True
+        projections = outputs & {"queries", "keys", "values"}
+        if not outputs & SELF_ATTENTION_OUTPUTS:
+            out = student(**kwargs)
+            return StudentOutputs(out.logits, out.hidden_states, out.attentions)
+        from harness.api.capture import capture_attention_scores
+
+        with capture_attention_scores(student, record=projections) as captured:
+            out = student(**kwargs)
+        return StudentOutputs(
+            out.logits, out.hidden_states if hidden else None,
+            out.attentions if "attentions" in outputs else None,
+            **{name: captured.by_layer("scores" if name == "attention_scores" else name)
+               for name in outputs & SELF_ATTENTION_OUTPUTS})
+
+    def search_space(self, trial: optuna.Trial) -> dict[str, Any]:
+        """Optuna search space as dotted recipe overrides, e.g. ``{"params.alpha": 0.5}``."""
+        return {}
+
+    def teacher_layers(self, stage: Stage, num_teacher_layers: int,
+                       student: nn.Module) -> TeacherLayers | None:
+        """The teacher layers ``stage``'s loss terms read: hidden states (0 = embeddings,
+        1..N) and attention scores (1..N).  None (the default): all of them.  Declaring
+        them lets the engine stop the live teacher forward after the deepest one, capture
+        only those scores and cache only those on disk; the stage's view then holds None
+        for the layers left out (same tuple and list lengths, N + 1 and N)."""
+        return None
+
+    def prepare_batch(self, batch: dict[str, torch.Tensor], stage: Stage,
+                      generator: torch.Generator) -> dict[str, torch.Tensor]:
+        """Rewrite a training batch before the teacher and the student see it (e.g. masking
+        for a masked-LM objective); ``generator`` is seeded per stage, so runs repeat."""
+        return batch
+
+    def student_encoder(self, context: StudentContext,
+                        train_texts: Sequence[tuple[str, ...]]) -> StudentEncoder | None:
+        """The student's own tokenisation, fitted on the task's training texts (None: the
+        student reads the teacher's WordPiece ids)."""
+        return None
+
+    def augmenter(self, context: AugmentContext) -> Augmenter | None:
+        """The augmenter behind ``data="augmented"`` stages (None: no augmentation)."""
+        return None
+
+    def stage_weights(self, stage: Stage) -> dict[str, float]:
+        """Loss weights in ``stage``; a method may give a stage its own (e.g. general
+        distillation keeps the full objective while task-stage ablations switch terms off)."""
+        return self.weights
+
+    def general_key(self) -> dict[str, Any]:
+        """What the result of the ``corpus`` stages depends on, besides the student shape,
+        teacher, corpus and stage budgets: it keys their cache, so leave out whatever only
+        task stages read, or every ablation would redo general distillation."""
+        return {"params": self.params.model_dump(), "weights": self.weights}
+
+    def loss_gold(self, inputs: StepInputs) -> torch.Tensor:
+        """The :data:`GOLD` term: cross-entropy to the gold labels, or MSE to the gold
+        scores of a regression task, over the rows that have one (augmented copies do not)."""
+        from harness.api.losses import gold_loss
+
+        return gold_loss(inputs.student.logits, inputs.batch["labels"],
+                         inputs.task.is_regression, inputs.batch.get("has_gold"))
+
+    # -- used by the engine --------------------------------------------------------------
+    def compute_losses(self, inputs: StepInputs) -> dict[str, torch.Tensor]:
+        """Unweighted values of the stage's active terms (weight 0 = not computed)."""
+        weights = self.stage_weights(inputs.stage)
+        values = {}
+        for term in inputs.stage.loss_terms:
+            if weights.get(term, 0.0) != 0.0:
+                values[term] = getattr(self, f"loss_{term}")(inputs)
+        return values
+
+    def total_loss(self, values: dict[str, torch.Tensor], stage: Stage | None = None
+                   ) -> torch.Tensor:
+        weights = self.stage_weights(stage) if stage is not None else self.weights
+        return sum(weights[name] * value for name, value in values.items())  # type: ignore[return-value]

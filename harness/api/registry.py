@@ -1,0 +1,103 @@
+"""The method registry: built-in plugins from ``methods/`` and third-party ones from the
+``harness.methods`` entry-point group, found by name; and building a method from its recipe."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Iterable
+from importlib.metadata import entry_points
+
+from pydantic import ValidationError
+
+from harness.api.method import Method
+from harness.config.schema import ConfigError, MethodRecipe
+
+ENTRY_POINT_GROUP = "harness.methods"
+
+
+class MethodRegistry:
+    """Name -> Method class; built-ins from ``methods/``, others from entry points."""
+
+    def __init__(self) -> None:
+        self._methods: dict[str, type[Method]] = {}
+        self._discovered = False
+
+    def register(self, cls: type[Method]) -> type[Method]:
+        name = getattr(cls, "name", None)
+        if not name:
+            raise TypeError(f"{cls.__qualname__} must set a class attribute 'name'")
+        existing = self._methods.get(name)
+        if existing is not None and existing is not cls:
+            raise ValueError(f"method {name!r} registered twice ({existing} and {cls})")
+        for term in cls.loss_terms:
+            if not callable(getattr(cls, f"loss_{term.name}", None)):
+                raise TypeError(f"{cls.__qualname__}: loss term {term.name!r} has no "
+                                f"loss_{term.name} method")
+        self._methods[name] = cls
+        return cls
+
+    def discover(self) -> None:
+        if self._discovered:
+            return
+        self._discovered = True
+        import methods
+
+        for module in pkgutil.iter_modules(methods.__path__):
+            if not module.name.startswith("_"):
+                importlib.import_module(f"methods.{module.name}")
+        for entry in entry_points(group=ENTRY_POINT_GROUP):
+            loaded = entry.load()
+            if isinstance(loaded, type) and issubclass(loaded, Method):
+                self.register(loaded)
+
+    def names(self) -> list[str]:
+        self.discover()
+        return sorted(self._methods)
+
+    def get(self, name: str) -> type[Method]:
+        self.discover()
+        if name not in self._methods:
+            known = ", ".join(self.names())
+            raise KeyError(f"unknown method {name!r}; registered methods: {known}")
+        return self._methods[name]
+
+    def items(self) -> Iterable[tuple[str, type[Method]]]:
+        self.discover()
+        return sorted(self._methods.items())
+
+
+registry = MethodRegistry()
+
+
+def register_method(cls: type[Method]) -> type[Method]:
+    """Class decorator: make a method available by its ``name``."""
+    return registry.register(cls)
+
+
+def instantiate(name: str, recipe: MethodRecipe | None = None, task: str | None = None
+                ) -> Method:
+    """Build a method from its recipe (with ``task``'s parameter overrides), validating
+    params, weights and disabled terms."""
+    cls = registry.get(name)
+    recipe = recipe or MethodRecipe()
+    try:
+        params = cls.Params.model_validate(recipe.params_for(task))
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(map(str, item['loc']))}: "
+            f"{'unknown parameter' if item['type'] == 'extra_forbidden' else item['msg']}"
+            for item in error.errors()
+        )
+        raise ConfigError(f"methods.{name}.params: {problems}") from None
+    term_names = {term.name for term in cls.loss_terms}
+    for key in [*recipe.loss_weights, *recipe.disabled_losses]:
+        if key not in term_names:
+            raise ConfigError(f"methods.{name}: unknown loss term {key!r}; "
+                              f"{name} has {sorted(term_names)}")
+    method = cls(params, {})
+    weights = {**method.default_weights(), **recipe.loss_weights}
+    for term in recipe.disabled_losses:
+        weights[term] = 0.0
+    method.weights = weights
+    return method

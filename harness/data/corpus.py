@@ -1,0 +1,191 @@
+"""The unlabeled corpus of general distillation.
+
+Offline default: the unique sentences of the suite's training sets (both sides of a pair;
+labels are never read), plus any text files given; on machines online, a hub text dataset
+(e.g. wikitext) can be added.  The corpus is fingerprinted by content, so the general
+distillation it feeds is cached once for every task and seed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+from transformers import PreTrainedTokenizerBase
+
+from harness.data.features import EncodedSplit
+from harness.data.loading import DataNotFoundError, TaskData
+
+if TYPE_CHECKING:  # the recipe layer sits above the data it describes
+    from harness.config.schema import CorpusConfig
+
+
+@dataclass
+class Corpus:
+    sentences: list[str]
+    fingerprint: str
+    sources: list[str]
+
+    def __len__(self) -> int:
+        return len(self.sentences)
+
+
+def _task_sentences(data: TaskData) -> Iterable[str]:
+    train = data.splits["train"]
+    yield from train["text_a"]
+    if data.task.is_pair:
+        yield from train["text_b"]
+
+
+def resolve_text_file(name: str, data_dir: Path | None) -> Path:
+    """A ``corpus.text_files`` entry: an absolute path, or a path relative to the folder
+    that holds the GLUE data folder (``../shared/data`` by default, so
+    ``corpus/en-general.txt`` is the shared general corpus), else to the working folder."""
+    path = Path(name).expanduser()
+    if path.is_absolute():
+        candidates = [path]
+    else:
+        candidates = ([data_dir.parent / path] if data_dir is not None else []) \
+            + [Path.cwd() / path]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    tried = ", ".join(str(candidate) for candidate in candidates)
+    raise DataNotFoundError(f"corpus text file {name!r} does not exist (corpus.text_files in "
+                            f"the suite; tried {tried})")
+
+
+def _text_file_lines(path: Path) -> Iterable[str]:
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        yield from handle
+
+
+def _hub_lines(config: CorpusConfig) -> Iterable[str]:
+    import datasets
+
+    spec = config.hub_dataset
+    assert spec is not None
+    dataset = datasets.load_dataset(spec.path, spec.name, split=spec.split)
+    if spec.column not in dataset.column_names:
+        raise ValueError(f"corpus.hub_dataset: {spec.path} has no column {spec.column!r}; "
+                         f"it has {dataset.column_names}")
+    yield from dataset[spec.column]
+
+
+def build_corpus(config: CorpusConfig, tasks: list[TaskData],
+                 data_dir: Path | None = None) -> Corpus:
+    """Unique, whitespace-normalised lines of at least ``min_words`` words, in first-seen
+    order, then a seeded sample of ``max_sentences`` if set.  Relative text files are
+    looked up beside ``data_dir`` (see :func:`resolve_text_file`)."""
+    seen: dict[str, None] = {}
+    sources: list[str] = []
+
+    def add(lines: Iterable[str]) -> None:
+        for line in lines:
+            text = " ".join(line.split())
+            if len(text.split(" ")) >= config.min_words:
+                seen.setdefault(text, None)
+
+    if config.task_sentences:
+        for data in tasks:
+            add(_task_sentences(data))
+            sources.append(f"task:{data.task.name}:{data.fingerprint[:12]}")
+    for name in config.text_files:
+        add(_text_file_lines(resolve_text_file(name, data_dir)))
+        sources.append(f"file:{name}")  # as the suite names it: records stay portable
+    if config.hub_dataset is not None:
+        add(_hub_lines(config))
+        spec = config.hub_dataset
+        sources.append(f"hub:{spec.path}/{spec.name}/{spec.split}")
+    sentences = list(seen)
+    if not sentences:
+        raise ValueError("the general-distillation corpus is empty: enable "
+                         "corpus.task_sentences or give corpus.text_files / hub_dataset")
+    if config.max_sentences is not None and len(sentences) > config.max_sentences:
+        order = np.random.default_rng(config.seed).permutation(len(sentences))
+        sentences = [sentences[i] for i in sorted(order[:config.max_sentences])]
+    return Corpus(sentences, sentences_fingerprint(sentences), sources)
+
+
+def sentences_fingerprint(sentences: Iterable[str]) -> str:
+    """sha256 of the sentences in order, newline-separated."""
+    digest = hashlib.sha256()
+    for sentence in sentences:
+        digest.update(sentence.encode("utf-8"))
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
+def split_into_windows(word_ids: list[int | None] | None, length: int,
+                       budget: int) -> list[tuple[int, int]]:
+    """Consecutive ``(start, end)`` ranges of at most ``budget`` of ``length`` pieces, each
+    cut moved back to the start of the word it would split (a single word longer than
+    ``budget`` is cut inside).  ``word_ids``: the word of each piece (None: cut anywhere)."""
+    windows, start = [], 0
+    while start < length:
+        end = min(start + budget, length)
+        if end < length and word_ids is not None:
+            cut = end
+            while cut > start and word_ids[cut] == word_ids[cut - 1]:
+                cut -= 1
+            end = cut if cut > start else end
+        windows.append((start, end))
+        start = end
+    return windows
+
+
+def encode_corpus(corpus: Corpus, tokenizer: PreTrainedTokenizerBase, max_length: int,
+                  long_lines: str = "split") -> EncodedSplit:
+    """Single-segment encodings; labels are zeros (no stage reads them).
+
+    A line longer than ``max_length`` pieces (with [CLS] and [SEP]) is either split into
+    consecutive windows at word boundaries, so every word is seen once (``split``, as
+    masked-LM pre-training packs long documents), or keeps its start only (``truncate``).
+    Each window is the tokenizer's encoding of its span of the line, special tokens and
+    all."""
+    if long_lines not in ("split", "truncate"):
+        raise ValueError(f"long_lines {long_lines!r}: expected split or truncate")
+    encoded = tokenizer(corpus.sentences, truncation=long_lines == "truncate",
+                        max_length=max_length, return_attention_mask=False,
+                        return_token_type_ids=True, verbose=False)
+    pieces, types = list(encoded["input_ids"]), list(encoded["token_type_ids"])
+    long = [index for index, ids in enumerate(pieces) if len(ids) > max_length]
+    if long:  # only with long_lines: split
+        lines = [corpus.sentences[index] for index in long]
+        bare = tokenizer(lines, add_special_tokens=False, return_offsets_mapping=True,
+                         return_attention_mask=False)
+        budget = max_length - tokenizer.num_special_tokens_to_add(pair=False)
+        spans: list[list[str]] = []
+        for row, line in enumerate(lines):
+            offsets = bare["offset_mapping"][row]
+            words = bare.word_ids(row) if tokenizer.is_fast else None
+            spans.append([line[offsets[start][0]:offsets[end - 1][1]] for start, end in
+                          split_into_windows(words, len(offsets), budget)])
+        windows = tokenizer([span for line_spans in spans for span in line_spans],
+                            truncation=True, max_length=max_length,
+                            return_attention_mask=False, return_token_type_ids=True)
+        windows_of: dict[int, slice] = {}
+        position = 0
+        for index, line_spans in zip(long, spans, strict=True):
+            windows_of[index] = slice(position, position + len(line_spans))
+            position += len(line_spans)
+        pieces, types = [], []
+        for index, ids in enumerate(encoded["input_ids"]):
+            if index in windows_of:
+                pieces.extend(windows["input_ids"][windows_of[index]])
+                types.extend(windows["token_type_ids"][windows_of[index]])
+            else:
+                pieces.append(ids)
+                types.append(encoded["token_type_ids"][index])
+    input_ids = [np.asarray(ids, dtype=np.int64) for ids in pieces]
+    return EncodedSplit(
+        name="corpus",
+        input_ids=input_ids,
+        token_type_ids=[np.asarray(ids, dtype=np.int64) for ids in types],
+        labels=np.zeros(len(input_ids), dtype=np.int64),
+        lengths=np.asarray([len(ids) for ids in input_ids], dtype=np.int64),
+    )

@@ -1,0 +1,469 @@
+"""The common grid: methods x variants x student shapes x tasks x seeds, on equal budgets.
+
+A suite's ``grid:`` section declares the cells and the fairness rule (``budget``: training
+examples seen over the task stages, and the tuning trials every method gets).  The grid is
+a queue on an Optuna relational storage (SQLite beside the results by default, PostgreSQL
+or MySQL for many machines): one trial per cell, enqueued once, popped atomically by
+whichever worker asks next, so several workers never run the same cell and a dead
+worker's cell is failed by the heartbeat check and re-queued.  Cells are runs of the
+results store, identified by the hash of their resolved configuration: a cell whose
+record exists is not trained again, whichever worker, machine or `harness run` made it.
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.api.registry import registry
+from harness.common.cache import content_hash
+from harness.config.schema import ConfigError, GridConfig, SuiteConfig, student_kind
+from harness.experiments.planner import Variation
+from harness.experiments.runner import RunOutcome, SuiteRunner
+from harness.experiments.store import ResultsStore
+from harness.experiments.tuning import (
+    TunedParams,
+    Tuner,
+    TuningTarget,
+    fail_dead_local_trials,
+    load_tuned,
+    open_storage,
+    tuned_path,
+    worker_id,
+)
+from harness.training.distributed import broadcast
+
+
+@dataclass(frozen=True)
+class GridCell:
+    method: str
+    task: str
+    seed: int
+    student: str | None = None
+    """A student shape other than the method's own (None: its own)."""
+    task_epochs: float | None = None
+
+    @property
+    def label(self) -> str:
+        student = f" [{self.student}]" if self.student else ""
+        return f"{self.method}{student} / {self.task} / seed {self.seed}"
+
+    def target(self, seeds: list[int]) -> TuningTarget:
+        return TuningTarget(self.method, self.task, seeds, self.student, self.task_epochs)
+
+
+def grid_of(suite: SuiteConfig) -> GridConfig:
+    if suite.grid is None:
+        raise ConfigError(f"suite {suite.name} declares no grid: add a `grid:` section "
+                          "(methods, seeds, budget) to its file")
+    return suite.grid
+
+
+def grid_cells(suite: SuiteConfig, methods: list[str] | None = None,
+               tasks: list[str] | None = None, seeds: list[int] | None = None
+               ) -> list[GridCell]:
+    """The cells, task by task (each task's data and teacher are prepared once)."""
+    grid = grid_of(suite)
+    method_names = methods or [*grid.methods, *grid.variants]
+    cells = []
+    for task in tasks or grid.tasks or suite.tasks:
+        epochs = grid.budget.epochs_for(task)
+        for method in method_names:
+            plugin = registry.get(suite.plugin(method))
+            own = suite.recipe(method).student or suite.default_student
+            fitting = [name for name in grid.students
+                       if student_kind(suite.students[name]) in plugin.student_kinds]
+            for student in fitting or [own]:
+                for seed in seeds or grid.seeds or suite.seeds:
+                    cells.append(GridCell(method, task, seed,
+                                          None if student == own else student, epochs))
+    return cells
+
+
+@dataclass
+class PlannedCell:
+    cell: GridCell
+    run_id: str | None
+    status: str
+    """done, failed, todo, or tune (its parameters come from a study not finished yet)."""
+    task_epochs: float
+    examples: int
+    estimate: float | None
+    """Seconds, from the throughput of earlier records of the same method, task and
+    student (else the same task and student), plus their fixed overhead."""
+
+
+@dataclass
+class CostModel:
+    """Seconds per training example and per-run overhead, from the records on disk."""
+
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def from_store(cls, root: Path) -> CostModel:
+        rows = []
+        for record in ResultsStore(root).records():
+            if record.get("status") != "finished" or not record.get("stages"):
+                continue
+            examples = sum(stage["examples_seen"] for stage in record["stages"])
+            if not examples:
+                continue
+            rows.append({"method": record["method"],
+                         "plugin": record["config"].get("plugin", record["method"]),
+                         "task": record["task"], "student": record.get("student_shape"),
+                         "per_example": record["train_seconds"] / examples,
+                         "overhead": record["wall_seconds"] - record["train_seconds"]})
+        return cls(rows)
+
+    def estimate(self, method: str, plugin: str, task: str, student: str, examples: int
+                 ) -> float | None:
+        for match in ({"method": method, "task": task, "student": student},
+                      {"plugin": plugin, "task": task, "student": student},
+                      {"task": task, "student": student}):
+            rows = [row for row in self.records
+                    if all(row[key] == value for key, value in match.items())]
+            if rows:
+                return (examples * statistics.median(row["per_example"] for row in rows)
+                        + statistics.median(row["overhead"] for row in rows))
+        return None
+
+
+class Grid:
+    """Plans and works through a suite's grid on an Optuna storage."""
+
+    def __init__(self, suite: SuiteConfig, results: Path, storage_url: str,
+                 cache_dir: Path | None = None, log: Callable[[str], None] = print,
+                 methods: list[str] | None = None, tasks: list[str] | None = None,
+                 seeds: list[int] | None = None, poll_seconds: float | None = None,
+                 reclaim_local: bool = True, tuned: list[TunedParams] | None = None) -> None:
+        """``reclaim_local``: fail a dead local worker's running cell at once (see
+        :func:`fail_dead_local_trials`) instead of after the heartbeat grace period.
+        ``tuned``: parameter files (``--params``) for the cells of their method and task,
+        in place of the grid's own tuning."""
+        self.suite = suite
+        self.config = grid_of(suite)
+        self.results = results
+        self.storage_url = storage_url
+        self.cache_dir = cache_dir
+        self.log = log
+        self.cells = grid_cells(suite, methods, tasks, seeds)
+        self.poll_seconds = poll_seconds
+        self.reclaim_local = reclaim_local
+        self.runner = SuiteRunner(suite, results, cache_dir, log=log)
+        self.tuned: dict[tuple[str, str], TunedParams] = {}
+        for params in tuned or []:
+            if params.suite and params.suite != suite.record_suite:
+                raise ConfigError(f"{params.path}: tuned on suite {params.suite!r}, not "
+                                  f"{suite.record_suite!r}")
+            if not any((cell.method, cell.task) == (params.method, params.task)
+                       for cell in self.cells):
+                raise ConfigError(f"{params.path}: parameters for {params.method} on "
+                                  f"{params.task}, which is not a cell of this grid")
+            self.tuned[params.method, params.task] = params
+        self._tuners: dict[tuple, Tuner] = {}
+        self._estimates: dict[GridCell, float | None] = {}
+        self._recorded: set[GridCell] = set()
+
+    # -- tuning ---------------------------------------------------------------------------
+    @property
+    def trials(self) -> int:
+        return self.config.budget.tuning_trials
+
+    def tuner(self, cell: GridCell) -> Tuner:
+        target = cell.target(self.config.budget.tuning_seeds)
+        key = (target.method, target.task, target.student, target.task_epochs)
+        if key not in self._tuners:
+            self._tuners[key] = Tuner(self.suite, target, self.results, self.storage_url,
+                                      self.cache_dir, pruner=self.config.budget.pruner,
+                                      log=self.log)
+        return self._tuners[key]
+
+    def tuned_overrides(self, cell: GridCell) -> dict[str, Any] | None:
+        """The cell's tuned parameters: a ``--params`` file's, else the best of its study
+        (None: not tuned yet), else none."""
+        if (cell.method, cell.task) in self.tuned:
+            return self.tuned[cell.method, cell.task].overrides
+        if not self.trials:
+            return {}
+        path = tuned_path(self.results, self.tuner(cell).name)
+        return load_tuned(str(path), self.results).overrides if path.exists() else None
+
+    def variation(self, cell: GridCell, overrides: dict[str, Any]) -> Variation:
+        return Variation.of(cell.student, overrides, cell.task_epochs)
+
+    # -- planning -------------------------------------------------------------------------
+    def plan(self) -> list[PlannedCell]:
+        costs = CostModel.from_store(self.results)
+        planned = []
+        for cell in self.cells:
+            overrides = self.tuned_overrides(cell)
+            variation = self.variation(cell, overrides or {})
+            method, spec, configs = self.runner.resolve(cell.method, cell.task, cell.seed,
+                                                        variation)
+            prepared = self.runner.prepare_task(cell.task)
+            train_rows = len(prepared.splits["train"])
+            task_stages = [stage for stage in method.stages(prepared.task)
+                           if not stage.is_general]
+            task_epochs = sum(configs[stage.name].epochs for stage in task_stages)
+            examples = int(task_epochs * train_rows)
+            estimate = costs.estimate(cell.method, self.suite.plugin(cell.method), cell.task,
+                                      spec["student"]["name"], examples)
+            if overrides is None:
+                status, run_id = "tune", None
+            else:
+                run_id = content_hash(spec)
+                existing = self.runner.store.find(run_id)
+                status = ("todo" if existing is None
+                          else self.runner.store.load(existing).get("status", "todo"))
+                status = {"finished": "done"}.get(status, status)
+            self._estimates[cell] = estimate
+            if status in {"done", "failed"}:
+                self._recorded.add(cell)
+            planned.append(PlannedCell(cell, run_id, status, task_epochs, examples, estimate))
+        return planned
+
+    def cell_records(self, planned: list[PlannedCell] | None = None
+                     ) -> list[tuple[GridCell, dict[str, Any]]]:
+        """The finished cells with their run records (whichever command made the run)."""
+        found = []
+        for item in planned or self.plan():
+            if item.status != "done" or item.run_id is None:
+                continue
+            path = self.runner.store.find(item.run_id)
+            if path is not None:
+                found.append((item.cell, self.runner.store.load(path)))
+        return found
+
+    def records(self, planned: list[PlannedCell] | None = None) -> list[dict[str, Any]]:
+        """The finished cells' scores, one row per cell (the grid's leaderboard: each method
+        on the grid's budget, whichever command made the run)."""
+        return [{"method": cell.method + (f" [{cell.student}]" if cell.student else ""),
+                 "task": cell.task, "seed": cell.seed, "score": record["main_score"],
+                 "seconds": record.get("wall_seconds")}
+                for cell, record in self.cell_records(planned)]
+
+    def describe(self, planned: list[PlannedCell]) -> list[str]:
+        """The dry-run table and totals."""
+        budget = self.config.budget
+        lines = [f"grid of suite {self.suite.name}: {len(planned)} cells; budget: task "
+                 f"epochs {budget.task_epochs if budget.task_epochs is not None else 'per recipe'}"
+                 f"{f' ({budget.task_epochs_for})' if budget.task_epochs_for else ''}, "
+                 f"tuning trials {budget.tuning_trials} per method and task"
+                 f"{f' (seeds {budget.tuning_seeds})' if budget.tuning_trials else ''}",
+                 "",
+                 f"{'method':<20} {'student':<10} {'task':<5} {'seed':>4} {'epochs':>6} "
+                 f"{'examples':>9} {'est.':>7}  {'status':<6} run id"]
+        for item in planned:
+            cell = item.cell
+            student = cell.student or self.suite.recipe(cell.method).student \
+                or self.suite.default_student
+            estimate = _duration(item.estimate) if item.estimate is not None else "?"
+            lines.append(f"{cell.method:<20} {student:<10} {cell.task:<5} {cell.seed:>4} "
+                         f"{item.task_epochs:>6.3g} {item.examples:>9,} {estimate:>7}  "
+                         f"{item.status:<6} {(item.run_id or '-')[:16]}")
+        todo = [item for item in planned if item.status in {"todo", "tune"}]
+        known = [item.estimate for item in todo if item.estimate is not None]
+        lines.append("")
+        counts = {status: sum(item.status == status for item in planned)
+                  for status in ("done", "failed", "todo", "tune")}
+        lines.append(", ".join(f"{count} {status}" for status, count in counts.items()
+                               if count))
+        lines.append(f"estimated cost of the cells to run: {_duration(sum(known))} of one "
+                     f"worker" + (f" ({len(todo) - len(known)} cells without an estimate: "
+                                  "no earlier record of their task and student)"
+                                  if len(known) < len(todo) else ""))
+        if self.trials:
+            studies = {self.tuner(item.cell).name for item in planned}
+            lines.append(f"tuning first: {len(studies)} studies x {self.trials} trials x "
+                         f"{len(budget.tuning_seeds)} seeds (pruned trials stop early)")
+        return lines
+
+    # -- working ----------------------------------------------------------------------------
+    @property
+    def study_name(self) -> str:
+        keys = [asdict(cell) for cell in self.cells]
+        digest = content_hash({"cells": keys, "budget": self.config.budget.model_dump(),
+                               **({"tuned": {f"{method}/{task}": params.overrides
+                                             for (method, task), params in self.tuned.items()}}
+                                  if self.tuned else {})})
+        return f"grid-{self.suite.record_suite}-{digest[:10]}"
+
+    def _grid_study(self):
+        """The grid's queue: created (and filled) by the first worker, joined by the rest."""
+        import optuna
+
+        storage = open_storage(self.storage_url)
+        try:
+            study = optuna.create_study(study_name=self.study_name, storage=storage,
+                                        direction="maximize")
+        except optuna.exceptions.DuplicatedStudyError:
+            study = None
+        if study is None:
+            study = optuna.load_study(study_name=self.study_name, storage=storage)
+            deadline = time.monotonic() + 300
+            while "enqueued" not in study.user_attrs:  # the creator is still filling it
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"grid study {self.study_name} was created but never "
+                                       "filled (its creator died?): delete it and restart")
+                time.sleep(1.0)
+            return study
+        for cell in self.cells:
+            study.enqueue_trial({}, user_attrs={"cell": asdict(cell)})
+        study.set_user_attr("enqueued", len(self.cells))
+        return study
+
+    def work(self) -> dict[str, int]:
+        """Tune (if the budget says so), then run cells until the queue is empty."""
+        accelerator = self.runner.accelerator
+        if self.trials:
+            studies = {id(tuner): tuner for tuner in (
+                self.tuner(cell) for cell in self.cells
+                if (cell.method, cell.task) not in self.tuned)}
+            for tuner in studies.values():  # one study per method, task, student, budget
+                tuner.optimize(self.trials, self.poll_seconds, self.reclaim_local)
+                if accelerator.is_main_process:  # (re)written: a study may have grown
+                    tuner.write_best()
+        if not accelerator.is_main_process:
+            self._follow()
+            return {}
+        try:
+            return self._work_queue()
+        finally:
+            broadcast(("stop",), accelerator)
+
+    def _follow(self) -> None:
+        """Processes other than 0 of an `accelerate launch`: run the cells process 0 pops."""
+        while True:
+            message = broadcast(None, self.runner.accelerator)
+            if message[0] == "stop":
+                return
+            cell, overrides = GridCell(**message[1]), message[2]
+            self.runner.run_one(cell.method, cell.task, cell.seed,
+                                self.variation(cell, overrides))
+
+    def _work_queue(self) -> dict[str, int]:
+        from optuna.storages import fail_stale_trials
+
+        study = self._grid_study()
+        self.log(f"[grid] study {self.study_name} on {self.storage_url}: "
+                 f"{len(self.cells)} cells")
+        if not self._estimates:
+            self.plan()
+        started = time.perf_counter()
+        ran: list[tuple[GridCell, float]] = []
+        while True:
+            fail_stale_trials(study)
+            if self.reclaim_local:
+                fail_dead_local_trials(study)
+            counts = _counts(study)
+            if counts["waiting"]:
+                before = time.perf_counter()
+                trial_cell: list[GridCell] = []
+                study.optimize(functools.partial(self._objective, ran=trial_cell),
+                               n_trials=1, catch=(RuntimeError,))
+                if trial_cell:
+                    ran.append((trial_cell[0], time.perf_counter() - before))
+                    self._progress(study, ran, started)
+            elif counts["running"]:
+                time.sleep(self.poll_seconds or 5.0)  # others' cells, or a dead worker's
+            else:
+                break
+        return self.summary(study)
+
+    def _objective(self, trial, ran: list[GridCell]) -> float:
+        import optuna
+
+        cell_fields = trial.user_attrs.get("cell")
+        if cell_fields is None:  # another worker emptied the queue between check and pop
+            trial.set_user_attr("empty", True)
+            raise optuna.TrialPruned("no cell left")
+        cell = GridCell(**cell_fields)
+        trial.set_user_attr("worker", worker_id())
+        overrides = self.tuned_overrides(cell)
+        if overrides is None:
+            raise RuntimeError(f"{cell.label}: its tuning study has not written parameters")
+        broadcast(("cell", asdict(cell), overrides), self.runner.accelerator)
+        self.log(f"== grid cell {trial.number}: {cell.label}")
+        annotations = {"grid": {"study": self.study_name, "trial": trial.number}}
+        if (cell.method, cell.task) in self.tuned:
+            annotations["tuned"] = self.tuned[cell.method, cell.task].annotation()
+        elif overrides:
+            annotations["tuned"] = {"study": self.tuner(cell).name}
+        outcome: RunOutcome = self.runner.run_one(
+            cell.method, cell.task, cell.seed, self.variation(cell, overrides),
+            annotations=annotations)
+        trial.set_user_attr("status", outcome.status)
+        trial.set_user_attr("record", str(outcome.path))
+        ran.append(cell)
+        if outcome.main_score is None:
+            raise RuntimeError(f"{cell.label}: run {outcome.status} ({outcome.path})")
+        return float(outcome.main_score)
+
+    def _progress(self, study, ran: list[tuple[GridCell, float]], started: float) -> None:
+        """Overall progress and an estimate of the time left: the remaining cells' cost
+        estimates scaled by how this worker's trained cells compared with theirs (cells
+        without an estimate count as this worker's mean trained cell), shared among the
+        workers running now."""
+        counts = _counts(study)
+        done = counts["complete"] + counts["fail"] - _retried(study)
+        trained = [(cell, seconds) for cell, seconds in ran if seconds > 1.0]
+        estimated = [(self._estimates[cell], seconds) for cell, seconds in trained
+                     if self._estimates.get(cell)]
+        ratio = (sum(seconds for _, seconds in estimated)
+                 / sum(estimate for estimate, _ in estimated)) if estimated else 1.0
+        mean = (sum(seconds for _, seconds in trained) / len(trained)) if trained else None
+        pending = [GridCell(**trial.user_attrs["cell"]) for trial in
+                   study.get_trials(deepcopy=False)
+                   if trial.state.name in {"WAITING", "RUNNING"} and "cell" in trial.user_attrs]
+        left = 0.0
+        for cell in pending:
+            estimate = self._estimates.get(cell)
+            if cell in self._recorded:  # will be found, not trained
+                continue
+            if estimate is not None:
+                left += estimate * ratio
+            elif mean is not None:
+                left += mean
+        workers = 1 + len({trial.user_attrs.get("worker") for trial in
+                           study.get_trials(deepcopy=False) if trial.state.name == "RUNNING"})
+        self.log(f"[grid] {done}/{len(self.cells)} cells done ({counts['running']} running "
+                 f"elsewhere); this worker: {len(ran)} in "
+                 f"{_duration(time.perf_counter() - started)}; about "
+                 f"{_duration(left / workers)} left")
+
+    def summary(self, study=None) -> dict[str, int]:
+        study = study or self._grid_study()
+        return {**_counts(study), "cells": len(self.cells), "retried": _retried(study)}
+
+
+def _counts(study) -> dict[str, int]:
+    from optuna.trial import TrialState
+
+    counts = {state.name.lower(): 0 for state in TrialState}
+    for trial in study.get_trials(deepcopy=False):
+        if not trial.user_attrs.get("empty"):
+            counts[trial.state.name.lower()] += 1
+    return counts
+
+
+def _retried(study) -> int:
+    """Failed trials that a retry replaced (their cell is queued or ran again)."""
+    trials = study.get_trials(deepcopy=False)
+    replaced = {number for trial in trials
+                for number in trial.system_attrs.get("retry_history", [])}
+    return sum(1 for trial in trials if trial.state.name == "FAIL"
+               and "cell" in trial.user_attrs and trial.number in replaced)
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{seconds:.0f}s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"

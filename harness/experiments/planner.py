@@ -1,0 +1,280 @@
+"""Planning a run without training anything: the recipe with a grid cell's or a trial's
+variation applied, the method built from it, every stage's budget, and the resolved
+configuration whose hash is the run id, including the keys of the teacher and of the
+general checkpoint the run reads.  :class:`harness.experiments.runner.SuiteRunner` executes
+the plans; the grid and tuning ask the planner for ids before they decide what to run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from harness.api.method import Method, Stage
+from harness.api.registry import instantiate
+from harness.api.students import student_pooling
+from harness.assets.checkpoints import Checkpoint, load_tokenizer, resolve_checkpoint
+from harness.common.cache import content_hash
+from harness.common.precision import auto_precision
+from harness.config.schema import (
+    ConfigError,
+    MethodRecipe,
+    StudentConfig,
+    SuiteConfig,
+    TrainConfig,
+    recipe_with_overrides,
+    student_kind,
+    with_resolved_precision,
+)
+from harness.data.corpus import Corpus, build_corpus
+from harness.data.features import EncodedSplit, encode_split
+from harness.data.loading import TaskData, load_task, resolve_data_dir
+from harness.data.tasks import TaskSpec, get_task
+from harness.experiments.store import RECORD_VERSION
+from harness.teacher.finetune import teacher_key, teacher_pooling
+from harness.teacher.outputs import intermediate_cache_spec
+
+GENERAL_VERSION = 1
+
+
+@dataclass
+class PreparedTask:
+    task: TaskSpec
+    data: TaskData
+    splits: dict[str, EncodedSplit]
+    max_length: int
+
+
+@dataclass(frozen=True)
+class Variation:
+    """How a grid cell or a tuning trial departs from the suite's recipe for its method.
+    The default changes nothing, so a plain run and an unvaried grid cell share a run id."""
+
+    student: str | None = None
+    """A suite student shape instead of the recipe's."""
+    overrides: tuple[tuple[str, Any], ...] = ()
+    """Dotted recipe overrides (``params.alpha``, ``stages.task.lr``), e.g. tuned values."""
+    task_epochs: float | None = None
+    """A grid budget: training examples over the task stages, in task-set units."""
+
+    @classmethod
+    def of(cls, student: str | None = None, overrides: dict[str, Any] | None = None,
+           task_epochs: float | None = None) -> Variation:
+        return cls(student, tuple(sorted((overrides or {}).items())), task_epochs)
+
+
+def scale_to_budget(stages: list[Stage], configs: dict[str, TrainConfig], task_epochs: float
+                    ) -> dict[str, TrainConfig]:
+    """Stage budgets scaled so the task stages together see ``task_epochs`` times the task's
+    training-set size (the grid's fairness rule).  Augmented stages are counted in task
+    epochs (``epoch_size: task``); their split is larger than the task's.  Stages already
+    on budget are returned unchanged, so their run ids stay those of a plain run."""
+    task_stages = [stage for stage in stages if not stage.is_general]
+    for stage in task_stages:
+        if configs[stage.name].max_steps is not None:
+            raise ConfigError(f"stage {stage.name!r} is budgeted by max_steps; a grid budget "
+                              "in task epochs needs epoch budgets")
+    updated = {stage.name: configs[stage.name].model_copy(update={"epoch_size": "task"})
+               if stage.data == "augmented" else configs[stage.name] for stage in task_stages}
+    total = sum(config.epochs for config in updated.values())
+    if abs(total - task_epochs) > 1e-9 or updated != {s.name: configs[s.name] for s in task_stages}:
+        factor = task_epochs / total
+        updated = {name: config.model_copy(update={"epochs": round(config.epochs * factor, 6)})
+                   for name, config in updated.items()}
+    return {**configs, **updated}
+
+
+class RunPlanner:
+    """Resolves runs of one suite on one device (``auto`` precisions are resolved for it
+    before any key or run id is computed).  Reads and encodes task data and the corpus, for
+    their fingerprints; trains nothing."""
+
+    def __init__(self, suite: SuiteConfig, device: torch.device,
+                 log: Callable[[str], None] = print) -> None:
+        self.suite = with_resolved_precision(suite, auto_precision(device))
+        self.log = log
+        self.checkpoint: Checkpoint = resolve_checkpoint(suite.teacher.checkpoint)
+        self._tokenizer = None
+        self._tasks: dict[str, PreparedTask] = {}
+        self._corpus: Corpus | None = None
+        self._teacher_pooling: str | None = None
+
+    # -- preparation ---------------------------------------------------------------------
+    @property
+    def tokenizer(self):
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer(self.checkpoint)
+        return self._tokenizer
+
+    def prepare_task(self, name: str) -> PreparedTask:
+        if name not in self._tasks:
+            task = get_task(name)
+            data_config = self.suite.data
+            data = load_task(task, source=data_config.source, data_dir=data_config.dir,
+                             max_train_examples=data_config.max_train_examples.get(task.name),
+                             subsample_seed=data_config.subsample_seed)
+            lengths = data_config.max_seq_length
+            max_length = lengths.pair if task.is_pair else lengths.single
+            splits = {split: encode_split(split, dataset, task, self.tokenizer, max_length)
+                      for split, dataset in data.splits.items()}
+            self._tasks[name] = PreparedTask(task, data, splits, max_length)
+        return self._tasks[name]
+
+    def teacher_key(self, prepared: PreparedTask) -> str:
+        return teacher_key(self.checkpoint, prepared.task, prepared.data.fingerprint,
+                           self.suite.teacher, self.suite.teacher_train_config(prepared.task.name),
+                           prepared.max_length)
+
+    @property
+    def teacher_pooling(self) -> str:
+        """The teacher head's pooling, ``auto`` resolved from the checkpoint."""
+        if self._teacher_pooling is None:
+            self._teacher_pooling = teacher_pooling(self.checkpoint, self.suite.teacher)
+        return self._teacher_pooling
+
+    def student_pooling(self, shape_name: str) -> str | None:
+        """A BERT-family shape's resolved pooling; None for other kinds (no such head)."""
+        shape = self.suite.students[shape_name]
+        if not isinstance(shape, StudentConfig):
+            return None
+        return student_pooling(shape, self.teacher_pooling)
+
+    # -- one cell ------------------------------------------------------------------------
+    def recipe(self, method_name: str, task_name: str, variation: Variation) -> MethodRecipe:
+        """The method's recipe for ``task_name`` with ``variation`` applied."""
+        recipe = self.suite.recipe(method_name)
+        if variation.overrides:
+            recipe = recipe_with_overrides(recipe, task_name, dict(variation.overrides),
+                                           where=f"methods.{method_name} (overrides)")
+        if variation.student is not None:
+            if variation.student not in self.suite.students:
+                raise ConfigError(f"student {variation.student!r} is not one of "
+                                  f"{sorted(self.suite.students)}")
+            recipe = recipe.model_copy(update={"student": variation.student})
+        return recipe
+
+    def resolve(self, method_name: str, task_name: str, seed: int,
+                variation: Variation = Variation()
+                ) -> tuple[Method, dict[str, Any], dict[str, TrainConfig]]:
+        """The method and the fully resolved configuration of one run (hashed for the id)."""
+        task = get_task(task_name)
+        recipe = self.recipe(method_name, task.name, variation)
+        plugin = self.suite.plugin(method_name)
+        method = instantiate(plugin, recipe, task.name)
+        stages = method.stages(task)
+        stage_names = {stage.name for stage in stages}
+        named = [(f"stages.{name}", name) for name in recipe.stages]
+        named += [(f"task_stages.{task.name}.{name}", name)
+                  for name in recipe.task_stages.get(task.name, {})]
+        known = set(method.stage_names or stage_names)
+        for where, stage_name in named:
+            if stage_name not in known:
+                raise ConfigError(f"methods.{method_name}.{where}: {plugin} has no stage "
+                                  f"{stage_name!r}; its stages are {sorted(known)}")
+        general = [stage for stage in stages if stage.is_general]
+        if stages[:len(general)] != general:
+            raise ValueError(f"{method_name}: corpus (general) stages must come first")
+        stage_configs = {
+            stage.name: self.suite.train_config(
+                None if stage.is_general else task.name,
+                *recipe.stage_overrides(None if stage.is_general else task.name, stage.name))
+            for stage in stages}
+        if variation.task_epochs is not None:
+            stage_configs = scale_to_budget(stages, stage_configs, variation.task_epochs)
+        prepared = self.prepare_task(task_name)
+        shape_name = recipe.student or self.suite.default_student
+        shape = self.suite.students[shape_name]
+        if student_kind(shape) not in method.student_kinds:
+            raise ConfigError(f"methods.{method_name}: student {shape_name!r} is of kind "
+                              f"{student_kind(shape)!r}; {plugin} builds "
+                              f"{' or '.join(method.student_kinds)} students")
+        spec = {
+            "record_version": RECORD_VERSION,
+            "suite": self.suite.record_suite,
+            "task": task.name,
+            "method": method_name,
+            "seed": seed,
+            "student": {"name": shape_name, **shape.model_dump(),
+                        **({"pooling": pooling} if (pooling := self.student_pooling(shape_name))
+                           else {})},
+            **({"plugin": plugin} if plugin != method_name else {}),
+            "params": method.params.model_dump(),
+            "loss_weights": method.weights,
+            "stages": {name: config.identity() for name, config in stage_configs.items()},
+            "teacher": {"checkpoint": self.checkpoint.spec, "key": self.teacher_key(prepared)},
+            "data": {  # content, not location: the same data hashes alike anywhere
+                "source": self.suite.data.source,
+                "fingerprint": prepared.data.fingerprint,
+                "max_train_examples": self.suite.data.max_train_examples.get(task.name),
+                "subsample_seed": self.suite.data.subsample_seed,
+                "max_seq_length": prepared.max_length,
+            },
+        }
+        if general:
+            if recipe.init_from is not None:
+                raise ConfigError(f"methods.{method_name}.init_from: {plugin} runs general "
+                                  "stages of its own; init_from is for methods without them")
+            spec["general"] = {"key": self.general_key(method, shape, general, stage_configs)}
+        elif recipe.init_from is not None:
+            source, source_stages, source_configs = self.general_source(
+                recipe.init_from, task, shape_name, where=f"methods.{method_name}.init_from")
+            spec["general"] = {"key": self.general_key(source, shape, source_stages,
+                                                       source_configs),
+                               "from": recipe.init_from}
+        spec["teacher"].update(intermediate_cache_spec(self.suite.teacher, method, stages))
+        return method, spec, stage_configs
+
+    def general_source(self, method_name: str, task: TaskSpec, shape_name: str, where: str
+                       ) -> tuple[Method, list[Stage], dict[str, TrainConfig]]:
+        """The method whose general stages a student starts from (``init_from``), with
+        those stages and their budgets: exactly what that method's own runs resolve, so
+        both share one general checkpoint."""
+        recipe = self.suite.recipe(method_name)
+        own_shape = recipe.student or self.suite.default_student
+        if own_shape != shape_name:
+            raise ConfigError(f"{where}: {method_name} distils student {own_shape!r}, this "
+                              f"run trains {shape_name!r}; a general checkpoint fits only "
+                              "its own student shape")
+        method = instantiate(self.suite.plugin(method_name), recipe, task.name)
+        stages = [stage for stage in method.stages(task) if stage.is_general]
+        if not stages:
+            raise ConfigError(f"{where}: {method_name} has no general (corpus) stage as "
+                              "configured, so there is no general checkpoint to start from")
+        configs = {stage.name: self.suite.train_config(
+            None, *recipe.stage_overrides(None, stage.name)) for stage in stages}
+        return method, stages, configs
+
+    def run_id(self, method_name: str, task_name: str, seed: int,
+               variation: Variation = Variation()) -> str:
+        """The run's id: the hash of its resolved configuration."""
+        return content_hash(self.resolve(method_name, task_name, seed, variation)[1])
+
+    # -- general distillation ------------------------------------------------------------
+    def corpus(self) -> Corpus:
+        """The suite's unlabeled corpus (built once per process)."""
+        if self._corpus is None:
+            config = self.suite.corpus
+            names = (config.tasks or self.suite.tasks) if config.task_sentences else []
+            tasks = [self.prepare_task(name).data for name in names]
+            data_dir = (resolve_data_dir(self.suite.data.dir)
+                        if self.suite.data.source == "local" else None)
+            self._corpus = build_corpus(config, tasks, data_dir)
+        return self._corpus
+
+    def general_key(self, method: Method, shape: StudentConfig, stages: list[Stage],
+                    stage_configs: dict[str, TrainConfig]) -> str:
+        corpus = self.corpus()
+        return content_hash({
+            "kind": "general", "version": GENERAL_VERSION, "method": method.name,
+            "method_key": method.general_key(),
+            "student": {**shape.model_dump(),
+                        "pooling": student_pooling(shape, self.teacher_pooling)},
+            "teacher": self.checkpoint.identity,
+            "corpus": {"fingerprint": corpus.fingerprint,
+                       "max_seq_length": self.suite.corpus.max_seq_length,
+                       "long_lines": self.suite.corpus.long_lines,
+                       "seed": self.suite.corpus.seed},
+            "stages": {stage.name: stage_configs[stage.name].identity() for stage in stages},
+        })

@@ -1,0 +1,632 @@
+"""Orchestration: data -> teacher -> method stages -> engine -> results store.
+
+One :class:`SuiteRunner` per process and suite.  It prepares each task once (data,
+tokenised splits, cached teacher) and runs (method, task, seed) cells, skipping any whose
+resolved configuration already has a record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from accelerate import Accelerator
+from accelerate.utils import DistributedDataParallelKwargs, InitProcessGroupKwargs, set_seed
+
+from harness.api.context import AugmentContext, StudentContext, StudentEncoder
+from harness.api.method import Method, Stage
+from harness.api.registry import registry
+from harness.api.students import count_parameters
+from harness.assets.checkpoints import (
+    check_label_order,
+    load_base_config,
+    load_pretrained_encoder,
+)
+from harness.common.cache import ArtifactCache, content_hash, default_cache_dir
+from harness.common.memory import MemoryProbe, release_freed_memory
+from harness.common.precision import native_bf16
+from harness.config.schema import (
+    ConfigError,
+    SuiteConfig,
+    TrainConfig,
+)
+from harness.data.corpus import encode_corpus
+from harness.data.features import EncodedSplit
+from harness.data.metrics import TaskEvaluator
+from harness.data.tasks import TaskSpec, get_task
+from harness.experiments.planner import (
+    PreparedTask,
+    RunPlanner,
+    Variation,
+)
+from harness.experiments.store import ResultsStore
+from harness.teacher.augmented import AugmentedSet, prepare_augmented
+from harness.teacher.finetune import (
+    TeacherArtifacts,
+    prepare_teacher,
+)
+from harness.teacher.outputs import (
+    TeacherRuntime,
+    intermediate_cache_request,
+)
+from harness.training.distributed import any_process, broadcast
+from harness.training.engine import NonFiniteLossError, predict_logits, train_stage
+
+INFERENCE_ROWS = 512
+"""Dev rows timed for the student-vs-teacher inference speed in every record."""
+INFERENCE_SECONDS = float(os.environ.get("HARNESS_INFERENCE_SECONDS", "2.0"))
+"""Minimum timed span per model (whole passes over the rows); the tests set 0 (one pass)."""
+PROCESS_GROUP_TIMEOUT = timedelta(
+    minutes=float(os.environ.get("HARNESS_DDP_TIMEOUT_MINUTES", "360")))
+"""How long a process of an `accelerate launch` waits for the others: the main process
+alone makes one-off assets (augmented copies, a fitted masked-LM head) while they wait."""
+PACKAGES = ("torch", "transformers", "datasets", "evaluate", "accelerate", "optuna", "numpy",
+            "pandas", "pydantic", "distill-bench")
+
+
+def package_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for package in PACKAGES:
+        try:
+            versions[package] = version(package)
+        except PackageNotFoundError:
+            versions[package] = "not installed"
+    return versions
+
+
+def machine_info(accelerator: Accelerator) -> dict[str, Any]:
+    info = {
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "device": str(accelerator.device),
+        "num_processes": accelerator.num_processes,
+        "native_bf16": native_bf16(accelerator.device),
+    }
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info
+
+
+def _silent(message: str) -> None:
+    """The log of processes other than the main one of a launch."""
+
+
+EvaluationCallback = Callable[[int, dict[str, Any]], None]
+"""Called after every dev evaluation of a run with its running index over the run's
+stages and the evaluation (stage, step, epoch, metrics, ``main``); may raise to stop."""
+
+
+@dataclass
+class RunOutcome:
+    method: str
+    task: str
+    seed: int
+    status: str  # "finished", "skipped", "failed"
+    path: Path | None
+    main_score: float | None = None
+
+
+class SuiteRunner(RunPlanner):
+    """Executes the planner's runs: the teacher stage, general distillation, the method's
+    task stages through the engine, evaluation and the record."""
+
+    def __init__(self, suite: SuiteConfig, results_dir: Path, cache_dir: Path | None = None,
+                 log: Callable[[str], None] = print, retry_failed: bool = False) -> None:
+        self.store = ResultsStore(results_dir)
+        self.cache = ArtifactCache(cache_dir or default_cache_dir())
+        self.retry_failed = retry_failed
+        # Stages that train part of the student (the intermediate and general stages leave
+        # the classifier unused) would stop DDP's gradient reduction without this.
+        self.accelerator = Accelerator(kwargs_handlers=[
+            DistributedDataParallelKwargs(find_unused_parameters=True),
+            InitProcessGroupKwargs(timeout=PROCESS_GROUP_TIMEOUT)])
+        launched = int(os.environ.get("WORLD_SIZE", "1"))
+        if launched > 1 and self.accelerator.num_processes != launched:
+            # Each process would run every cell on its own, all of them the same work.
+            raise RuntimeError(
+                f"launched as {launched} processes, but accelerate sees "
+                f"{self.accelerator.num_processes}: on a machine without GPUs launch with "
+                "ACCELERATE_USE_CPU=1 (accelerate launch --multi_gpu --num_processes N; "
+                "--cpu starts one process)")
+        # Under `accelerate launch` every process runs the same cells: one of them talks.
+        super().__init__(suite, self.accelerator.device,
+                         log if self.accelerator.is_main_process else _silent)
+        if not self.accelerator.is_local_main_process:
+            import datasets
+            import transformers
+
+            transformers.utils.logging.disable_progress_bar()
+            datasets.disable_progress_bars()
+        self._teachers: dict[str, TeacherArtifacts] = {}
+        self._teacher_state: dict[str, torch.Tensor] | None = None
+        self._augmented: dict[str, AugmentedSet] = {}
+        self._student_splits: dict[tuple[str, str, str], EncodedSplit] = {}
+        self._teacher_speed: dict[tuple[str, int], float] = {}
+
+    def teacher(self, name: str) -> TeacherArtifacts:
+        if name not in self._teachers:
+            prepared = self.prepare_task(name)
+            self._teachers[name] = prepare_teacher(
+                task=prepared.task, splits=prepared.splits,
+                data_fingerprint=prepared.data.fingerprint, checkpoint=self.checkpoint,
+                teacher=self.suite.teacher,
+                training=self.suite.teacher_train_config(name),
+                max_length=prepared.max_length, cache=self.cache,
+                accelerator=self.accelerator, log=self.log)
+        return self._teachers[name]
+
+    def teacher_state(self) -> dict[str, torch.Tensor]:
+        """The pre-trained teacher's weights (student initialisation)."""
+        if self._teacher_state is None:
+            encoder = load_pretrained_encoder(self.checkpoint)
+            self._teacher_state = {k: v.detach().clone() for k, v in encoder.state_dict().items()}
+        return self._teacher_state
+
+    def run_one(self, method_name: str, task_name: str, seed: int,
+                variation: Variation = Variation(), *,
+                on_evaluate: EvaluationCallback | None = None,
+                annotations: dict[str, Any] | None = None) -> RunOutcome:
+        """Train and record one run, or find its record.  ``annotations`` go into the
+        record (e.g. the tuning trial it served) without entering its id."""
+        method, spec, stage_configs = self.resolve(method_name, task_name, seed, variation)
+        run_hash = content_hash(spec)
+        departure = self._departure(method_name, task_name, seed, variation, spec)
+        # The main process looks (the record may appear meanwhile, from another worker):
+        # every process of a launch skips or trains alike.
+        found = None
+        if self.accelerator.is_main_process:
+            existing = self.store.find(run_hash)
+            if existing is not None:
+                record = self.store.load(existing)
+                found = (existing, record.get("status"), record.get("main_score"))
+        found = broadcast(found, self.accelerator)
+        if found is not None:
+            existing, status, score = found
+            if status == "finished" or not self.retry_failed:
+                self.log(f"[skip] {method_name} {task_name} seed {seed}: already recorded "
+                         f"({status}) at {existing}")
+                return RunOutcome(method_name, task_name, seed, "skipped", existing, score)
+        # Peak memory from here (data, teacher, training, evaluation) to the record.
+        memory = MemoryProbe(self.accelerator.device).start()
+        task = get_task(task_name)
+        prepared = self.prepare_task(task_name)
+        teacher = self.teacher(task_name)
+        path = self.store.record_path(
+            self.suite.record_suite, method_name, task.name,
+            f"{spec['student']['name']}-seed{seed}-{run_hash[:16]}")
+        record: dict[str, Any] = {
+            "run_id": run_hash,
+            "status": "running",
+            "suite": self.suite.record_suite,
+            "method": method_name,
+            "task": task.name,
+            "task_display": task.display_name,
+            "seed": seed,
+            "student_shape": spec["student"]["name"],
+            "main_metric": task.main_metric,
+            "teacher": {"checkpoint": self.checkpoint.spec, "key": teacher.key,
+                        "inference_precision": teacher.inference_precision,
+                        "pooling": teacher.pooling,
+                        "dev": teacher.dev_metrics, "baseline": teacher.summary["baseline"],
+                        "parameters": teacher.summary["parameters"]},
+            # Files relative to the data folder: records hold no machine paths.
+            "data": {"source": self.suite.data.source,
+                     "fingerprint": prepared.data.fingerprint,
+                     "files": prepared.data.files, "layouts": prepared.data.layouts,
+                     "train_examples": len(prepared.splits["train"])},
+            "seeds": {"run": seed, "teacher": self.suite.teacher.seed,
+                      "subsample": self.suite.data.subsample_seed},
+            "versions": package_versions(),
+            "machine": machine_info(self.accelerator),
+            "config": spec,
+            "config_hash": run_hash,
+            "started_at": datetime.now(timezone.utc).isoformat(),
+            **({"variation": departure} if departure else {}),
+            **(annotations or {}),
+        }
+        self.log(f"[run] {method_name} on {task.name}, seed {seed} -> {path}")
+        started = time.perf_counter()
+        try:
+            record.update(self._train(method, task, prepared, teacher, seed, spec,
+                                      stage_configs, on_evaluate))
+            record["status"] = "finished"
+        except NonFiniteLossError as error:
+            record["status"] = "failed"
+            record["error"] = str(error)
+            record["failure"] = {"stage": error.stage, "step": error.step,
+                                 "losses": error.values}
+            self.log(f"[failed] {error}")
+        record["wall_seconds"] = time.perf_counter() - started
+        record["memory"] = memory.read()  # a result: not in the config, not in the run id
+        record["finished_at"] = datetime.now(timezone.utc).isoformat()
+        if self.accelerator.is_main_process:
+            self.store.write(path, record)
+        release_freed_memory()  # the next run starts from this one's live memory, not its peak
+        self.accelerator.wait_for_everyone()  # the record exists for all once any returns
+        if record["status"] == "finished":
+            ratio = record["pct_of_teacher"]
+            share = f"{ratio:.1f}% of teacher" if ratio is not None else "teacher scores 0"
+            self.log(f"[done] {method_name} {task.name} seed {seed}: {task.main_metric} "
+                     f"{record['main_score']:.2f} ({share}) in {record['wall_seconds']:.0f}s, "
+                     f"peak RSS {record['memory']['peak_rss_mb']:.0f} MB")
+        return RunOutcome(method_name, task.name, seed, record["status"], path,
+                          record.get("main_score"))
+
+    def _departure(self, method_name: str, task_name: str, seed: int, variation: Variation,
+                   spec: dict[str, Any]) -> dict[str, Any]:
+        """What of ``variation`` changed the run (tables give such runs rows of their own):
+        a grid budget the recipe already meets is no departure."""
+        departure: dict[str, Any] = {}
+        if variation.student is not None:
+            own = self.suite.recipe(method_name).student or self.suite.default_student
+            if variation.student != own:
+                departure["student"] = variation.student
+        if variation.overrides:
+            departure["overrides"] = dict(variation.overrides)
+        if variation.task_epochs is not None:
+            unscaled = Variation(variation.student, variation.overrides)
+            if content_hash(self.resolve(method_name, task_name, seed, unscaled)[1]) \
+                    != content_hash(spec):
+                departure["task_epochs"] = variation.task_epochs
+        return departure
+
+    def _train(self, method: Method, task: TaskSpec, prepared: PreparedTask,
+               teacher: TeacherArtifacts, seed: int, spec: dict[str, Any],
+               stage_configs: dict[str, TrainConfig],
+               on_evaluate: EvaluationCallback | None = None) -> dict[str, Any]:
+        context = self._student_context(spec["student"]["name"], task)
+        stages = method.stages(task)
+        general = [stage for stage in stages if stage.is_general]
+        encoder = method.student_encoder(context, prepared.splits["train"].texts or [])
+        if encoder is not None and general:
+            raise ConfigError(f"{spec['method']}: general distillation reads the teacher's "
+                              "WordPiece ids; a student with its own encoder cannot have "
+                              "corpus stages")
+        context.encoder = encoder
+        if general:
+            general_summary = self._general_distillation(method, context, general,
+                                                         stage_configs)
+        elif "general" in spec:  # init_from: another method's general checkpoint
+            source, source_stages, source_configs = self.general_source(
+                spec["general"]["from"], task, context.shape_name, where=spec["method"])
+            general_summary = self._general_distillation(source, context, source_stages,
+                                                         source_configs)
+            general_summary["from"] = spec["general"]["from"]
+        else:
+            general_summary = None
+
+        def for_student(split: EncodedSplit, key: str) -> EncodedSplit:
+            return self._student_split(encoder, task.name, key, split)
+
+        # Built (or read from the cache) before seeding: building draws on the global RNG
+        # (the teacher is loaded to label copies), so a run would otherwise differ with
+        # the state of the cache.
+        augmented = (self.augmented(method, task.name)
+                     if any(stage.data == "augmented" for stage in stages) else None)
+        set_seed(seed)
+        student, extra = self._build_student(method, context)
+        if hasattr(student, "config"):
+            check_label_order(task, student.config, "student")
+        if general_summary is not None:
+            self._load_general(student, extra, Path(general_summary["path"]))
+        evaluator = TaskEvaluator(task)
+        stage_results = []
+        evaluations = 0
+
+        def evaluated(evaluation: dict[str, Any]) -> None:
+            nonlocal evaluations
+            if on_evaluate is not None:
+                on_evaluate(evaluations, evaluation)
+            evaluations += 1
+
+        for stage in stages[len(general):]:
+            train_split = for_student(prepared.splits["train"], "train")
+            train_logits = None
+            if stage.data == "augmented":
+                assert augmented is not None
+                train_split = for_student(augmented.split, f"augmented:{augmented.summary['key']}")
+                train_logits = augmented.teacher_logits
+            runtime = self._teacher_runtime(stage, teacher, train_logits)
+            result = train_stage(
+                method=method, stage=stage, student=student, extra=extra,
+                config=stage_configs[stage.name], train_split=train_split,
+                eval_split=for_student(prepared.splits[task.selection_split],
+                                       task.selection_split),
+                evaluator=evaluator,
+                teacher=runtime, accelerator=self.accelerator, seed=seed,
+                description=f"{method.name} {task.name} s{seed} {stage.name}",
+                task_train_size=len(prepared.splits["train"]), on_evaluate=evaluated)
+            student = self.accelerator.unwrap_model(student)
+            stage_results.append(result)
+        final_stage = stages[-1]
+
+        def forward(batch):
+            return method.forward_student(student, batch, final_stage)
+
+        eval_batch_size = stage_configs[final_stage.name].eval_batch_size
+        dev = {}
+        for split in task.dev_splits:
+            logits = predict_logits(
+                student, for_student(prepared.splits[split], split), self.accelerator,
+                eval_batch_size, forward=forward)
+            dev[split] = evaluator.score(logits, prepared.splits[split].labels)
+        main_score = dev[task.selection_split][task.main_metric]
+        inference = self._inference_speed(
+            task.name, student, for_student(prepared.splits[task.selection_split],
+                                            task.selection_split), forward, eval_batch_size)
+        seconds = sum(result.seconds for result in stage_results)
+        examples = sum(result.examples_seen for result in stage_results)
+        outcome = {
+            "dev": dev,
+            "main_score": main_score,
+            "teacher_main_score": teacher.main_score,
+            # None when the teacher scores 0 (e.g. an MCC of 0): no meaningful ratio.
+            "pct_of_teacher": (100.0 * main_score / teacher.main_score
+                               if teacher.main_score else None),
+            "parameters": count_parameters(student),
+            "inference": inference,
+            "extra_parameters": sum(p.numel() for p in extra.parameters()),
+            "train_seconds": seconds,
+            "train_examples_per_second": examples / seconds if seconds else 0.0,
+            "final_losses": stage_results[-1].final_losses,
+            "stages": [
+                {"name": result.name, "steps": result.steps,
+                 "examples_seen": result.examples_seen, "seconds": result.seconds,
+                 "examples_per_second": result.examples_per_second,
+                 "best_step": result.best_step, "best_metrics": result.best_metrics,
+                 "final_losses": result.final_losses, "evaluations": result.evaluations,
+                 "history": result.history}
+                for result in stage_results
+            ],
+        }
+        if general_summary is not None:  # the key identifies it; the cache path is local
+            outcome["general_distillation"] = {key: value for key, value
+                                               in general_summary.items() if key != "path"}
+        if augmented is not None:
+            outcome["augmentation"] = augmented.summary
+        if encoder is not None:
+            outcome["student_encoder"] = encoder.describe()
+        if getattr(student, "init_summary", None) is not None:
+            outcome["student_init"] = student.init_summary
+        return outcome
+
+    def _student_split(self, encoder: StudentEncoder | None, task_name: str, key: str,
+                       split: EncodedSplit) -> EncodedSplit:
+        """``split`` with the student encoder's features (memoised per process)."""
+        if encoder is None:
+            return split
+        memo = (content_hash(encoder.describe()), task_name, key)
+        if memo not in self._student_splits:
+            texts_a, texts_b = split.texts_by_field()
+            self._student_splits[memo] = split.with_features(encoder.encode(texts_a, texts_b))
+        return self._student_splits[memo]
+
+    def _inference_speed(self, task_name: str, student: torch.nn.Module, split: EncodedSplit,
+                         forward: Callable[[dict[str, torch.Tensor]], Any], batch_size: int
+                         ) -> dict[str, Any]:
+        """Inference throughput of the student and of the fine-tuned teacher on the same
+        dev rows (up to ``INFERENCE_ROWS``, spread evenly over the split), timed alike:
+        same batch size, threads and device, after an untimed warm-up batch.  Other jobs on
+        the machine slow both; the ratio is what the record is for."""
+        count = min(len(split), INFERENCE_ROWS)
+        rows = np.unique(np.linspace(0, len(split) - 1, count).round().astype(int))
+        sample = split.subset(rows, name=f"{split.name}[{len(rows)} rows]")
+        warmup = sample.subset(range(min(len(sample), batch_size)))
+
+        def timed(model: torch.nn.Module, run_forward=None) -> float:
+            """Seconds per pass over ``sample``: passes repeat until INFERENCE_SECONDS have
+            gone by, so that a fast student is not timed on a few milliseconds."""
+            # Each process times on its own (no collective: their pass counts may differ).
+            predict_logits(model, warmup, self.accelerator, batch_size, forward=run_forward,
+                           distributed=False)
+            passes, started = 0, time.perf_counter()
+            while not passes or time.perf_counter() - started < INFERENCE_SECONDS:
+                predict_logits(model, sample, self.accelerator, batch_size, forward=run_forward,
+                               distributed=False)
+                passes += 1
+            return (time.perf_counter() - started) / passes
+
+        if (task_name, batch_size) not in self._teacher_speed:
+            model = self.teacher(task_name).load_model().to(self.accelerator.device)
+            self._teacher_speed[task_name, batch_size] = timed(model)
+            del model
+        student_seconds = timed(student, forward)
+        teacher_seconds = self._teacher_speed[task_name, batch_size]
+        return {"split": sample.name, "examples": len(sample), "batch_size": batch_size,
+                "threads": torch.get_num_threads(), "device": str(self.accelerator.device),
+                "student_seconds": student_seconds, "teacher_seconds": teacher_seconds,
+                "student_examples_per_second": len(sample) / student_seconds,
+                "teacher_examples_per_second": len(sample) / teacher_seconds,
+                "speedup": teacher_seconds / student_seconds}
+
+    def _build_student(self, method: Method, context: StudentContext
+                       ) -> tuple[torch.nn.Module, torch.nn.Module]:
+        """The method's student and extra modules.  Building may make a one-off asset (a
+        masked-LM head fitted for the teacher): the main process of each machine goes
+        first and caches it, the others then read it.  (Under DDP, preparing the student
+        gives every process the main process's initial weights.)"""
+        with self.accelerator.local_main_process_first():
+            student, extra = method.build_student(context), method.extra_modules(context)
+        if any("attentions" in stage.student_outputs for stage in method.stages(context.task)):
+            # transformers' default (SDPA) attention returns no attention distributions.
+            set_implementation = getattr(student, "set_attn_implementation", None)
+            if set_implementation is None:
+                raise ConfigError(f"{method.name} asks for the student's attention "
+                                  f"distributions; a {type(student).__name__} cannot give them")
+            set_implementation("eager")
+        return student, extra
+
+    def _student_context(self, shape_name: str, task: TaskSpec) -> StudentContext:
+        shape = self.suite.students[shape_name]
+        # Always given: a plugin may initialise from the teacher whatever the shape says.
+        return StudentContext(
+            task=task, shape_name=shape_name, shape=shape,
+            teacher_config=load_base_config(self.checkpoint),
+            teacher_state=self.teacher_state(), assets=self._assets(),
+            pooling=self.student_pooling(shape_name) or "pooler")
+
+    def _assets(self) -> AugmentContext:
+        return AugmentContext(checkpoint=self.checkpoint, tokenizer=self.tokenizer,
+                              corpus=lambda: self.corpus().sentences, cache=self.cache,
+                              log=self.log)
+
+    def _general_distillation(self, method: Method, context: StudentContext,
+                              stages: list[Stage], stage_configs: dict[str, TrainConfig]
+                              ) -> dict[str, Any]:
+        """Run (or reuse) the method's corpus stages; the student body they produce is the
+        starting point of every task and seed."""
+        key = self.general_key(method, context.shape, stages, stage_configs)
+        if any_process(not self.cache.has("general", key), self.accelerator):
+            corpus = self.corpus()
+            self.log(f"[general] {method.name}: general distillation on {len(corpus)} "
+                     f"unlabeled sentences ({', '.join(corpus.sources)})")
+            split = encode_corpus(corpus, self.tokenizer, self.suite.corpus.max_seq_length,
+                                  self.suite.corpus.long_lines)
+            seed = self.suite.corpus.seed
+            set_seed(seed)
+            student, extra = self._build_student(method, context)
+            results = []
+            for stage in stages:
+                runtime = self._teacher_runtime(stage, None, None)
+                results.append(train_stage(
+                    method=method, stage=stage, student=student, extra=extra,
+                    config=stage_configs[stage.name], train_split=split, eval_split=None,
+                    evaluator=TaskEvaluator(context.task), teacher=runtime,
+                    accelerator=self.accelerator, seed=seed,
+                    description=f"{method.name} general {stage.name}"))
+                student = self.accelerator.unwrap_model(student)
+            prefix = getattr(student, "base_model_prefix", "")
+            body = {name: tensor for name, tensor in student.state_dict().items()
+                    if not prefix or name.startswith(f"{prefix}.")}
+            summary = {
+                "corpus_sentences": len(corpus), "corpus_sequences": len(split),
+                "corpus_tokens": int(split.lengths.sum()), "corpus_sources": corpus.sources,
+                "corpus_fingerprint": corpus.fingerprint,
+                "stages": [{"name": r.name, "steps": r.steps, "examples_seen": r.examples_seen,
+                            "seconds": r.seconds, "examples_per_second": r.examples_per_second,
+                            "final_losses": r.final_losses, "history": r.history}
+                           for r in results],
+                "seconds": sum(r.seconds for r in results),
+            }
+            if self.accelerator.is_local_main_process:
+                with self.cache.build("general", key, {"method": method.name,
+                                                       "student": context.shape_name}
+                                      ) as scratch:
+                    torch.save(body, scratch / "student_body.pt")
+                    torch.save(self.accelerator.unwrap_model(extra).state_dict(),
+                               scratch / "extra.pt")
+                    (scratch / "summary.json").write_text(json.dumps(summary, indent=2))
+            self.accelerator.wait_for_everyone()
+            self.log(f"[general] done in {summary['seconds']:.0f}s: {results[-1].final_losses}")
+        path = self.cache.path("general", key)
+        summary = json.loads((path / "summary.json").read_text())
+        return {"key": key, "path": str(path), "corpus_sentences": summary["corpus_sentences"],
+                **{name: summary[name] for name in ("corpus_sequences", "corpus_tokens",
+                                                    "corpus_sources") if name in summary},
+                "seconds": summary["seconds"],
+                "final_losses": summary["stages"][-1]["final_losses"]}
+
+    @staticmethod
+    def _load_general(student: torch.nn.Module, extra: torch.nn.Module, path: Path) -> None:
+        """Copy the general student body (and the projections whose shapes match) in; the
+        task head stays freshly initialised."""
+        body = torch.load(path / "student_body.pt", weights_only=True)
+        missing, unexpected = student.load_state_dict(body, strict=False)
+        if unexpected:
+            raise ValueError(f"general checkpoint {path} does not fit this student: "
+                             f"unexpected {unexpected[:5]}")
+        prefix = getattr(student, "base_model_prefix", "")
+        body_missing = [name for name in missing if prefix and name.startswith(f"{prefix}.")]
+        if body_missing:
+            raise ValueError(f"general checkpoint {path} lacks {body_missing[:5]}")
+        saved_extra = torch.load(path / "extra.pt", weights_only=True)
+        own = extra.state_dict()
+        extra.load_state_dict({name: value for name, value in saved_extra.items()
+                               if name in own and own[name].shape == value.shape}, strict=False)
+
+    # -- augmentation --------------------------------------------------------------------
+    def augmented(self, method: Method, task_name: str) -> AugmentedSet:
+        """The task's training split plus the method's cached synthetic copies."""
+        prepared = self.prepare_task(task_name)
+        augmenter = method.augmenter(self._assets())
+        if augmenter is None:
+            raise ValueError(f"{method.name} has a stage on augmented data but no augmenter")
+        memo_key = content_hash({"task": task_name, "augmenter": augmenter.describe()})
+        if memo_key not in self._augmented:
+            self._augmented[memo_key] = prepare_augmented(
+                data=prepared.data, train_split=prepared.splits["train"], augmenter=augmenter,
+                teacher=self.teacher(task_name), tokenizer=self.tokenizer,
+                max_length=prepared.max_length, cache=self.cache, accelerator=self.accelerator,
+                inference_batch_size=self.suite.teacher.inference_batch_size,
+                seed=self.suite.data.subsample_seed, log=self.log)
+        return self._augmented[memo_key]
+
+    def _teacher_runtime(self, stage: Stage, teacher: TeacherArtifacts | None,
+                         train_logits: np.ndarray | None) -> TeacherRuntime:
+        """Cached logits and/or a live teacher model for the stage's teacher outputs.
+
+        Every output but ``logits`` needs a live model.  Softmax ``attentions`` need eager
+        attention (the default "sdpa" returns none); ``attention_scores`` do not: the engine
+        captures them through an attention implementation it installs for the stage.
+        """
+        if stage.teacher == "none":
+            return TeacherRuntime()
+        live = set(stage.teacher_outputs) - {"logits"}
+        runtime = TeacherRuntime()
+        if stage.teacher == "finetuned" and "logits" in stage.teacher_outputs:
+            assert teacher is not None
+            runtime.train_logits = (train_logits if train_logits is not None
+                                    else teacher.logits("train"))
+        if live:
+            attention = "eager" if "attentions" in live else None
+            if stage.teacher == "finetuned":
+                assert teacher is not None
+                runtime.model = teacher.load_model(attention)
+                runtime.intermediate_cache = intermediate_cache_request(
+                    self.suite.teacher, self.cache, teacher, self.log)
+            else:
+                runtime.model = load_pretrained_encoder(self.checkpoint, attention)
+        return runtime
+
+    # -- many cells ----------------------------------------------------------------------
+    def run(self, methods: list[str], tasks: list[str], seeds: list[int],
+            tuned: list[Any] | None = None) -> list[RunOutcome]:
+        """Every (task, method, seed) cell; ``tuned`` parameter files (see
+        :func:`harness.experiments.tuning.load_tuned`) apply to their own method and task."""
+        for method in methods:
+            registry.get(self.suite.plugin(method))
+        by_cell = {}
+        for params in tuned or []:
+            if params.suite and params.suite != self.suite.record_suite:
+                raise ConfigError(f"{params.path}: tuned on suite {params.suite!r}, not "
+                                  f"{self.suite.record_suite!r}")
+            if params.method not in methods or params.task not in tasks:
+                raise ConfigError(f"{params.path}: parameters for {params.method} on "
+                                  f"{params.task}, which this run does not include")
+            by_cell[params.method, params.task] = params
+        cells = [(task, method, seed) for task in tasks for method in methods for seed in seeds]
+        outcomes = []
+        for index, (task, method, seed) in enumerate(cells, start=1):
+            self.log(f"== cell {index}/{len(cells)}: {method} / {task} / seed {seed}")
+            params = by_cell.get((method, task))
+            if params is None:
+                outcomes.append(self.run_one(method, task, seed))
+            else:
+                outcomes.append(self.run_one(method, task, seed,
+                                             Variation.of(overrides=params.overrides),
+                                             annotations={"tuned": params.annotation()}))
+        return outcomes

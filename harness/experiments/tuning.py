@@ -1,0 +1,475 @@
+"""Optuna tuning of one method on one task, on a shared relational storage.
+
+A study is named from what it tunes (suite, method, task, seeds and the resolved recipe
+the search starts from), so re-running the same command resumes it, and several workers
+(processes, machines) pointed at one storage add trials to one study.  The search space is
+the plugin's :meth:`Method.search_space`; the objective is the dev main metric of the
+best checkpoint, averaged over the seeds; every dev evaluation is reported, so a median
+or successive-halving pruner stops hopeless trials early.  Trial runs are recorded in
+their own store (``<results>/tuning/<study>/``), apart from the suite's leaderboard.
+
+Workers record a heartbeat: a trial whose worker died is marked failed after the grace
+period and re-queued with the same parameters (``RetryFailedTrialCallback``), and the next
+worker to ask for a trial takes it.  Under ``accelerate launch`` process 0 talks to the
+storage and broadcasts every trial's parameters and pruning decisions to the others.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.api.registry import instantiate
+from harness.common.cache import content_hash
+from harness.config.schema import ConfigError, SuiteConfig
+from harness.experiments.store import NESTED_STORES
+from harness.training.distributed import broadcast, gather
+
+HEARTBEAT_SECONDS = int(os.environ.get("HARNESS_HEARTBEAT_SECONDS", "30"))
+"""How often a worker marks its running trial alive; a trial silent for
+``GRACE_SECONDS`` is failed and retried by another worker."""
+GRACE_SECONDS = int(os.environ.get("HARNESS_GRACE_SECONDS", str(4 * HEARTBEAT_SECONDS)))
+MAX_RETRIES = 3
+STORAGE_ATTEMPTS = 5
+TUNED_DIR = "tuned"
+TUNING_DIR = NESTED_STORES[0]
+
+
+def default_storage(results: Path) -> str:
+    """SQLite beside the results store: one machine, any number of local workers."""
+    results.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{(results / 'optuna.db').resolve()}"
+
+
+def open_storage(url: str):
+    """An Optuna RDB storage with worker heartbeats and retry of dead workers' trials."""
+    import optuna
+    from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # Heartbeats are marked experimental in Optuna; they are what a multi-worker study needs.
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    engine_kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite"):
+        engine_kwargs["connect_args"] = {"timeout": 60}  # several local workers share it
+    else:
+        engine_kwargs["pool_pre_ping"] = True
+    from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+
+    for attempt in range(STORAGE_ATTEMPTS):
+        try:
+            return RDBStorage(url, heartbeat_interval=HEARTBEAT_SECONDS,
+                              grace_period=GRACE_SECONDS,
+                              heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(
+                                  max_retry=MAX_RETRIES),
+                              engine_kwargs=engine_kwargs)
+        except ImportError as error:
+            raise RuntimeError(f"storage {url}: {error}. PostgreSQL needs psycopg2 (installed "
+                               "by `make setup`); MySQL needs pymysql") from error
+        except (OperationalError, ProgrammingError, IntegrityError):
+            # Workers started together on a new database race to create its tables ("table
+            # ... already exists"); the loser finds them made on its next try.
+            if attempt == STORAGE_ATTEMPTS - 1:
+                raise
+            time.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass
+class TuningTarget:
+    """What one study tunes: a method on a task, averaged over seeds, with a grid cell's
+    student shape and budget when it serves a grid."""
+
+    method: str
+    task: str
+    seeds: list[int]
+    student: str | None = None
+    task_epochs: float | None = None
+
+    def variation(self, overrides: dict[str, Any] | None = None):
+        from harness.experiments.planner import Variation
+
+        return Variation.of(self.student, overrides, self.task_epochs)
+
+
+def study_name(runner, target: TuningTarget) -> str:
+    """Deterministic: the same suite recipe, method, task, seeds, student and budget always
+    name the same study; change any of them and a new study starts."""
+    _, spec, _ = runner.resolve(target.method, target.task, target.seeds[0],
+                                target.variation())
+    spec = {key: value for key, value in spec.items() if key != "seed"}
+    digest = content_hash({"spec": spec, "seeds": target.seeds})[:10]
+    return f"tune-{runner.suite.record_suite}-{target.method}-{target.task}-{digest}"
+
+
+def make_pruner(kind: str):
+    import optuna
+
+    if kind == "median":
+        # Three finished trials before any pruning; the first evaluation may prune.
+        return optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=0)
+    if kind == "halving":
+        return optuna.pruners.SuccessiveHalvingPruner()
+    return optuna.pruners.NopPruner()
+
+
+@dataclass
+class Tuner:
+    """Runs trials of one study; shared by `harness tune`, the grid and its workers."""
+
+    suite: SuiteConfig
+    target: TuningTarget
+    results: Path
+    storage_url: str
+    cache_dir: Path | None = None
+    pruner: str = "median"
+    log: Callable[[str], None] = print
+    _runner: Any = field(default=None, init=False)
+    _name: str | None = field(default=None, init=False)
+
+    @property
+    def runner(self):
+        """A runner whose records go to the study's own store (not the leaderboard)."""
+        if self._runner is None:
+            from harness.experiments.runner import SuiteRunner
+
+            runner = SuiteRunner(self.suite, self.results, self.cache_dir, log=self.log)
+            self._name = study_name(runner, self.target)
+            runner.store.root = self.results / TUNING_DIR / self._name
+            self._runner = runner
+        return self._runner
+
+    @property
+    def name(self) -> str:
+        """The study's name (see :func:`study_name`)."""
+        self.runner  # noqa: B018  (names the study)
+        assert self._name is not None
+        return self._name
+
+    def study(self):
+        """The study, created on first use with the recipe's own point queued as its
+        first trial (see :meth:`recipe_point`)."""
+        import optuna
+
+        digest = int(self.name.rsplit("-", 1)[1][:8], 16)
+        study = optuna.create_study(
+            study_name=self.name, storage=open_storage(self.storage_url),
+            direction="maximize", load_if_exists=True,
+            sampler=optuna.samplers.TPESampler(seed=digest, n_startup_trials=5),
+            pruner=make_pruner(self.pruner))
+        if not study.trials and "recipe_point" not in study.user_attrs:
+            point = self.recipe_point()
+            study.set_user_attr("recipe_point", point)
+            if point:
+                study.enqueue_trial(point, user_attrs={"recipe": True}, skip_if_exists=True)
+        return study
+
+    def recipe_point(self) -> dict[str, Any]:
+        """The recipe's own values of the searched parameters ({} when one lies outside
+        the space).  Tried first, so the best trial is never worse than the untuned recipe
+        on the tuning seeds, and the study shows what tuning gained over it."""
+        recorder = _RecordingTrial()
+        keys = list(self._search_space(recorder))
+        if len(keys) != len(recorder.calls):  # not one suggestion per override: unmatched
+            return {}
+        _, spec, configs = self.runner.resolve(self.target.method, self.target.task,
+                                               self.target.seeds[0], self.target.variation())
+        point = {}
+        for key, (name, distribution) in zip(keys, recorder.calls, strict=True):
+            root, *rest = key.split(".")
+            if root == "stages":
+                value: Any = getattr(configs[rest[0]], rest[1])
+            else:
+                value = spec["params" if root == "params" else "loss_weights"]
+                for part in rest:
+                    value = value[part]
+            try:
+                if not distribution._contains(distribution.to_internal_repr(value)):
+                    return {}
+            except (ValueError, TypeError):
+                return {}
+            point[name] = value
+        return point
+
+    # -- the objective -------------------------------------------------------------------
+    def _search_space(self, trial) -> dict[str, Any]:
+        recipe = self.suite.recipe(self.target.method)
+        method = instantiate(self.suite.plugin(self.target.method), recipe, self.target.task)
+        overrides = method.search_space(trial)
+        if not overrides:
+            raise ConfigError(f"{self.target.method}: its plugin declares no search space")
+        return overrides
+
+    def evaluate(self, overrides: dict[str, Any], trial=None) -> list[float]:
+        """Train the target with ``overrides`` on every seed; the seeds' main scores.
+        With ``trial`` (process 0 of a launch, or a single process), every dev evaluation
+        is reported to it and a pruning decision stops all processes alike."""
+        import optuna
+
+        accelerator = self.runner.accelerator
+        agreed = gather((self.name, content_hash(overrides)), accelerator)
+        if len(set(agreed)) != 1:
+            raise RuntimeError(f"processes disagree on the study or the trial's parameters: "
+                               f"{agreed}")
+        reported = 0
+        scores = []
+
+        def on_evaluate(_: int, evaluation: dict[str, Any]) -> None:
+            nonlocal reported
+            prune = False
+            if trial is not None:
+                trial.report(float(evaluation["main"]), reported)
+                prune = trial.should_prune()
+            reported += 1
+            if broadcast(prune, accelerator):
+                raise optuna.TrialPruned(f"pruned at evaluation {reported} "
+                                         f"({evaluation['main']:.2f})")
+
+        annotations = {"tuning": {"study": self.name,
+                                  "trial": trial.number if trial is not None else None}}
+        for seed in self.target.seeds:
+            try:
+                outcome = self.runner.run_one(self.target.method, self.target.task, seed,
+                                              self.target.variation(overrides),
+                                              on_evaluate=on_evaluate, annotations=annotations)
+            except optuna.TrialPruned:
+                accelerator.free_memory()  # the stopped stage's prepared model and optimiser
+                raise
+            if outcome.main_score is None:
+                raise RuntimeError(f"seed {seed}: run {outcome.status} ({outcome.path})")
+            scores.append(float(outcome.main_score))
+        return scores
+
+    def objective(self, trial) -> float:
+        import optuna
+
+        accelerator = self.runner.accelerator
+        trial.set_user_attr("worker", worker_id())
+        overrides = self._search_space(trial)
+        broadcast(("trial", overrides), accelerator)
+        started = time.perf_counter()
+        try:
+            scores = self.evaluate(overrides, trial)
+        except optuna.TrialPruned as pruned:
+            self.log(f"[tune] trial {trial.number}: {pruned} after "
+                     f"{time.perf_counter() - started:.0f}s with {overrides}")
+            raise
+        trial.set_user_attr("overrides", overrides)
+        trial.set_user_attr("scores", scores)
+        trial.set_user_attr("processes", accelerator.num_processes)
+        value = sum(scores) / len(scores)
+        self.log(f"[tune] trial {trial.number}: {value:.2f} (seeds {scores}) in "
+                 f"{time.perf_counter() - started:.0f}s with {overrides}")
+        return value
+
+    def follow(self) -> None:
+        """Processes other than 0 of a launch: run whatever trial process 0 broadcasts.
+        They never open the storage; a trial that stops (pruned, or failed: process 0's
+        ``run_trial`` records it and goes on) stops here alike, and the next one follows."""
+        import optuna
+
+        while True:
+            message = broadcast(None, self.runner.accelerator)
+            if message[0] == "stop":
+                return
+            with contextlib.suppress(optuna.TrialPruned, RuntimeError):
+                self.evaluate(message[1])
+
+    # -- driving a study -----------------------------------------------------------------
+    def counts(self, study=None) -> dict[str, int]:
+        from optuna.trial import TrialState
+
+        study = study or self.study()
+        counts = {state.name.lower(): 0 for state in TrialState}
+        for trial in study.get_trials(deepcopy=False):
+            counts[trial.state.name.lower()] += 1
+        return counts
+
+    def run_trial(self, study) -> None:
+        """One trial (a re-queued one first), with the worker's heartbeat."""
+        study.optimize(self.objective, n_trials=1, catch=(RuntimeError,))
+
+    def optimize(self, trials: int, poll_seconds: float | None = None,
+                 reclaim_local: bool = True) -> None:
+        """Add trials until the study has ``trials`` finished (complete or pruned) ones;
+        waits for other workers' running trials (a dead worker's are failed after the
+        grace period and re-queued)."""
+        from optuna.storages import fail_stale_trials
+
+        accelerator = self.runner.accelerator
+        if not accelerator.is_main_process:
+            self.follow()
+            return
+        study = self.study()
+        self.log(f"[tune] study {self.name} on {self.storage_url}")
+        try:
+            while True:
+                fail_stale_trials(study)
+                if reclaim_local:
+                    fail_dead_local_trials(study)
+                counts = self.counts(study)
+                finished = counts["complete"] + counts["pruned"]
+                if finished >= trials and not counts["waiting"]:
+                    break
+                if counts["waiting"] or finished + counts["running"] < trials:
+                    self.run_trial(study)
+                else:
+                    time.sleep(poll_seconds or max(1.0, HEARTBEAT_SECONDS / 2))
+        finally:
+            broadcast(("stop",), accelerator)
+        counts = self.counts(study)
+        self.log(f"[tune] {self.name}: {counts['complete']} complete, {counts['pruned']} "
+                 f"pruned, {counts['fail']} failed")
+
+    def write_best(self, study=None) -> Path:
+        """The best trial's overrides as a parameter file ``run`` and ``grid`` accept."""
+        study = study or self.study()
+        best = study.best_trial
+        counts = self.counts(study)
+        document = {
+            "study": self.name,
+            "suite": self.suite.record_suite,
+            "method": self.target.method,
+            "task": self.target.task,
+            "seeds": self.target.seeds,
+            "student": self.target.student,
+            "task_epochs": self.target.task_epochs,
+            "storage": self.storage_url,
+            "objective": {"metric": "dev main metric, mean over seeds", "value": best.value,
+                          "trial": best.number, "scores": best.user_attrs.get("scores")},
+            "trials": {"complete": counts["complete"], "pruned": counts["pruned"],
+                       "failed": counts["fail"]},
+            "recipe": next(({"trial": trial.number, "value": trial.value,
+                             "params": trial.params}
+                            for trial in study.get_trials(deepcopy=False)
+                            if trial.user_attrs.get("recipe")), None),
+            "overrides": best.user_attrs["overrides"],
+            # every trial, pruned ones included (their runs leave no record)
+            "history": [{"trial": trial.number, "state": trial.state.name.lower(),
+                         "value": trial.value, "params": trial.params,
+                         "evaluations": [trial.intermediate_values[step]
+                                         for step in sorted(trial.intermediate_values)]}
+                        for trial in study.get_trials(deepcopy=False)],
+        }
+        path = tuned_path(self.results, self.name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(document, sort_keys=False))
+        return path
+
+
+def tuned_path(results: Path, study: str) -> Path:
+    return results / TUNED_DIR / f"{study}.yaml"
+
+
+@dataclass(frozen=True)
+class TunedParams:
+    """A parameter file written by `harness tune`: overrides for one method on one task."""
+
+    path: Path
+    study: str
+    suite: str
+    method: str
+    task: str
+    overrides: dict[str, Any]
+
+    def annotation(self) -> dict[str, Any]:
+        return {"study": self.study, "file": str(self.path)}
+
+
+def load_tuned(reference: str, results: Path) -> TunedParams:
+    """A parameter file by path, or by study name (under ``<results>/tuned/``)."""
+    path = Path(reference)
+    if not path.exists():
+        path = tuned_path(results, reference)
+    if not path.exists():
+        raise FileNotFoundError(f"--params {reference}: neither a file nor a study with "
+                                f"written parameters ({path}); run `harness tune` first")
+    try:
+        document = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: not valid YAML: {error}") from error
+    missing = [key for key in ("method", "task", "overrides") if key not in (document or {})]
+    if missing:
+        raise ConfigError(f"{path}: not a tuned-parameter file (missing {', '.join(missing)})")
+    if not isinstance(document["overrides"], dict):
+        raise ConfigError(f"{path}: overrides: expected a mapping of dotted keys to values")
+    return TunedParams(path=path, study=str(document.get("study", path.stem)),
+                       suite=str(document.get("suite", "")), method=str(document["method"]),
+                       task=str(document["task"]), overrides=dict(document["overrides"]))
+
+
+def fail_dead_local_trials(study) -> int:
+    """Fail (and re-queue) running trials of workers on this host whose process is gone,
+    without waiting out the heartbeat grace period: a grid restarted after a kill on one
+    machine resumes at once."""
+    from optuna.trial import TrialState
+
+    host = socket.gethostname()
+    storage = study._storage
+    failed = 0
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        owner = str(trial.user_attrs.get("worker", ""))
+        owner_host, _, pid = owner.rpartition(":")
+        if owner_host != host or not pid.isdigit() or _alive(int(pid)):
+            continue
+        try:
+            if not storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL):
+                continue
+        except Exception:  # another worker failed it first
+            continue
+        failed += 1
+        callback = storage.get_heartbeat_stale_trial_callback()
+        if callback is not None:
+            callback(study, storage.get_trial(trial._trial_id))
+    return failed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class _RecordingTrial:
+    """Stands in for an Optuna trial to read a search space: records each suggestion's
+    name and distribution, in call order, and answers with a value inside it."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+
+    def suggest_float(self, name: str, low: float, high: float, *, step: float | None = None,
+                      log: bool = False) -> float:
+        from optuna.distributions import FloatDistribution
+
+        self.calls.append((name, FloatDistribution(low, high, step=step, log=log)))
+        return low
+
+    def suggest_int(self, name: str, low: int, high: int, *, step: int = 1,
+                    log: bool = False) -> int:
+        from optuna.distributions import IntDistribution
+
+        self.calls.append((name, IntDistribution(low, high, step=step, log=log)))
+        return low
+
+    def suggest_categorical(self, name: str, choices: Any) -> Any:
+        from optuna.distributions import CategoricalDistribution
+
+        self.calls.append((name, CategoricalDistribution(list(choices))))
+        return next(iter(choices))

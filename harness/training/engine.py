@@ -1,0 +1,402 @@
+"""The one training loop every method and the teacher stage run through.
+
+Built on ``accelerate`` for device placement, distributed data parallelism and gradient
+synchronisation, so the same code runs on this CPU and on multi-GPU nodes.  The loop:
+AdamW with linear warm-up and decay, gradient accumulation, length-bucketed dynamic
+padding, per-term loss logging, evaluation per epoch (or every N steps) with best-checkpoint
+selection on the task's main metric, and a hard stop on a non-finite loss.
+
+Under ``accelerate launch`` (DDP) every process walks the same global batches and trains
+on its slice of each (:func:`harness.training.distributed.local_rows`), its loss weighted by its
+share of the batch: the batches, steps, epochs and schedule of a stage do not depend on
+the number of processes, and for losses that average over rows the gradient is the one a
+single process computes on the whole batch.  Evaluation splits every batch the same way
+and gathers the logits back into row order on every process.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from accelerate import Accelerator
+from torch import nn
+from torch.utils.data import DataLoader
+from transformers import get_linear_schedule_with_warmup
+
+from harness.api.method import Method, Stage, StepInputs, TeacherView
+from harness.common.progress import progress_bar
+from harness.config.schema import TrainConfig
+from harness.data.features import BucketBatchSampler, EncodedSplit, PaddingCollator
+from harness.data.metrics import TaskEvaluator
+from harness.training.distributed import local_rows
+
+
+class NonFiniteLossError(RuntimeError):
+    """Training diverged; the run is stopped and recorded as failed."""
+
+    def __init__(self, stage: str, step: int, values: dict[str, float]) -> None:
+        shown = ", ".join(f"{name}={value:.4g}" for name, value in values.items())
+        super().__init__(f"non-finite loss in stage {stage!r} at step {step}: {shown}")
+        self.stage = stage
+        self.step = step
+        self.values = values
+
+
+@dataclass
+class StageResult:
+    name: str
+    steps: int = 0
+    examples_seen: int = 0
+    seconds: float = 0.0
+    best_metrics: dict[str, float] = field(default_factory=dict)
+    best_step: int | None = None
+    final_losses: dict[str, float] = field(default_factory=dict)
+    history: list[dict[str, float]] = field(default_factory=list)
+    evaluations: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def examples_per_second(self) -> float:
+        return self.examples_seen / self.seconds if self.seconds else 0.0
+
+
+class TeacherSource(Protocol):
+    """Where a stage's teacher outputs come from: cached training-set logits, and whatever a
+    live teacher or a disk cache of its intermediate outputs gives (see
+    :class:`harness.teacher.outputs.TeacherRuntime`, the implementation the runner passes)."""
+
+    train_logits: np.ndarray | None
+
+    def open_stage(self, method: Method, stage: Stage, student: nn.Module,
+                   train_split: EncodedSplit, accelerator: Accelerator, stack: ExitStack,
+                   live_logits: bool
+                   ) -> Callable[[dict[str, torch.Tensor], TeacherView], None] | None:
+        """Prepare the stage's teacher outputs (contexts it needs enter ``stack``, which
+        stays open for the stage) and return what fills a batch's view, or None when the
+        stage needs nothing beyond the cached logits."""
+        ...
+
+
+class _DataParallelStudent:
+    """The student as a method sees it under data parallelism: attributes are the model's
+    own (config, embeddings, modules), calls go through the wrapper that synchronises
+    gradients, so plugins never unwrap anything."""
+
+    def __init__(self, wrapped: nn.Module, model: nn.Module) -> None:
+        object.__setattr__(self, "_wrapped", wrapped)
+        object.__setattr__(self, "_model", model)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._wrapped(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+
+def method_view(student: nn.Module, model: nn.Module) -> Any:
+    """``student`` (as prepared for training, ``model`` once unwrapped) as methods receive
+    it (:meth:`harness.api.method.Method.forward_student`): the model itself, or a view of
+    it that calls through its data-parallel wrapper."""
+    return model if model is student else _DataParallelStudent(student, model)
+
+
+def autocast(accelerator: Accelerator, precision: str):
+    if precision == "no":
+        return torch.autocast(accelerator.device.type, enabled=False)
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(accelerator.device.type, dtype=dtype)
+
+
+def parameter_groups(modules: Sequence[nn.Module], weight_decay: float) -> list[dict]:
+    """AdamW groups: weight decay on matrices, none on biases, LayerNorm and vectors."""
+    decay, no_decay = [], []
+    for module in modules:
+        for name, parameter in module.named_parameters():
+            if not parameter.requires_grad:
+                continue
+            if parameter.ndim < 2 or "LayerNorm" in name or name.endswith(".bias"):
+                no_decay.append(parameter)
+            else:
+                decay.append(parameter)
+    return [{"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0}]
+
+
+def _optimizer(modules: list[nn.Module], config: TrainConfig) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(parameter_groups(modules, config.weight_decay), lr=config.lr)
+
+
+def _loader(split: EncodedSplit, sampler: BucketBatchSampler, accelerator: Accelerator,
+            pad_token_id: int = 0, shard: bool = True) -> DataLoader:
+    """This process's share of every batch of ``sampler`` (all of it with ``shard=False``
+    or in one process), with the batch's global size and how many of the rows are the
+    process's own: ``(batch, size, own)``.  A DataLoader on purpose: starting one draws
+    its base seed from the global RNG, and the dropout masks drawn after it depend on that
+    draw, so the random stream of a run (and its recorded scores) stays reproducible."""
+    collate = PaddingCollator(split, pad_token_id)
+
+    def share(rows: list[int]) -> tuple[dict[str, torch.Tensor], int, int]:
+        part, own = local_rows(rows, accelerator) if shard else (list(rows), len(rows))
+        return collate(part), len(rows), own
+
+    return DataLoader(range(len(split)), batch_sampler=sampler, collate_fn=share)
+
+
+def _to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {name: value.to(device) for name, value in batch.items()}
+
+
+def _average_gradients(parameters: list[nn.Parameter], accelerator: Accelerator) -> None:
+    """Average ``parameters``' gradients over the processes (one collective), as DDP does
+    for the modules it wraps.  A parameter without a gradient on every process keeps none
+    (the optimiser skips it, as it would in one process)."""
+    flat = torch.cat([p.grad.detach().reshape(-1) if p.grad is not None
+                      else torch.zeros(p.numel(), device=p.device, dtype=p.dtype)
+                      for p in parameters]
+                     + [torch.tensor([float(p.grad is not None) for p in parameters],
+                                     device=parameters[0].device, dtype=parameters[0].dtype)])
+    flat = accelerator.reduce(flat, "sum")
+    present = flat[-len(parameters):]
+    offset = 0
+    for parameter, count in zip(parameters, present.tolist(), strict=True):
+        size = parameter.numel()
+        if count:
+            parameter.grad = (flat[offset:offset + size] / accelerator.num_processes
+                              ).view_as(parameter).clone()
+        offset += size
+
+
+@torch.inference_mode()
+def predict_logits(model: nn.Module, split: EncodedSplit, accelerator: Accelerator,
+                   batch_size: int, precision: str = "no",
+                   forward=None, progress: str | None = None,
+                   distributed: bool = True) -> np.ndarray:
+    """Logits for every row of ``split``, in row order (``progress``: show a bar with this
+    description, for long labelling passes).
+
+    With several processes each computes its slice of every batch and all of them get
+    every row back (a collective: every process must call it alike); ``distributed=False``
+    runs the whole split in this process alone (e.g. timing)."""
+    forward = forward or (lambda batch: model(
+        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+        token_type_ids=batch["token_type_ids"]))
+    distributed = distributed and accelerator.num_processes > 1
+    was_training = model.training
+    model.eval()
+    loader = _loader(split, BucketBatchSampler(split.lengths, batch_size, shuffle=False),
+                     accelerator, shard=distributed)
+    ordered: torch.Tensor | None = None
+    seen = torch.zeros(len(split), dtype=torch.bool)
+    bar = progress_bar(total=len(loader), desc=progress, unit="batch", leave=False,
+                       disable=progress is None or not accelerator.is_local_main_process)
+    for batch, rows, own in loader:
+        bar.update(1)
+        batch = _to_device(batch, accelerator.device)
+        with autocast(accelerator, precision):
+            logits = forward(batch).logits.float()
+        indices = batch["row"]
+        if distributed:
+            # Equal shapes on every process for the gather: pad to the slice size with
+            # row -1 (a repeated row standing in for an empty slice is dropped too).
+            size = -(-rows // accelerator.num_processes)
+            padded_rows = torch.full((size,), -1, dtype=torch.long, device=logits.device)
+            padded_rows[:own] = indices[:own]
+            padded = logits.new_zeros((size, logits.shape[-1]))
+            padded[:own] = logits[:own]
+            indices, logits = accelerator.gather((padded_rows, padded))
+        indices, logits = indices.cpu(), logits.cpu()
+        keep = indices >= 0
+        if ordered is None:
+            ordered = torch.empty((len(split), logits.shape[-1]), dtype=torch.float32)
+        ordered[indices[keep]] = logits[keep]
+        seen[indices[keep]] = True
+    bar.close()
+    model.train(was_training)
+    if ordered is None or not bool(seen.all()):
+        raise RuntimeError(f"predictions on {split.name}: {int((~seen).sum())} of "
+                           f"{len(split)} rows missing")
+    return ordered.numpy()
+
+
+def train_stage(
+    *,
+    method: Method,
+    stage: Stage,
+    student: nn.Module,
+    extra: nn.ModuleDict,
+    config: TrainConfig,
+    train_split: EncodedSplit,
+    eval_split: EncodedSplit | None,
+    evaluator: TaskEvaluator,
+    teacher: TeacherSource,
+    accelerator: Accelerator,
+    seed: int,
+    description: str = "",
+    pad_token_id: int = 0,
+    task_train_size: int | None = None,
+    on_evaluate: Callable[[dict[str, Any]], None] | None = None,
+) -> StageResult:
+    """Train ``student`` (and ``extra``) for one stage; leaves the best checkpoint loaded.
+
+    ``on_evaluate`` sees every dev evaluation (stage, step, epoch, metrics, ``main``) as it
+    happens; an exception it raises (e.g. a pruned tuning trial) stops the stage."""
+    result = StageResult(name=stage.name)
+    task = evaluator.task
+    rows_per_epoch = None
+    if config.epoch_size == "task":
+        if task_train_size is None:
+            raise ValueError(f"stage {stage.name!r}: epoch_size 'task' needs the task's "
+                             "training-set size")
+        rows_per_epoch = task_train_size
+    # Global batches: every process walks the same ones and trains on its slice of each.
+    sampler = BucketBatchSampler(train_split.lengths, config.batch_size, shuffle=True,
+                                 seed=seed, rows_per_epoch=rows_per_epoch)
+    loader = _loader(train_split, sampler, accelerator, pad_token_id)
+    processes = accelerator.num_processes
+    batches_per_epoch = len(loader)
+    total_steps = math.ceil(config.epochs * batches_per_epoch / config.grad_accum_steps)
+    if config.max_steps is not None:
+        total_steps = min(total_steps, config.max_steps)
+    eval_every = config.eval_every_steps or max(1, batches_per_epoch // config.grad_accum_steps)
+
+    optimizer = _optimizer([student, extra], config)
+    scheduler = get_linear_schedule_with_warmup(
+        optimizer, int(config.warmup_ratio * total_steps), total_steps)
+    # The scheduler is not prepared: accelerate would step it once per process per step,
+    # for per-process batches; here a step is one global batch on any number of processes.
+    student, optimizer = accelerator.prepare(student, optimizer)
+    if config.compile:  # in place: state_dict names and the DDP wrapper stay as they are
+        accelerator.unwrap_model(student).compile()
+    # The extra modules (projections) are not wrapped in DDP: methods call them directly,
+    # never through a wrapper's forward, so DDP would not reduce their gradients; they are
+    # averaged over the processes before each optimiser step instead.
+    extra.to(accelerator.device)
+    extra_parameters = [p for p in extra.parameters() if p.requires_grad]
+    if processes > 1:  # and start from the main process's weights, as DDP's modules do
+        for tensor in [*extra.parameters(), *extra.buffers()]:
+            torch.distributed.broadcast(tensor.data, src=0)
+    teacher_logits = (torch.tensor(np.asarray(teacher.train_logits), dtype=torch.float32)
+                      if teacher.train_logits is not None else None)
+    live_logits = "logits" in stage.teacher_outputs and teacher_logits is None
+    stack = ExitStack()
+    # Entered once for the stage (e.g. the teacher's attention-score capture), closed at
+    # its end, and before any dev evaluation's preparation can leak into the timing.
+    fill_teacher = teacher.open_stage(method, stage, accelerator.unwrap_model(student),
+                                      train_split, accelerator, stack, live_logits)
+    seen_by_method = method_view(student, accelerator.unwrap_model(student))
+
+    batch_generator = torch.Generator(device=accelerator.device)
+    batch_generator.manual_seed(seed + accelerator.process_index)
+    best_score = -math.inf
+    best_state: dict[str, torch.Tensor] | None = None
+    window: dict[str, list[torch.Tensor]] = defaultdict(list)
+    step = 0
+    epoch = 0
+    started = time.perf_counter()
+    progress = progress_bar(total=total_steps, desc=description or stage.name, unit="step",
+                    disable=not accelerator.is_local_main_process, leave=False)
+    student.train()
+    extra.train()
+    with stack:
+        while step < total_steps:
+            sampler.set_epoch(epoch)
+            for batch_index, (batch, rows, own) in enumerate(loader):
+                batch = _to_device(batch, accelerator.device)
+                batch = method.prepare_batch(batch, stage, batch_generator)
+                with autocast(accelerator, config.mixed_precision):
+                    view = TeacherView()
+                    if teacher_logits is not None:
+                        view.logits = teacher_logits[batch["row"].cpu()].to(accelerator.device)
+                    if fill_teacher is not None:
+                        fill_teacher(batch, view)
+                    student_out = method.forward_student(seen_by_method, batch, stage)
+                    inputs = StepInputs(batch=batch, student=student_out, teacher=view, task=task,
+                                        stage=stage, extra=extra)
+                    values = method.compute_losses(inputs)
+                    loss = method.total_loss(values, stage)
+                finite = bool(torch.isfinite(loss))
+                if processes > 1:  # all stop together, or the others wait in backward
+                    finite = not bool(accelerator.reduce(torch.tensor(
+                        [0.0 if finite else 1.0], device=accelerator.device), "sum").item())
+                if not finite:
+                    raise NonFiniteLossError(stage.name, step,
+                                             {k: float(v.detach()) for k, v in values.items()})
+                if processes > 1:
+                    # DDP averages the processes' gradients; weighting each by its share
+                    # of the batch makes that the gradient of the whole batch's mean loss
+                    # (and the logged mean over processes its value).
+                    share = own * processes / rows
+                    loss = loss * share
+                    values = {name: value * share for name, value in values.items()}
+                accelerator.backward(loss / config.grad_accum_steps)
+                for name, value in values.items():
+                    window[name].append(value.detach())
+                window["loss"].append(loss.detach())
+                result.examples_seen += rows
+                if (batch_index + 1) % config.grad_accum_steps and batch_index + 1 < len(loader):
+                    continue
+                if processes > 1 and extra_parameters:
+                    _average_gradients(extra_parameters, accelerator)
+                if config.max_grad_norm is not None:
+                    accelerator.clip_grad_norm_(
+                        [p for group in optimizer.param_groups for p in group["params"]],
+                        config.max_grad_norm)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                step += 1
+                progress.update(1)
+                if step % config.log_every_steps == 0 or step == total_steps:
+                    means = {name: torch.stack(vals).float().mean().item()
+                             for name, vals in window.items()}
+                    if processes > 1:  # the mean over processes, the same on all
+                        names = list(means)
+                        reduced = accelerator.reduce(torch.tensor(
+                            [means[name] for name in names], device=accelerator.device), "mean")
+                        means = dict(zip(names, reduced.tolist(), strict=True))
+                    result.history.append({"step": step, "epoch": epoch + batch_index /
+                                           batches_per_epoch, "lr": scheduler.get_last_lr()[0],
+                                           **means})
+                    result.final_losses = {k: v for k, v in means.items() if k != "loss"}
+                    result.final_losses["total"] = means["loss"]
+                    progress.set_postfix({k: f"{v:.3g}" for k, v in means.items()}, refresh=False)
+                    window.clear()
+                if stage.evaluate and eval_split is not None and (
+                        step % eval_every == 0 or step == total_steps):
+                    logits = predict_logits(
+                        student, eval_split, accelerator, config.eval_batch_size,
+                        config.mixed_precision,
+                        forward=lambda b: method.forward_student(seen_by_method, b, stage))
+                    metrics = evaluator.score(logits, eval_split.labels)
+                    result.evaluations.append({"step": step, "epoch": epoch + 1, **metrics})
+                    main = metrics[task.main_metric]
+                    if on_evaluate is not None:
+                        on_evaluate({"stage": stage.name, "step": step, "epoch": epoch + 1,
+                                     "metrics": metrics, "main": main})
+                    if main > best_score:
+                        best_score = main
+                        result.best_metrics = metrics
+                        result.best_step = step
+                        best_state = {k: v.detach().cpu().clone() for k, v in
+                                      accelerator.unwrap_model(student).state_dict().items()}
+                    student.train()
+                if step >= total_steps:
+                    break
+            epoch += 1
+    progress.close()
+    result.steps = step
+    result.seconds = time.perf_counter() - started
+    unwrapped = accelerator.unwrap_model(student)
+    if config.compile:  # uncompiled again: later stages and timings decide for themselves
+        unwrapped._compiled_call_impl = None
+    if best_state is not None:
+        unwrapped.load_state_dict(best_state)
+    accelerator.free_memory()
+    return result

@@ -1,0 +1,398 @@
+"""BiLSTM-Soft (Tang et al., arXiv 1903.12136): task knowledge from BERT into a BiLSTM.
+
+Student: word embeddings (GloVe-initialised, fine-tuned) -> one BiLSTM layer -> the two
+final hidden states concatenated -> a ReLU layer -> logits.  Sentence pairs go through one
+shared (siamese) BiLSTM and the features [h1, h2, h1 * h2, |h1 - h2|].  The student reads
+words, not the teacher's WordPiece ids: :class:`WordEncoder` tokenises with spaCy and maps
+words to a vocabulary built from the task's training texts.
+
+Loss = alpha CE(gold) + (1 - alpha) MSE(z_S, z_T) on logits (for regression, MSE to the
+teacher's prediction); ``distill_loss: soft_ce`` swaps in the soft cross-entropy the paper
+compared against.  Gold labels only exist for the original rows: on augmented data the
+gold term averages over those (alpha 0, the default, is the paper's distillation alone).
+
+Augmentation (the paper's Section 3): per word, X ~ U[0, 1]; X < p_mask -> [MASK]; else
+X < p_mask + p_pos -> a word with the same POS tag, drawn from the training corpus's
+unigram distribution of that tag; then, with probability p_ng, the whole sentence becomes
+one of its n-grams, n uniform in 1..5.  n_iter samples per example; for pairs, each sample
+augments the first sentence, the second or both (chosen at random, or fixed).  The teacher
+labels every synthetic example; copies and labels are cached (:mod:`harness.teacher.augmented`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from pydantic import Field, model_validator
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence
+
+from harness.api import (
+    ArtifactCache,
+    AugmentContext,
+    BiLSTMStudentConfig,
+    LossTerm,
+    Method,
+    MethodParams,
+    Stage,
+    StepInputs,
+    StudentContext,
+    TaskSpec,
+    progress_bar,
+    register_method,
+    soft_cross_entropy,
+    teacher_regression_loss,
+)
+from harness.assets.glove import GloveVectors
+from methods.bilstm_soft.pos import DEFAULT_POS_MODEL, TaggedText, model_identity, tag_texts_cached
+from methods.bilstm_soft.words import MASK, WordVocabulary, embedding_matrix, tokenize
+
+# ----------------------------------------------------------------------------- student
+
+
+@dataclass
+class BiLSTMOutput:
+    logits: torch.Tensor
+
+
+class BiLSTMClassifier(nn.Module):
+    """One-layer BiLSTM over word embeddings; siamese over the two sentences of a pair."""
+
+    def __init__(self, vocabulary_size: int, embedding_dim: int, hidden_size: int,
+                 fc_size: int, num_labels: int, is_pair: bool, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.is_pair = is_pair
+        self.embedding = nn.Embedding(vocabulary_size, embedding_dim, padding_idx=0)
+        self.lstm = nn.LSTM(embedding_dim, hidden_size, num_layers=1, batch_first=True,
+                            bidirectional=True)
+        features = 2 * hidden_size * (4 if is_pair else 1)
+        self.hidden = nn.Sequential(nn.Dropout(dropout), nn.Linear(features, fc_size),
+                                    nn.ReLU(), nn.Dropout(dropout))
+        self.classifier = nn.Linear(fc_size, num_labels)
+
+    def encode(self, words: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """[forward state at the last word, backward state at the first word]: (B, 2H)."""
+        packed = pack_padded_sequence(self.embedding(words), lengths.cpu(), batch_first=True,
+                                      enforce_sorted=False)
+        _, (final, _) = self.lstm(packed)
+        return torch.cat([final[0], final[1]], dim=-1)
+
+    def forward(self, words_a: torch.Tensor, words_a_lengths: torch.Tensor,
+                words_b: torch.Tensor | None = None,
+                words_b_lengths: torch.Tensor | None = None) -> BiLSTMOutput:
+        if not self.is_pair:
+            features = self.encode(words_a, words_a_lengths)
+        else:
+            if words_b is None or words_b_lengths is None:
+                raise ValueError("a pair student needs words_b and words_b_lengths")
+            # One LSTM call for both sentences: the weights are shared anyway.
+            width = max(words_a.shape[1], words_b.shape[1])
+            stacked = torch.cat([nn.functional.pad(words_a, (0, width - words_a.shape[1])),
+                                 nn.functional.pad(words_b, (0, width - words_b.shape[1]))])
+            both = self.encode(stacked, torch.cat([words_a_lengths, words_b_lengths]))
+            first, second = both.split(words_a.shape[0])
+            features = torch.cat([first, second, first * second, (first - second).abs()],
+                                 dim=-1)
+        return BiLSTMOutput(self.classifier(self.hidden(features)))
+
+
+class WordEncoder:
+    """Texts -> word ids (``words_a`` and, for pairs, ``words_b``)."""
+
+    def __init__(self, vocabulary: WordVocabulary, max_words: int) -> None:
+        self.vocabulary = vocabulary
+        self.max_words = max_words
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "words", "tokenizer": "spacy-en", "lowercase": True,
+                "vocabulary_size": len(self.vocabulary),
+                "vocabulary_fingerprint": self.vocabulary.fingerprint,
+                "max_words": self.max_words}
+
+    def encode(self, texts_a: Sequence[str], texts_b: Sequence[str] | None
+               ) -> dict[str, list[np.ndarray]]:
+        features = {"words_a": [self.vocabulary.ids(words, self.max_words)
+                                for words in tokenize(texts_a)]}
+        if texts_b is not None:
+            features["words_b"] = [self.vocabulary.ids(words, self.max_words)
+                                   for words in tokenize(texts_b)]
+        return features
+
+
+def _bilstm_shape(context: StudentContext) -> BiLSTMStudentConfig:
+    if not isinstance(context.shape, BiLSTMStudentConfig):
+        raise ValueError(f"bilstm-soft needs a student of kind bilstm; {context.shape_name!r} "
+                         "is a BERT shape")
+    return context.shape
+
+
+@functools.lru_cache(maxsize=2)
+def _vectors(path: str | None) -> GloveVectors:
+    """One loaded copy of the word vectors per process."""
+    return GloveVectors(path)
+
+
+# ------------------------------------------------------------------------ augmentation
+
+KEEP, MASKED, POS_SWAP = 0, 1, 2
+"""Per-word operations of :func:`augment_words` (returned for tests and statistics)."""
+
+
+class TagVocabulary:
+    """For each POS tag, the training corpus's words with that tag and their unigram
+    probabilities (the paper's distribution "re-normalised by the POS tag")."""
+
+    def __init__(self, tagged: Sequence[TaggedText]) -> None:
+        counts: dict[str, Counter[str]] = defaultdict(Counter)
+        for words in tagged:
+            for word, tag in words:
+                counts[tag][word] += 1
+        self.words: dict[str, list[str]] = {}
+        self.cumulative: dict[str, np.ndarray] = {}
+        self.position: dict[str, dict[str, int]] = {}
+        for tag, counter in counts.items():
+            ordered = sorted(counter.items(), key=lambda item: (-item[1], item[0]))
+            self.words[tag] = [word for word, _ in ordered]
+            self.position[tag] = {word: index for index, (word, _) in enumerate(ordered)}
+            weights = np.asarray([count for _, count in ordered], dtype=np.float64)
+            self.cumulative[tag] = np.cumsum(weights) / weights.sum()
+
+    def sample(self, tag: str, rng: np.random.Generator, avoid: str) -> str:
+        """A word of ``tag`` other than ``avoid`` (unless the tag has no other), from the
+        tag's unigram distribution with ``avoid``'s mass removed: one uniform draw, moved
+        past ``avoid``'s interval of the cumulative distribution."""
+        words = self.words.get(tag)
+        if not words or (len(words) == 1 and words[0] == avoid):
+            return avoid
+        cumulative = self.cumulative[tag]
+        position = self.position[tag].get(avoid)
+        draw = rng.random()
+        if position is not None:
+            start = cumulative[position - 1] if position else 0.0
+            mass = cumulative[position] - start
+            draw *= 1.0 - mass
+            if draw >= start:
+                draw += mass
+        index = int(np.searchsorted(cumulative, draw, side="right"))
+        return words[min(index, len(words) - 1)]
+
+
+@dataclass(frozen=True)
+class AugmentationRates:
+    p_mask: float
+    p_pos: float
+    p_ng: float
+    max_ngram: int
+
+
+def augment_words(tagged: TaggedText, rng: np.random.Generator, rates: AugmentationRates,
+                  tags: TagVocabulary) -> tuple[list[str], list[int], int | None]:
+    """One synthetic copy of a sentence: (words, per-word operation, n-gram length or
+    None).  Masking and POS replacement are exclusive per word (one uniform draw decides);
+    n-gram sampling then applies to the whole sentence."""
+    draws = rng.random(len(tagged))
+    words, operations = [], []
+    for (word, tag), draw in zip(tagged, draws, strict=True):
+        if draw < rates.p_mask:
+            words.append(MASK)
+            operations.append(MASKED)
+        elif draw < rates.p_mask + rates.p_pos:
+            words.append(tags.sample(tag, rng, avoid=word))
+            operations.append(POS_SWAP)
+        else:
+            words.append(word)
+            operations.append(KEEP)
+    ngram = None
+    if words and rng.random() < rates.p_ng:
+        ngram = min(int(rng.integers(1, rates.max_ngram + 1)), len(words))
+        start = int(rng.integers(0, len(words) - ngram + 1))
+        words = words[start:start + ngram]
+    return words, operations, ngram
+
+
+class TangAugmenter:
+    """The paper's augmentation over a task's training examples (see the module doc)."""
+
+    def __init__(self, params: AugmentationParams, cache: ArtifactCache,
+                 log=print) -> None:
+        self.params = params
+        self.cache = cache
+        self.log = log
+
+    def describe(self) -> dict[str, Any]:
+        return {"method": "tang2019", "source": f"spaCy POS ({self.params.pos_model})",
+                **self.params.model_dump(), "tagger": model_identity(self.params.pos_model)}
+
+    def augment(self, examples: Sequence[tuple[str, ...]], seed: int,
+                progress: bool = True) -> list[tuple[int, tuple[str, ...]]]:
+        if not examples:
+            return []
+        fields = len(examples[0])
+        texts = [text for example in examples for text in example]
+        tagged = tag_texts_cached(texts, self.cache, self.params.pos_model, self.log,
+                                  progress=progress)
+        by_example = [tagged[i * fields:(i + 1) * fields] for i in range(len(examples))]
+        return augment_examples(by_example, TagVocabulary(tagged), self.params, seed,
+                                progress=progress)
+
+
+def augment_examples(tagged_examples: Sequence[Sequence[TaggedText]], tags: TagVocabulary,
+                     params: AugmentationParams, seed: int, progress: bool = False
+                     ) -> list[tuple[int, tuple[str, ...]]]:
+    """``n_iter`` synthetic copies of every example: (source row, texts).
+
+    Each example draws from its own generator, seeded by (seed, row), so a copy does not
+    depend on the other examples.  With ``dedupe``, copies equal to the original or to an
+    earlier copy of the same example are dropped (they add nothing but cost).
+    """
+    rates = AugmentationRates(params.p_mask, params.p_pos, params.p_ng, params.max_ngram)
+    is_pair = bool(tagged_examples) and len(tagged_examples[0]) == 2
+    n_iter = params.n_iter if params.n_iter is not None else (10 if is_pair else 20)
+    sides_choice = {"first": (0,), "second": (1,), "both": (0, 1)}
+    copies: list[tuple[int, tuple[str, ...]]] = []
+    bar = progress_bar(total=len(tagged_examples), desc="augment", unit="example",
+                       disable=not progress, leave=False)
+    for row, example in enumerate(tagged_examples):
+        rng = np.random.default_rng((seed, row))
+        original = tuple(" ".join(word for word, _ in sentence) for sentence in example)
+        seen = {original}
+        for _ in range(n_iter):
+            if not is_pair:
+                sides: tuple[int, ...] = (0,)
+            elif params.pair_sides == "random":
+                sides = list(sides_choice.values())[int(rng.integers(3))]
+            else:
+                sides = sides_choice[params.pair_sides]
+            texts = list(original)
+            for side in sides:
+                words, _, _ = augment_words(example[side], rng, rates, tags)
+                texts[side] = " ".join(words)
+            copy = tuple(texts)
+            if params.dedupe and copy in seen:
+                continue
+            seen.add(copy)
+            copies.append((row, copy))
+        bar.update(1)
+    bar.close()
+    return copies
+
+
+# ------------------------------------------------------------------------------ method
+
+
+class AugmentationParams(MethodParams):
+    p_mask: float = Field(0.1, ge=0, le=1)
+    p_pos: float = Field(0.1, ge=0, le=1)
+    p_ng: float = Field(0.25, ge=0, le=1)
+    max_ngram: int = Field(5, ge=1)
+    n_iter: int | None = Field(None, ge=1, description="copies per example; None: the "
+                               "paper's 20 for single sentences, 10 for pairs")
+    pair_sides: Literal["random", "first", "second", "both"] = "random"
+    dedupe: bool = True
+    pos_model: str = DEFAULT_POS_MODEL
+
+    @model_validator(mode="after")
+    def _exclusive(self) -> AugmentationParams:
+        if self.p_mask + self.p_pos > 1:
+            raise ValueError("p_mask + p_pos must be at most 1 (they are exclusive per word)")
+        return self
+
+
+@register_method
+class BiLSTMSoft(Method):
+    name = "bilstm-soft"
+    description = ("Tang et al.: BiLSTM student, alpha CE + (1 - alpha) MSE on logits, "
+                   "mask / POS / n-gram augmentation labelled by the teacher")
+
+    class Params(MethodParams):
+        alpha: float = Field(0.0, ge=0, le=1, description="weight of the gold term; the "
+                             "paper distils with the logit term alone (0)")
+        distill_loss: Literal["mse", "soft_ce"] = "mse"
+        temperature: float = Field(1.0, gt=0, description="soft_ce only")
+        dropout: float = Field(0.1, ge=0, lt=1, description="before and after the ReLU "
+                               "layer")
+        freeze_embeddings: bool = False
+        augment: bool = True
+        augmentation: AugmentationParams = AugmentationParams()
+
+    student_kinds = ("bilstm",)
+    loss_terms = (
+        LossTerm("gold", "cross-entropy (MSE for regression) to gold labels, original rows "
+                 "only"),
+        LossTerm("distill", "MSE between student and teacher logits (regression: to the "
+                 "teacher's prediction), or soft cross-entropy"),
+    )
+
+    def default_weights(self) -> dict[str, float]:
+        return {"gold": self.params.alpha, "distill": 1.0 - self.params.alpha}
+
+    def stages(self, task: TaskSpec) -> list[Stage]:
+        distils = self.weights.get("distill", 0.0) != 0.0
+        if not distils:
+            if self.params.augment:
+                raise ValueError("bilstm-soft: augmented copies carry no gold labels; "
+                                 "without the distill term set augment: false")
+            return [Stage("task", ("gold",), teacher="none", teacher_outputs=frozenset())]
+        return [Stage("task", ("gold", "distill"), teacher="finetuned",
+                      teacher_outputs=frozenset({"logits"}),
+                      data="augmented" if self.params.augment else "task")]
+
+    # -- student ----------------------------------------------------------------------
+    def student_encoder(self, context: StudentContext,
+                        train_texts: Sequence[tuple[str, ...]]) -> WordEncoder:
+        shape = _bilstm_shape(context)
+        texts = [text for fields in train_texts for text in fields]
+        return WordEncoder(WordVocabulary.build(tokenize(texts), shape.min_count),
+                           shape.max_words)
+
+    def build_student(self, context: StudentContext) -> nn.Module:
+        shape = _bilstm_shape(context)
+        encoder = context.encoder
+        if not isinstance(encoder, WordEncoder):
+            raise ValueError("bilstm-soft builds its student from its word encoder; the "
+                             "runner passes it as context.encoder")
+        vectors = _vectors(str(Path(shape.word_vectors).expanduser())
+                           if shape.word_vectors else None)
+        table, init_summary = embedding_matrix(encoder.vocabulary, vectors)
+        task = context.task
+        student = BiLSTMClassifier(len(encoder.vocabulary), vectors.dim, shape.hidden_size,
+                                   shape.fc_size, task.num_labels, task.is_pair,
+                                   self.params.dropout)
+        with torch.no_grad():
+            student.embedding.weight.copy_(table)
+        student.embedding.weight.requires_grad_(not self.params.freeze_embeddings)
+        student.init_summary = {"embeddings": init_summary}
+        return student
+
+    def forward_student(self, student: nn.Module, batch: dict[str, torch.Tensor],
+                        stage: Stage) -> BiLSTMOutput:
+        return student(batch["words_a"], batch["words_a_lengths"], batch.get("words_b"),
+                       batch.get("words_b_lengths"))
+
+    def augmenter(self, context: AugmentContext) -> TangAugmenter:
+        return TangAugmenter(self.params.augmentation, context.cache, context.log)
+
+    # -- losses -----------------------------------------------------------------------
+    def loss_distill(self, inputs: StepInputs) -> torch.Tensor:
+        student, teacher = inputs.student.logits, inputs.teacher.logits
+        if inputs.task.is_regression:
+            return teacher_regression_loss(student, teacher)
+        if self.params.distill_loss == "soft_ce":
+            return soft_cross_entropy(student, teacher, self.params.temperature)
+        # Mean over rows and classes: the paper's ||z_S - z_T||^2 over the batch, divided
+        # by the number of classes.
+        return nn.functional.mse_loss(student.float(), teacher.float())
+
+    def search_space(self, trial) -> dict:
+        return {
+            "stages.task.lr": trial.suggest_float("lr", 1e-4, 3e-3, log=True),
+            "params.dropout": trial.suggest_float("dropout", 0.0, 0.3),
+            "params.alpha": trial.suggest_float("alpha", 0.0, 0.5),
+        }
