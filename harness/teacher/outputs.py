@@ -129,11 +129,6 @@ def forward_to_depth(model: nn.Module, batch: dict[str, torch.Tensor], hidden: I
     return found
 
 
-def _scores_view(scores: ScoreCapture, num_layers: int) -> list[torch.Tensor | None]:
-    captured = dict(zip(scores.layers, scores.scores, strict=True))
-    return [captured.get(number) for number in range(1, num_layers + 1)]
-
-
 def live_teacher_outputs(model: nn.Module, batch: dict[str, torch.Tensor], stage: Stage,
                          view: TeacherView, layers: TeacherLayers | None,
                          scores: ScoreCapture | None, need_logits: bool) -> None:
@@ -150,8 +145,7 @@ def live_teacher_outputs(model: nn.Module, batch: dict[str, torch.Tensor], stage
         view.attentions = getattr(out, "attentions", None)
         if scores is not None:
             if "attention_scores" in outputs:
-                view.attention_scores = (scores.scores if layers is None else
-                                         _scores_view(scores, model.config.num_hidden_layers))
+                view.attention_scores = scores.by_layer()
             _fill_projections(view, scores)
         if need_logits:
             view.logits = out.logits
@@ -163,7 +157,7 @@ def live_teacher_outputs(model: nn.Module, batch: dict[str, torch.Tensor], stage
     if scores is not None:
         scores.finish_early(layers.depth)
         if "attention_scores" in outputs:
-            view.attention_scores = _scores_view(scores, num_layers)
+            view.attention_scores = scores.by_layer()
         _fill_projections(view, scores)
 
 
