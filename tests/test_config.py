@@ -556,3 +556,24 @@ def test_extends_merges_a_suite_over_another(tmp_path: Path) -> None:
     assert suite.default_methods() == ["kd", "kd-hot"]
     child.write_text(yaml.safe_dump({"extends": str(child), "name": "loop"}))
     assert "cycle" in config_error(child)
+
+
+def test_paper_orderings_and_shares_name_methods_of_the_suite(tmp_path: Path) -> None:
+    def orderings(tree: dict[str, Any]) -> None:
+        tree["paper_orderings"] = [{"better": "kd", "worse": "finetune", "source": "Hinton"},
+                                   {"better": "kdd", "worse": "kd", "source": "typo"}]
+
+    message = config_error(write_suite(tmp_path, orderings))
+    assert "paper_orderings.1.better: 'kdd' is not a method of this suite" in message
+
+    def shares(tree: dict[str, Any]) -> None:
+        tree["paper_shares"] = [{"method": "tinybert", "pct_of_teacher": 96.8,
+                                 "source": "Jiao"}]
+
+    assert "paper_shares.0.method: 'tinybert'" in config_error(write_suite(tmp_path, shares))
+
+    def relation(tree: dict[str, Any]) -> None:
+        tree["paper_orderings"] = [{"better": "kd", "worse": "finetune", "relation": "=>",
+                                    "source": "Hinton"}]
+
+    assert "paper_orderings.0.relation" in config_error(write_suite(tmp_path, relation))

@@ -191,7 +191,7 @@ def test_report_writes_every_format_and_opens_in_headless_chromium(store, tmp_pa
                           log=lambda _: None)
     names = {path.name for path in result.files}
     assert names == {"leaderboard.md", "leaderboard.html", "leaderboard.tex",
-                     "leaderboard.csv", "runs.csv", "comparisons.csv"}
+                     "leaderboard.csv", "runs.csv", "comparisons.csv", "paper-orderings.csv"}
     figures = {path.stem for path in result.figures}
     assert {"score-vs-latency", "score-vs-parameters", "task-heatmap"} <= figures
     assert any(name.startswith("optuna-history") for name in figures)
@@ -212,6 +212,15 @@ def test_report_writes_every_format_and_opens_in_headless_chromium(store, tmp_pa
     # kd's MRPC (82.33) and RTE (54.0) are under 2 points above; bilstm's MRPC (83.0) is 1.8
     assert [line.split("|")[1].strip() for line in below.splitlines()
             if line.startswith(("| kd", "| bilstm"))] == ["bilstm", "kd", "kd"]
+    # the suite's paper orderings: kd > finetune on MRPC (+1, +1.5, +3: 3 of 3 pairs, the
+    # smallest two-sided sign-flip p of 3 pairs is 2/8); bilstm-soft has no runs
+    orderings = pd.read_csv(out / "paper-orderings.csv").set_index("ordering")
+    assert orderings.loc["kd > finetune", "pairs"] == 3
+    assert orderings.loc["kd > finetune", "mean_diff"] == pytest.approx(11 / 6, abs=1e-6)
+    assert orderings.loc["kd > finetune", "p_permutation"] == 0.25
+    assert orderings.loc["kd > finetune", "verdict"] == "not separated"
+    assert orderings.loc["bilstm-soft > bilstm", "verdict"] == "no common runs yet"
+    assert "## The papers' orderings, tested on our runs" in markdown
     latex = (out / "leaderboard.tex").read_text()
     assert "\\toprule" in latex and "$\\pm$" in latex and "\\% of teacher" in latex
 

@@ -385,6 +385,25 @@ class GridConfig(StrictModel):
         return self
 
 
+class PaperOrdering(StrictModel):
+    """An ordering of two methods that a paper reports, tested on this suite's runs by the
+    report's paired test (whatever it shows): ``better > worse``, or ``better >= worse``
+    where the paper claims no loss rather than a gain."""
+
+    better: str
+    worse: str
+    relation: Literal[">", ">="] = ">"
+    source: str = Field(min_length=1, description="the paper and table the ordering is from")
+
+
+class PaperShare(StrictModel):
+    """A method's published share of its teacher's score (% of teacher), shown beside ours."""
+
+    method: str
+    pct_of_teacher: float = Field(gt=0, le=200)
+    source: str = Field(min_length=1)
+
+
 class SuiteConfig(StrictModel):
     name: str
     description: str = ""
@@ -408,6 +427,12 @@ class SuiteConfig(StrictModel):
     anchor_groups: list[str] = Field(
         default_factory=list, description="published ablation tables (suites/anchors/"
         "published.csv, column group) that `harness table` shows beside this suite's rows")
+    paper_orderings: list[PaperOrdering] = Field(
+        default_factory=list, description="the papers' orderings of methods the report tests "
+        "on this suite's runs (paired over tasks x seeds)")
+    paper_shares: list[PaperShare] = Field(
+        default_factory=list, description="published % of teacher the report shows beside "
+        "the same method's row")
 
     @model_validator(mode="after")
     def _consistent(self) -> SuiteConfig:
@@ -431,6 +456,16 @@ class SuiteConfig(StrictModel):
                     f"methods.{method}.student {recipe.student!r} is not one of "
                     f"{sorted(self.students)}"
                 )
+        for index, ordering in enumerate(self.paper_orderings):
+            for field_name in ("better", "worse"):
+                name = getattr(ordering, field_name)
+                if name not in self.methods:
+                    raise ValueError(f"paper_orderings.{index}.{field_name}: {name!r} is not a "
+                                     f"method of this suite ({sorted(self.methods)})")
+        for index, share in enumerate(self.paper_shares):
+            if share.method not in self.methods:
+                raise ValueError(f"paper_shares.{index}.method: {share.method!r} is not a "
+                                 f"method of this suite ({sorted(self.methods)})")
         if self.grid is not None:
             for student in self.grid.students:
                 if student not in self.students:

@@ -39,6 +39,12 @@ from harness.config.published import EFFICIENCY_METRICS, anchor_task, load_publi
 from harness.config.schema import SuiteConfig
 from harness.data.tasks import get_task
 from harness.experiments.store import ResultsStore
+from harness.reporting.paper_claims import (
+    OrderingTest,
+    check_orderings,
+    orderings_table,
+    shares_table,
+)
 from harness.reporting.tables import row_label
 
 METRIC_NAMES = {"accuracy": "acc", "f1": "F1", "matthews_correlation": "MCC", "mcc": "MCC",
@@ -403,6 +409,9 @@ class ReportInputs:
     comparisons: pd.DataFrame
     claims: list[str]
     tuned: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)
+    orderings: list[OrderingTest] = field(default_factory=list)
+    """The suite's paper orderings with their paired tests (harness.reporting.paper_claims)."""
+    shares: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 @dataclass
@@ -748,6 +757,15 @@ def _markdown(inputs: ReportInputs, header: dict[str, Any], figure_list: list[tu
     lines += [f"- {claim}" for claim in inputs.claims] or ["- fewer than two complete rows"]
     if not inputs.comparisons.empty:
         lines += ["", "Every pair: `comparisons.csv`."]
+    if inputs.orderings:
+        lines += ["", "## The papers' orderings, tested on our runs", "",
+                  "Paired over the (task, seed) pairs both rows have; differences in points "
+                  "(better - worse); the sign-flip test decides the verdict.", "",
+                  orderings_table(inputs.orderings).to_markdown(index=False)]
+    if not inputs.shares.empty:
+        lines += ["", "Share of the teacher, ours beside the paper's (their teacher is "
+                  "BERT-base, ours the suite's):", "",
+                  inputs.shares.to_markdown(index=False)]
     lines += ["", "## Figures", ""]
     for caption, png in figure_list:
         relative = png.relative_to(out).as_posix()
@@ -781,6 +799,9 @@ def _html(inputs: ReportInputs, header: dict[str, Any], figure_list: list[tuple[
         partial=table(display_table(partial, tasks), "partial") if not partial.empty else "",
         intervals=table(ci_table(board, tasks), "intervals"),
         published=table(published, "published") if not published.empty else "",
+        orderings=table(orderings_table(inputs.orderings), "orderings")
+        if inputs.orderings else "",
+        shares=table(inputs.shares, "shares") if not inputs.shares.empty else "",
         images=images, escape=html.escape)
 
 
@@ -839,7 +860,9 @@ def build_report(config: SuiteConfig, results: Path, out: Path, *, grid: bool = 
     inputs = ReportInputs(config=config, runs=runs, records=records, board=board,
                           anchors=anchors, published=published, bench=bench,
                           comparisons=comparison_table, claims=claims,
-                          tuned=tuned_studies(results, config))
+                          tuned=tuned_studies(results, config),
+                          orderings=check_orderings(runs, config.paper_orderings),
+                          shares=shares_table(board, config.paper_shares))
     out.mkdir(parents=True, exist_ok=True)
     figure_list = make_figures(inputs, results, out, log) if figures else []
     header = _header(inputs, command, grid)
@@ -858,5 +881,8 @@ def build_report(config: SuiteConfig, results: Path, out: Path, *, grid: bool = 
     write("runs.csv", runs.sort_values(["label", "student", "task", "seed"]).to_csv(index=False))
     if not comparison_table.empty:
         write("comparisons.csv", comparison_table.round(6).to_csv(index=False))
+    if inputs.orderings:
+        write("paper-orderings.csv",
+              orderings_table(inputs.orderings, numbers=True).round(6).to_csv(index=False))
     return ReportResult(out=out, files=files, figures=[png for _, png in figure_list],
                         board=board)

@@ -1,0 +1,84 @@
+"""The papers' orderings put through the report's paired test, and published shares of the
+teacher beside ours (harness.reporting.paper_claims)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from harness.config.schema import PaperOrdering, PaperShare
+from harness.reporting.paper_claims import check_orderings, orderings_table, shares_table
+from harness.reporting.report import leaderboard
+
+TASKS = ["sst2", "mrpc", "rte", "stsb", "cola"]
+
+
+def runs_of(label: str, base: float, gap: np.ndarray, seeds: int = 3) -> pd.DataFrame:
+    """One row per (task, seed): base + per-pair gap, with the report's run columns."""
+    rows = []
+    for index, (task, seed) in enumerate((t, s) for t in TASKS for s in range(1, seeds + 1)):
+        rows.append({"label": label, "method": label, "student": "4L-192", "task": task,
+                     "seed": seed, "score": base + float(gap[index]), "teacher_score": 90.0,
+                     "params_total": 1, "params_non_embedding": 1})
+    return pd.DataFrame(rows)
+
+
+def test_verdicts_follow_the_sign_flip_test_and_the_relation():
+    rng = np.random.default_rng(0)
+    noise = rng.normal(0, 0.3, size=15)
+    runs = pd.concat([
+        runs_of("finetune", 70.0, np.zeros(15)),
+        runs_of("kd", 71.0, noise),            # +1 on every pair: significant
+        runs_of("tinybert", 69.0, noise),      # -1 on every pair: significant the other way
+        runs_of("bert-pkd", 70.0, np.resize([0.5, -0.5, 0.4], 15)),  # no clear difference
+    ])
+    tests = check_orderings(runs, [
+        PaperOrdering(better="kd", worse="finetune", source="a"),
+        PaperOrdering(better="tinybert", worse="finetune", source="b"),
+        PaperOrdering(better="bert-pkd", worse="finetune", relation=">=", source="c"),
+        PaperOrdering(better="bert-pkd", worse="finetune", source="d"),
+        PaperOrdering(better="finetune", worse="kd", relation=">=", source="e"),
+        PaperOrdering(better="bilstm-soft", worse="bilstm", source="f"),
+    ])
+    verdicts = [test.verdict for test in tests]
+    assert verdicts == ["agrees (significant)", "contradicts (significant)",
+                        "consistent (no significant loss)", "not separated",
+                        "contradicts (significant)", "no common runs yet"]
+    kd = tests[0].result
+    assert kd.n_pairs == 15 and kd.wins == 15 and kd.p_permutation < 0.001
+    assert abs(kd.mean_diff - (1.0 + noise.mean())) < 1e-9
+
+    table = orderings_table(tests)
+    assert list(table["paper's ordering"]) == [
+        "kd > finetune", "tinybert > finetune", "bert-pkd >= finetune", "bert-pkd > finetune",
+        "finetune >= kd", "bilstm-soft > bilstm"]
+    assert table.loc[0, "sign-flip p"] == "< 0.001"
+    assert table.loc[0, "wins/losses"] == "15/0"
+    assert table.loc[5, "pairs"] == 0 and pd.isna(table.loc[5, "mean diff"])
+
+
+def test_only_pairs_both_methods_have_are_compared_and_other_rows_take_no_part():
+    kd = runs_of("kd", 71.0, np.zeros(15))
+    finetune = runs_of("finetune", 70.0, np.zeros(15))
+    finetune = finetune[finetune["task"] != "cola"]          # 12 common pairs
+    tuned = runs_of("kd [tuned]", 10.0, np.zeros(15))        # its own row: not "kd"
+    (test,) = check_orderings(pd.concat([kd, finetune, tuned]),
+                             [PaperOrdering(better="kd", worse="finetune", source="x")])
+    assert test.result.n_pairs == 12
+    assert test.result.tasks == ("mrpc", "rte", "sst2", "stsb")
+    assert test.result.mean_diff == 1.0
+
+
+def test_shares_put_our_pct_of_teacher_beside_the_papers():
+    runs = pd.concat([runs_of("tinybert", 72.0, np.zeros(15)),
+                      runs_of("kd", 70.0, np.zeros(15)).query("task != 'cola'")])
+    board = leaderboard(runs, TASKS)
+    table = shares_table(board, [PaperShare(method="tinybert", pct_of_teacher=96.8, source="J"),
+                                 PaperShare(method="kd", pct_of_teacher=90.0, source="K"),
+                                 PaperShare(method="minilm", pct_of_teacher=99.0, source="W")])
+    rows = table.set_index("method")
+    assert rows.loc["tinybert", "ours (% of teacher)"] == 80.0  # 72 / 90
+    assert rows.loc["tinybert", "paper (% of teacher)"] == 96.8
+    assert pd.isna(rows.loc["kd", "ours (% of teacher)"])     # no CoLA: no average
+    assert rows.loc["kd", "tasks"] == "incomplete row (no average)"
+    assert rows.loc["minilm", "tasks"] == "no runs yet"
