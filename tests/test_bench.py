@@ -28,9 +28,9 @@ from harness.bench.efficiency import (
     run_bench,
 )
 from harness.cli import app
+from harness.common.files import write_json_atomic
 from harness.common.flops import count_flops
 from harness.config.schema import load_suite
-from harness.experiments.store import ResultsStore
 
 SEQS = (16, 32)
 STAT_KEYS = {"median", "q25", "q75", "min", "max", "repeats"}
@@ -241,15 +241,14 @@ def test_published_efficiency_and_comparison_lines():
 def test_latest_bench_returns_the_newest(bench_run):
     _, _, _, record, path, _ = bench_run
     results = path.parent.parent.parent / "latest"
-    store = ResultsStore(results)
     created = dt.datetime.fromisoformat(record["created_at"])
     folder = results / "bench" / "tiny"
     for name, hours in (("b-newer", 2), ("c-older", -3), ("a-newest", 5)):
         copied = copy.deepcopy(record)
         copied["created_at"] = (created + dt.timedelta(hours=hours)).isoformat()
         copied["tag"] = name
-        store.write(folder / f"{name}.json", copied)
-    store.write(folder / "z-other.json", {"kind": "other", "created_at": "2999-01-01"})
+        write_json_atomic(folder / f"{name}.json", copied)
+    write_json_atomic(folder / "z-other.json", {"kind": "other", "created_at": "2999-01-01"})
     assert latest_bench(results, "tiny")["tag"] == "a-newest"
     assert latest_bench(results, "absent") is None
 

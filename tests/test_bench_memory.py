@@ -24,6 +24,7 @@ from harness.common.cache import content_hash
 from harness.common.memory import MemoryProbe, release_freed_memory, rss_mb
 from harness.config.schema import load_suite
 from harness.experiments.runner import SuiteRunner
+from tests.records import run_record
 
 LINUX = sys.platform.startswith("linux")
 
@@ -99,8 +100,9 @@ def test_method_costs_sum_a_seed_over_the_tasks_and_take_peaks_where_measured(
     def write(root: Path, method: str, task: str, seed: int, seconds: float, **extra) -> None:
         path = root / "tiny" / method / task / f"s{seed}-{len(extra)}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"status": "finished", "method": method, "task": task,
-                                    "seed": seed, "wall_seconds": seconds, **extra}))
+        record = run_record(method=method, task=task, seed=seed, wall_seconds=seconds,
+                            **extra)
+        path.write_text(json.dumps(record.document()))
 
     results, measured = tmp_path / "results", tmp_path / "measured"
     for seed in (1, 2):

@@ -26,14 +26,14 @@ def test_every_method_runs_a_short_training_on_tiny_models(method, tiny_suite_fi
         outcome = runner.run_one(method, task, seed=1)
         assert outcome.status == "finished", outcome
         record = runner.store.load(outcome.path)
-        active = {name for name, weight in record["config"]["loss_weights"].items() if weight}
-        logged = set(record["final_losses"]) - {"total"}
+        active = {name for name, weight in record.config["loss_weights"].items() if weight}
+        logged = set(record.final_losses) - {"total"}
         assert logged <= active and logged, (logged, active)
-        assert all(math.isfinite(value) for value in record["final_losses"].values())
-        assert record["stages"] and all(stage["steps"] > 0 for stage in record["stages"])
-        main = record["dev"]["dev"][record["main_metric"]]
-        assert math.isfinite(main) and main == record["main_score"]
-        assert record["parameters"]["total"] > record["parameters"]["non_embedding"] > 0
+        assert all(math.isfinite(value) for value in record.final_losses.values())
+        assert record.stages and all(stage.steps > 0 for stage in record.stages)
+        main = record.dev["dev"][record.main_metric]
+        assert math.isfinite(main) and main == record.main_score
+        assert record.parameters.total > record.parameters.non_embedding > 0
 
 
 @pytest.mark.parametrize("method", registry.names())

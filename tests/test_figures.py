@@ -20,7 +20,9 @@ import pandas as pd
 import pytest
 from PIL import Image
 
+from harness.experiments.record import RunRecord
 from harness.reporting import figures
+from tests.records import run_record
 
 SVG = "{http://www.w3.org/2000/svg}text"
 
@@ -182,23 +184,25 @@ def test_heatmap_annotates_raw_values_with_metric_labels(tmp_path):
 # -------------------------------------------------------------------------- loss curves
 
 
-def record() -> dict:
+def stage(name: str, history: list[dict], evaluations: list[dict] | None = None) -> dict:
+    return {"name": name, "steps": len(history), "examples_seen": 32 * len(history),
+            "seconds": 1.0, "examples_per_second": 32.0, "history": history,
+            "evaluations": evaluations or []}
+
+
+def record(**fields) -> RunRecord:
     inter = [{"step": s, "epoch": s / 100, "lr": 1e-4, "attention": 12.0 - s / 20,
               "hidden": 0.8 - s / 1000, "embedding": 0.1, "loss": 12.9 - s / 20}
              for s in (25, 50, 75, 100)]
     pred = [{"step": s, "epoch": s / 100, "lr": 1e-4, "prediction": 0.7 - s / 2000,
              "loss": 0.7 - s / 2000} for s in (25, 50, 75, 100, 125, 150, 175, 200)]
-    return {
-        "method": "tinybert", "task": "mrpc", "task_display": "MRPC", "seed": 1,
-        "student_shape": "4L-192", "main_metric": "f1",
-        "stages": [
-            {"name": "general", "history": [], "evaluations": []},
-            {"name": "intermediate", "history": inter, "evaluations": []},
-            {"name": "prediction", "history": pred,
-             "evaluations": [{"step": 100, "epoch": 1, "f1": 80.1, "accuracy": 70.0},
-                             {"step": 200, "epoch": 2, "f1": 81.2, "accuracy": 71.0}]},
-        ],
-    }
+    stages = [stage("general", []), stage("intermediate", inter),
+              stage("prediction", pred, [{"step": 100, "epoch": 1, "f1": 80.1, "accuracy": 70.0},
+                                         {"step": 200, "epoch": 2, "f1": 81.2,
+                                          "accuracy": 71.0}])]
+    return run_record(**{"method": "tinybert", "task": "mrpc", "task_display": "MRPC",
+                         "seed": 1, "student_shape": "4L-192", "main_metric": "f1",
+                         "stages": stages, **fields})
 
 
 def test_loss_curves_one_panel_per_stage_with_history(tmp_path):
@@ -214,7 +218,7 @@ def test_loss_curves_one_panel_per_stage_with_history(tmp_path):
 
 
 def test_loss_curves_without_history_write_nothing(tmp_path):
-    empty = {**record(), "stages": [{"name": "task", "history": [], "evaluations": []}]}
+    empty = record(stages=[stage("task", [])])
     assert figures.plot_loss_curves(empty, tmp_path, "none") == []
 
 

@@ -123,11 +123,11 @@ def test_general_distillation_runs_once_and_every_task_and_seed_starts_from_it(
     assert sum(message.startswith("[general] tinybert") for message in messages) == 1
     (entry,) = (tmp_path / "cache" / "general").iterdir()
     records = [runner.store.load(outcome.path) for outcome in outcomes]
-    assert {record["general_distillation"]["key"] for record in records} == {entry.name}
-    general = records[0]["general_distillation"]
+    assert {record.general_distillation["key"] for record in records} == {entry.name}
+    general = records[0].general_distillation
     assert general["corpus_sentences"] == len(runner.corpus())
     assert set(general["final_losses"]) == {"embedding", "attention", "hidden", "total"}
-    assert [stage["name"] for stage in records[0]["stages"]] == ["intermediate", "prediction"]
+    assert [stage.name for stage in records[0].stages] == ["intermediate", "prediction"]
 
     # A fresh process reuses the cached general TinyBERT instead of training it again.
     messages.clear()
@@ -198,9 +198,9 @@ def test_without_task_distillation_the_general_student_is_fine_tuned_on_gold_lab
                        tinybert_params={"task_distillation": False})
     runner = SuiteRunner(suite, tmp_path / "results", tmp_path / "cache", log=lambda _: None)
     record = runner.store.load(runner.run_one("tinybert", "rte", 1).path)
-    assert [stage["name"] for stage in record["stages"]] == ["finetune"]
-    assert set(record["final_losses"]) == {"gold", "total"}
-    assert "general_distillation" in record
+    assert [stage.name for stage in record.stages] == ["finetune"]
+    assert set(record.final_losses) == {"gold", "total"}
+    assert record.general_distillation is not None
 
 
 class ReversingAugmenter:
@@ -261,12 +261,12 @@ def test_tinybert_trains_on_augmented_copies_labelled_by_the_teacher(
     runner = SuiteRunner(load_suite(str(tiny_suite_file)), tmp_path / "results",
                          tmp_path / "cache", log=lambda _: None)
     record = runner.store.load(runner.run_one("tinybert", "rte", 1).path)
-    augmentation = record["augmentation"]
-    rows = record["data"]["train_examples"]
+    augmentation = record.augmentation
+    rows = record.data.train_examples
     assert augmentation["original_rows"] == rows
     assert augmentation["synthetic_rows"] == rows  # one copy each
     assert augmentation["augmenter"]["source"] == "fitted_head"  # the tiny teacher has none
-    assert [stage["name"] for stage in record["stages"]] == ["intermediate", "prediction"]
+    assert [stage.name for stage in record.stages] == ["intermediate", "prediction"]
     # Seeds share the synthetic set: a second seed makes no new copies.
     before = sorted(path.name for path in (tmp_path / "cache" / "augmented").iterdir())
     runner.run_one("tinybert", "rte", 2)
@@ -296,8 +296,8 @@ def test_init_from_starts_other_methods_from_the_same_general_checkpoint(
     runner.run_one("kd-general", "stsb", 1)
     assert sum(message.startswith("[general] tinybert") for message in messages) == 1
     (entry,) = (tmp_path / "cache" / "general").iterdir()
-    assert record["general_distillation"]["key"] == entry.name
-    assert record["general_distillation"]["from"] == "tinybert"
+    assert record.general_distillation["key"] == entry.name
+    assert record.general_distillation["from"] == "tinybert"
     # One step at lr 1e-9 leaves the body where the general checkpoint put it.
     body = torch.load(entry / "student_body.pt", weights_only=True)
     student, _ = runner._build_student(*_finetune_context(runner, "finetune-general", "rte"))

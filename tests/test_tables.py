@@ -7,13 +7,14 @@ import pytest
 
 from harness.experiments.store import ResultsStore
 from harness.reporting.tables import finished_records, score_table, with_anchors
+from tests.records import run_record
 
 
 def write(store: ResultsStore, method: str, task: str, seed: int, score: float,
           status: str = "finished") -> None:
     store.write(store.record_path("s", method, task, f"seed{seed}"),
-                {"status": status, "method": method, "task": task, "seed": seed,
-                 "main_score": score, "wall_seconds": 1.0})
+                run_record(status=status, method=method, task=task, seed=seed,
+                           main_score=score))
 
 
 def test_means_over_seeds_average_over_tasks_and_failed_runs_left_out(tmp_path):
@@ -53,8 +54,7 @@ def test_runs_off_their_recipe_get_rows_of_their_own(tmp_path):
                   "kd-wide": {"variation": {"student": "wide"}}}
     for name, extra in variations.items():
         store.write(store.record_path("s", "kd", "mrpc", name),
-                    {"status": "finished", "method": "kd", "task": "mrpc", "seed": 1,
-                     "main_score": 90.0, "wall_seconds": 1.0, **extra})
+                    run_record(method="kd", task="mrpc", seed=1, main_score=90.0, **extra))
     table = score_table(finished_records(tmp_path, "s"), ["mrpc"])
     assert table.loc["kd", "mrpc"] == 80.0
     assert sorted(table.index) == ["kd", "kd [grid budget]", "kd [tuned]", "kd [wide]"]

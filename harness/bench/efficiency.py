@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import json
 import os
 import platform
 import re
@@ -40,9 +41,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from harness.common.files import write_json_atomic
 from harness.common.flops import count_flops
 from harness.config.schema import BiLSTMStudentConfig, StudentConfig, SuiteConfig
-from harness.experiments.store import ResultsStore
 
 DEFAULT_SEQ_LENGTHS = (64, 128)
 DEFAULT_BILSTM_VOCAB = 20_000
@@ -490,7 +491,7 @@ def run_bench(config: SuiteConfig, settings: BenchSettings, results: Path,
               "settings": settings.record(), "models": entries, "comparison": comparison,
               "seconds": time.perf_counter() - started}
     path = _record_path(results, config.name, machine, created)
-    ResultsStore(results).write(path, record)
+    write_json_atomic(path, record)
     return record, path
 
 
@@ -507,12 +508,11 @@ def _record_path(results: Path, suite: str, machine: dict[str, Any],
 
 def latest_bench(results: Path, suite: str) -> dict[str, Any] | None:
     """The most recent ``harness bench`` record of ``suite`` (by ``created_at``), or None."""
-    store = ResultsStore(results)
     newest: tuple[dt.datetime, dict[str, Any]] | None = None
     for path in sorted((Path(results) / "bench" / suite).glob("*.json")):
         if path.name.startswith("."):
             continue
-        record = store.load(path)
+        record = json.loads(path.read_text())
         if record.get("kind") != "bench":
             continue
         created = dt.datetime.fromisoformat(record["created_at"])

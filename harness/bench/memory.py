@@ -37,6 +37,8 @@ from typing import Any
 import numpy as np
 
 from harness.common.memory import rss_mb
+from harness.experiments.record import RunRecord
+from harness.experiments.store import ResultsStore
 
 TARGET_CACHE_RATIO = 0.5
 """The issue's target: a second method, seed or trial on an already-cached task costs at
@@ -133,8 +135,8 @@ def run_memory_flatness(*, suite: str, methods: Sequence[str], tasks: Sequence[s
                     clock = time.perf_counter()
                     outcome = runner.run_one(method, task, seed)
                     seconds = time.perf_counter() - clock
-                    record = json.loads(outcome.path.read_text()) if outcome.path else {}
-                    memory = record.get("memory", {})
+                    record = runner.store.load(outcome.path) if outcome.path else None
+                    memory = (record.memory if record else None) or {}
                     end = rss_mb()
                     gc.collect()
                     row = {"run": index, "round": round_index, "seed": seed, "task": task,
@@ -386,18 +388,17 @@ def run_cache_benchmark(*, task: str, train_examples: int | None, suite: str = "
     first = measured[0]["seconds"]
     rows = []
     for number, step in enumerate(measured):
-        record = step["record"] or {}
-        stages = record.get("stages", [])
+        record: RunRecord | None = step["record"]
         rows.append({
             "step": step["label"], "seconds": step["seconds"],
             "ratio": step["seconds"] / first if number else None,
             "pass": (step["seconds"] / first <= TARGET_CACHE_RATIO) if number else None,
-            "record_wall_seconds": record.get("wall_seconds"),
-            "train_seconds": record.get("train_seconds"),
-            "steps": sum(stage.get("steps", 0) for stage in stages),
-            "examples_seen": sum(stage.get("examples_seen", 0) for stage in stages),
-            "train_examples": record.get("data", {}).get("train_examples"),
-            "peak_rss_mb": record.get("memory", {}).get("peak_rss_mb"),
+            "record_wall_seconds": record.wall_seconds if record else None,
+            "train_seconds": record.train_seconds if record else None,
+            "steps": sum(stage.steps for stage in record.stages) if record else 0,
+            "examples_seen": record.examples_seen if record else 0,
+            "train_examples": record.data.train_examples if record else None,
+            "peak_rss_mb": record.peak_rss_mb if record else None,
         })
     breakdown = _first_run_breakdown(measured[0], teacher)
     result = {"task": task, "train_examples": train_examples, "work_dir": str(work),
@@ -409,15 +410,15 @@ def run_cache_benchmark(*, task: str, train_examples: int | None, suite: str = "
     return result
 
 
-def _step_record(results: Path, step: CacheStep, task: str) -> dict[str, Any] | None:
+def _step_record(results: Path, step: CacheStep, task: str) -> RunRecord | None:
     """The record a step made: the newest of its method, task and seed in its store."""
     root = results / "tuning" if step.kind == "tune" else results
     found = []
     for path in root.glob(f"**/{step.method}/{task}/*.json"):
         if step.kind == "run" and path.relative_to(results).parts[0] == "tuning":
             continue
-        record = json.loads(path.read_text())
-        if record.get("seed") == step.seed:
+        record = ResultsStore(root).load(path)
+        if record.seed == step.seed:
             found.append((path.stat().st_mtime, record))
     return max(found, key=lambda item: item[0])[1] if found else None
 
@@ -440,11 +441,11 @@ def _first_run_breakdown(first: dict[str, Any], teacher: dict[str, Any]) -> dict
     logits on every split (the rest of the teacher build: load, labelling, save), the
     student's run (the record's wall time: training, dev evaluation, inference timing),
     and the rest (process start, imports, data loading and tokenisation)."""
-    record = first["record"] or {}
+    record: RunRecord | None = first["record"]
     finetune = teacher.get("finetune_seconds") or 0.0
     teacher_total = teacher.get("seconds") or 0.0
-    run = record.get("wall_seconds") or 0.0
-    train = record.get("train_seconds") or 0.0
+    run = (record.wall_seconds if record else None) or 0.0
+    train = (record.train_seconds if record else None) or 0.0
     return {"total": first["seconds"], "teacher_finetune": finetune,
             "teacher_logits_and_save": max(0.0, teacher_total - finetune),
             "student_training": train, "student_eval_and_inference_timing": max(0.0, run - train),
@@ -496,26 +497,24 @@ def method_costs(results: Path, suite_name: str, memory_results: Sequence[Path] 
     ``results``, and the peak RSS of every record carrying ``memory`` in
     ``memory_results`` (and ``results``)."""
     from harness.config.schema import load_suite
-    from harness.experiments.store import ResultsStore
 
     suite = load_suite(suite_name)
     tasks = suite.tasks
     walls: dict[str, dict[int, dict[str, float]]] = {}
     for record in ResultsStore(results / suite.record_suite).records():
-        if record.get("status") != "finished" or record.get("variation") or \
-                record.get("tuned") or record.get("task") not in tasks:
+        if not record.finished or record.variation or record.tuned or \
+                record.task not in tasks or record.wall_seconds is None:
             continue
-        walls.setdefault(record["method"], {}).setdefault(record["seed"], {})[
-            record["task"]] = record["wall_seconds"]
+        walls.setdefault(record.method, {}).setdefault(record.seed, {})[
+            record.task] = record.wall_seconds
     peaks: dict[str, list[tuple[str, float, float]]] = {}
     for root in [*memory_results, results]:
         store = ResultsStore(root / suite.record_suite if (root / suite.record_suite).exists()
                              else root)
         for record in store.records():
-            memory = record.get("memory")
-            if record.get("status") == "finished" and memory:
-                peaks.setdefault(record["method"], []).append(
-                    (record["task"], memory["peak_rss_mb"], record["wall_seconds"]))
+            if record.finished and record.peak_rss_mb is not None:
+                peaks.setdefault(record.method, []).append(
+                    (record.task, record.peak_rss_mb, record.wall_seconds or 0.0))
     def complete(name: str) -> bool:
         return any(set(by_task) >= set(tasks) for by_task in walls.get(name, {}).values())
 

@@ -24,6 +24,7 @@ from harness.api.registry import registry
 from harness.common.cache import content_hash
 from harness.config.schema import ConfigError, GridConfig, SuiteConfig, student_kind
 from harness.experiments.planner import Variation
+from harness.experiments.record import RunRecord
 from harness.experiments.runner import RunOutcome, SuiteRunner
 from harness.experiments.store import ResultsStore
 from harness.experiments.tuning import (
@@ -108,16 +109,14 @@ class CostModel:
     def from_store(cls, root: Path) -> CostModel:
         rows = []
         for record in ResultsStore(root).records():
-            if record.get("status") != "finished" or not record.get("stages"):
+            examples = record.examples_seen
+            if not record.finished or not examples or record.train_seconds is None \
+                    or record.wall_seconds is None:
                 continue
-            examples = sum(stage["examples_seen"] for stage in record["stages"])
-            if not examples:
-                continue
-            rows.append({"method": record["method"],
-                         "plugin": record["config"].get("plugin", record["method"]),
-                         "task": record["task"], "student": record.get("student_shape"),
-                         "per_example": record["train_seconds"] / examples,
-                         "overhead": record["wall_seconds"] - record["train_seconds"]})
+            rows.append({"method": record.method, "plugin": record.plugin,
+                         "task": record.task, "student": record.student_shape,
+                         "per_example": record.train_seconds / examples,
+                         "overhead": record.wall_seconds - record.train_seconds})
         return cls(rows)
 
     def estimate(self, method: str, plugin: str, task: str, student: str, examples: int
@@ -219,7 +218,7 @@ class Grid:
                 run_id = content_hash(spec)
                 existing = self.runner.store.find(run_id)
                 status = ("todo" if existing is None
-                          else self.runner.store.load(existing).get("status", "todo"))
+                          else self.runner.store.load(existing).status)
                 status = {"finished": "done"}.get(status, status)
             self._estimates[cell] = estimate
             if status in {"done", "failed"}:
@@ -228,7 +227,7 @@ class Grid:
         return planned
 
     def cell_records(self, planned: list[PlannedCell] | None = None
-                     ) -> list[tuple[GridCell, dict[str, Any]]]:
+                     ) -> list[tuple[GridCell, RunRecord]]:
         """The finished cells with their run records (whichever command made the run)."""
         found = []
         for item in planned or self.plan():
@@ -243,8 +242,8 @@ class Grid:
         """The finished cells' scores, one row per cell (the grid's leaderboard: each method
         on the grid's budget, whichever command made the run)."""
         return [{"method": cell.method + (f" [{cell.student}]" if cell.student else ""),
-                 "task": cell.task, "seed": cell.seed, "score": record["main_score"],
-                 "seconds": record.get("wall_seconds")}
+                 "task": cell.task, "seed": cell.seed, "score": record.main_score,
+                 "seconds": record.wall_seconds}
                 for cell, record in self.cell_records(planned)]
 
     def describe(self, planned: list[PlannedCell]) -> list[str]:

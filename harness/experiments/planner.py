@@ -32,7 +32,7 @@ from harness.data.corpus import Corpus, build_corpus
 from harness.data.features import EncodedSplit, encode_split
 from harness.data.loading import TaskData, load_task, resolve_data_dir
 from harness.data.tasks import TaskSpec, get_task
-from harness.experiments.store import RECORD_VERSION
+from harness.experiments.record import RECORD_VERSION
 from harness.teacher.finetune import teacher_key, teacher_pooling
 from harness.teacher.outputs import intermediate_cache_spec
 

@@ -50,6 +50,7 @@ from harness.experiments.planner import (
     RunPlanner,
     Variation,
 )
+from harness.experiments.record import RunRecord
 from harness.experiments.store import ResultsStore
 from harness.teacher.augmented import AugmentedSet, prepare_augmented
 from harness.teacher.finetune import (
@@ -191,8 +192,8 @@ class SuiteRunner(RunPlanner):
         if self.accelerator.is_main_process:
             existing = self.store.find(run_hash)
             if existing is not None:
-                record = self.store.load(existing)
-                found = (existing, record.get("status"), record.get("main_score"))
+                recorded = self.store.load(existing)
+                found = (existing, recorded.status, recorded.main_score)
         found = broadcast(found, self.accelerator)
         if found is not None:
             existing, status, score = found
@@ -208,7 +209,7 @@ class SuiteRunner(RunPlanner):
         path = self.store.record_path(
             self.suite.record_suite, method_name, task.name,
             f"{spec['student']['name']}-seed{seed}-{run_hash[:16]}")
-        record: dict[str, Any] = {
+        fields: dict[str, Any] = {
             "run_id": run_hash,
             "status": "running",
             "suite": self.suite.record_suite,
@@ -241,30 +242,30 @@ class SuiteRunner(RunPlanner):
         self.log(f"[run] {method_name} on {task.name}, seed {seed} -> {path}")
         started = time.perf_counter()
         try:
-            record.update(self._train(method, task, prepared, teacher, seed, spec,
+            fields.update(self._train(method, task, prepared, teacher, seed, spec,
                                       stage_configs, on_evaluate))
-            record["status"] = "finished"
+            fields["status"] = "finished"
         except NonFiniteLossError as error:
-            record["status"] = "failed"
-            record["error"] = str(error)
-            record["failure"] = {"stage": error.stage, "step": error.step,
+            fields["status"] = "failed"
+            fields["error"] = str(error)
+            fields["failure"] = {"stage": error.stage, "step": error.step,
                                  "losses": error.values}
             self.log(f"[failed] {error}")
-        record["wall_seconds"] = time.perf_counter() - started
-        record["memory"] = memory.read()  # a result: not in the config, not in the run id
-        record["finished_at"] = datetime.now(timezone.utc).isoformat()
+        fields["wall_seconds"] = time.perf_counter() - started
+        fields["memory"] = memory.read()  # a result: not in the config, not in the run id
+        fields["finished_at"] = datetime.now(timezone.utc).isoformat()
+        record = RunRecord.model_validate(fields)
         if self.accelerator.is_main_process:
             self.store.write(path, record)
         release_freed_memory()  # the next run starts from this one's live memory, not its peak
         self.accelerator.wait_for_everyone()  # the record exists for all once any returns
-        if record["status"] == "finished":
-            ratio = record["pct_of_teacher"]
+        if record.finished:
+            ratio = record.pct_of_teacher
             share = f"{ratio:.1f}% of teacher" if ratio is not None else "teacher scores 0"
             self.log(f"[done] {method_name} {task.name} seed {seed}: {task.main_metric} "
-                     f"{record['main_score']:.2f} ({share}) in {record['wall_seconds']:.0f}s, "
-                     f"peak RSS {record['memory']['peak_rss_mb']:.0f} MB")
-        return RunOutcome(method_name, task.name, seed, record["status"], path,
-                          record.get("main_score"))
+                     f"{record.main_score:.2f} ({share}) in {record.wall_seconds:.0f}s, "
+                     f"peak RSS {record.peak_rss_mb:.0f} MB")
+        return RunOutcome(method_name, task.name, seed, record.status, path, record.main_score)
 
     def _departure(self, method_name: str, task_name: str, seed: int, variation: Variation,
                    spec: dict[str, Any]) -> dict[str, Any]:

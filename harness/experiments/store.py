@@ -1,23 +1,32 @@
 """Results store: one JSON record per run under ``results/``.
 
-Records are named by the hash of the run's resolved configuration and written atomically
-(temporary file, fsync, rename), so re-running a configuration finds it finished and a
-process killed mid-way leaves no partial record.
+Records are :class:`~harness.experiments.record.RunRecord` documents named by the hash of
+the run's resolved configuration and written atomically (temporary file, fsync, rename), so
+re-running a configuration finds it finished and a process killed mid-way leaves no partial
+record. Every record is validated when written and when read: a file that is not a valid
+record is an error that names it.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-RECORD_VERSION = 1
+from pydantic import ValidationError
+
+from harness.common.files import write_json_atomic
+from harness.experiments.record import RECORD_VERSION, RunRecord
+
+__all__ = ["NESTED_STORES", "RECORD_VERSION", "InvalidRecordError", "ResultsStore"]
+
 NESTED_STORES = ("tuning",)
 """Sub-folders of a results root holding stores of their own (a tuning study's trial runs):
 a run found only there is not a run of the suite's leaderboard, so :meth:`find` skips them."""
+
+
+class InvalidRecordError(ValueError):
+    """A file in the store that is not a run record (the message names it)."""
 
 
 class ResultsStore:
@@ -32,25 +41,20 @@ class ResultsStore:
                    if path.relative_to(self.root).parts[0] not in NESTED_STORES]
         return matches[0] if matches else None
 
-    def load(self, path: Path) -> dict[str, Any]:
-        return json.loads(path.read_text())
-
-    def write(self, path: Path, record: dict[str, Any]) -> Path:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        descriptor, temporary = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
+    def load(self, path: Path) -> RunRecord:
         try:
-            os.fchmod(descriptor, 0o644)  # mkstemp's 0600 would hide records from other users
-            with os.fdopen(descriptor, "w") as handle:
-                json.dump(record, handle, indent=2, sort_keys=False, default=str)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temporary, path)
-        finally:
-            if os.path.exists(temporary):
-                os.unlink(temporary)
-        return path
+            return RunRecord.model_validate(json.loads(path.read_text()))
+        except ValidationError as error:
+            problems = "; ".join(f"{'.'.join(map(str, problem['loc']))}: {problem['msg']}"
+                                 for problem in error.errors()[:5])
+            raise InvalidRecordError(f"{path}: not a valid run record: {problems}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise InvalidRecordError(f"{path}: not a valid run record: {error}") from None
 
-    def records(self) -> Iterator[dict[str, Any]]:
+    def write(self, path: Path, record: RunRecord) -> Path:
+        return write_json_atomic(path, record.document())
+
+    def records(self) -> Iterator[RunRecord]:
         for path in sorted(self.root.glob("**/*.json")):
             if not path.name.startswith("."):
                 yield self.load(path)

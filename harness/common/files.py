@@ -1,0 +1,28 @@
+"""Writing a file so that a reader never sees half of it."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def write_json_atomic(path: Path, document: Any) -> Path:
+    """Write ``document`` as JSON to ``path`` through a temporary file in the same folder,
+    flushed to disk and renamed over the target: a process killed mid-way (or a full disk)
+    leaves the previous file, or none, never a partial one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, temporary = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
+    try:
+        os.fchmod(descriptor, 0o644)  # mkstemp's 0600 would hide the file from other users
+        with os.fdopen(descriptor, "w") as handle:
+            json.dump(document, handle, indent=2, sort_keys=False, default=str)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+    return path

@@ -1,0 +1,177 @@
+"""The run record: what one run writes to the results store and what every reader reads.
+
+One pydantic model, :class:`RunRecord`, is the record's schema. The runner builds it, the
+store validates it before writing and again when reading (a record that does not validate
+is an error naming its file, never a half-read dict), and the grid, tuning, reports, tables
+and benchmarks read its attributes. Parts whose content belongs to another component (the
+resolved config, the machine, inference speed, memory, general distillation, augmentation)
+stay mappings: their writers own their keys. Unknown top-level keys are refused, so a
+misspelt field is caught where it is written.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+RECORD_VERSION = 1
+
+Status = Literal["running", "finished", "failed"]
+Number = float | int
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
+
+
+class TeacherSummary(_Part):
+    """The fine-tuned teacher the run distilled from (its cache key identifies it)."""
+
+    checkpoint: str
+    key: str
+    inference_precision: str | None = None
+    pooling: str | None = None
+    dev: dict[str, dict[str, float]] = Field(default_factory=dict)
+    """split -> metric -> score (x100), as measured by the teacher stage."""
+    baseline: dict[str, float] = Field(default_factory=dict)
+    """The majority-class (mean score for regression) dev baseline, per metric."""
+    parameters: int | None = None
+
+
+class DataSummary(_Part):
+    """The task's data: files relative to the data folder, and their content fingerprint."""
+
+    source: str
+    fingerprint: str
+    files: dict[str, str] = Field(default_factory=dict)
+    layouts: dict[str, str] = Field(default_factory=dict)
+    train_examples: int | None = None
+
+
+class SeedSummary(_Part):
+    run: int
+    teacher: int
+    subsample: int
+
+
+class ParameterCount(_Part):
+    total: int
+    non_embedding: int
+
+
+class StageSummary(_Part):
+    """One training stage: its budget as run, its best evaluation and its loss history."""
+
+    name: str
+    steps: int
+    examples_seen: int
+    seconds: float
+    examples_per_second: float
+    best_step: int | None = None
+    best_metrics: dict[str, float] | None = None
+    final_losses: dict[str, float] = Field(default_factory=dict)
+    evaluations: list[dict[str, Number]] = Field(default_factory=list)
+    """``step``, ``epoch`` and the dev metrics at each evaluation."""
+    history: list[dict[str, Number]] = Field(default_factory=list)
+    """``step``, ``epoch``, ``lr`` and each loss term, every ``log_every_steps``."""
+
+
+class Failure(_Part):
+    """Where a run stopped on a non-finite loss."""
+
+    stage: str
+    step: int | None = None
+    losses: dict[str, float | None] = Field(default_factory=dict)
+
+
+class RunRecord(_Part):
+    """One run of one method on one task with one seed."""
+
+    run_id: str
+    """The content hash of ``config``: the same configuration is the same run."""
+    status: Status
+    suite: str
+    method: str
+    task: str
+    task_display: str
+    seed: int
+    student_shape: str
+    main_metric: str
+    teacher: TeacherSummary
+    data: DataSummary
+    seeds: SeedSummary
+    versions: dict[str, str]
+    machine: dict[str, Any]
+    config: dict[str, Any]
+    """The resolved configuration the run id hashes."""
+    config_hash: str
+    started_at: str
+
+    # What put the run in the store, outside its id (annotations).
+    variation: dict[str, Any] | None = None
+    """How the run departed from the method's recipe (student, overrides, grid budget)."""
+    grid: dict[str, Any] | None = None
+    tuned: dict[str, Any] | None = None
+    tuning: dict[str, Any] | None = None
+
+    # Results of a finished run.
+    dev: dict[str, dict[str, float]] | None = None
+    main_score: float | None = None
+    teacher_main_score: float | None = None
+    pct_of_teacher: float | None = None
+    """None where the teacher scores 0 (no meaningful ratio)."""
+    parameters: ParameterCount | None = None
+    inference: dict[str, Any] | None = None
+    extra_parameters: int | None = None
+    train_seconds: float | None = None
+    train_examples_per_second: float | None = None
+    final_losses: dict[str, float] | None = None
+    stages: list[StageSummary] = Field(default_factory=list)
+    general_distillation: dict[str, Any] | None = None
+    augmentation: dict[str, Any] | None = None
+    student_encoder: dict[str, Any] | None = None
+    student_init: dict[str, Any] | None = None
+
+    # A failed run.
+    error: str | None = None
+    failure: Failure | None = None
+
+    wall_seconds: float | None = None
+    memory: dict[str, Any] | None = None
+    finished_at: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.status == "finished"
+
+    @property
+    def plugin(self) -> str:
+        """The plugin that ran it (a variant's base), from its resolved config."""
+        return str(self.config.get("plugin", self.method))
+
+    @property
+    def examples_seen(self) -> int:
+        return sum(stage.examples_seen for stage in self.stages)
+
+    @property
+    def peak_rss_mb(self) -> float | None:
+        return (self.memory or {}).get("peak_rss_mb")
+
+    def label(self) -> str:
+        """The table row of the run: its method, marked when the run departed from the
+        method's recipe (tuned parameters, another student shape, a grid's budget), so such
+        runs are never averaged with the recipe's own."""
+        variation = self.variation or {}
+        marks = []
+        if variation.get("overrides") or self.tuned:
+            marks.append("tuned")
+        if variation.get("student"):
+            marks.append(str(variation["student"]))
+        if variation.get("task_epochs") is not None:
+            marks.append("grid budget")
+        return f"{self.method} [{', '.join(marks)}]" if marks else self.method
+
+    def document(self) -> dict[str, Any]:
+        """The JSON document the store writes (fields that are None left out)."""
+        return self.model_dump(mode="json", exclude_none=True)
