@@ -159,6 +159,13 @@ def test_records_ignore_dot_temp_files(tmp_path: Path) -> None:
     assert sorted(record.main_score for record in store.records()) == [1.0, 2.0]
 
 
+def test_records_of_a_results_root_leave_bench_records_out(tmp_path: Path) -> None:
+    store = ResultsStore(tmp_path)
+    store.write(store.record_path("s", "kd", "rte", "one"), sample_record(1.0))
+    write_json_atomic(tmp_path / "bench" / "s" / "host-cpu.json", {"kind": "bench"})
+    assert [record.main_score for record in store.records()] == [1.0]
+
+
 def test_records_of_empty_store(tmp_path: Path) -> None:
     assert list(ResultsStore(tmp_path / "missing").records()) == []
 

@@ -18,11 +18,17 @@ from pydantic import ValidationError
 from harness.common.files import write_json_atomic
 from harness.experiments.record import RECORD_VERSION, RunRecord
 
-__all__ = ["NESTED_STORES", "RECORD_VERSION", "InvalidRecordError", "ResultsStore"]
+__all__ = ["NESTED_STORES", "NOT_RUN_RECORDS", "RECORD_VERSION", "InvalidRecordError",
+           "ResultsStore"]
 
 NESTED_STORES = ("tuning",)
 """Sub-folders of a results root holding stores of their own (a tuning study's trial runs):
 a run found only there is not a run of the suite's leaderboard, so :meth:`find` skips them."""
+
+
+NOT_RUN_RECORDS = ("bench",)
+"""Sub-folders of a results root holding other documents (``harness bench`` records):
+:meth:`records` of the root leaves them out."""
 
 
 class InvalidRecordError(ValueError):
@@ -55,6 +61,10 @@ class ResultsStore:
         return write_json_atomic(path, record.document())
 
     def records(self) -> Iterator[RunRecord]:
+        """Every run record under the root (a suite's folder, or a whole results root),
+        nested tuning stores included."""
         for path in sorted(self.root.glob("**/*.json")):
-            if not path.name.startswith("."):
-                yield self.load(path)
+            if path.name.startswith(".") or \
+                    path.relative_to(self.root).parts[0] in NOT_RUN_RECORDS:
+                continue
+            yield self.load(path)
