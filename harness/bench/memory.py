@@ -41,7 +41,7 @@ from harness.experiments.record import RunRecord
 from harness.experiments.store import ResultsStore
 
 TARGET_CACHE_RATIO = 0.5
-"""The issue's target: a second method, seed or trial on an already-cached task costs at
+"""The benchmark's target: a second method, seed or trial on an already-cached task costs at
 most half of the first's wall time (logit-only methods)."""
 
 

@@ -14,9 +14,8 @@ the run id.
 Between runs, :func:`release_freed_memory` collects cyclic garbage and hands the heap's
 free pages back to the system (glibc ``malloc_trim``).  Without it a process that runs
 many cells (a grid, a tuning study) keeps the high-water mark of every earlier run as
-freed-but-resident heap: measured here, resident memory after a run grew from 1.2 to
-1.65 GiB over the first rounds of a grid although the live tensors stayed the same, and
-fell back to 0.76 GiB with the trim (docs/benchmarks.md).  ``HARNESS_RELEASE_MEMORY=0``
+freed-but-resident heap, so its resident memory grows from round to round although the
+live tensors stay the same (the measurement is in docs/benchmarks.md).  ``HARNESS_RELEASE_MEMORY=0``
 turns it off.
 """
 

@@ -1,11 +1,11 @@
 """``auto`` precision: bf16 where the hardware computes it natively, fp32 elsewhere.
 
 bf16 autocast is a real gain only with native bf16 arithmetic: on a CPU with AVX512-BF16 or
-AMX it measured 1.5-2x faster than fp32 here, on an AVX2-only CPU 7-20x slower (the
-arithmetic is emulated).  So ``auto`` reads the CPU's flags (or asks CUDA) instead of
-assuming either.  A suite's ``auto`` values are resolved once per process, before any run
-id is computed: the resolved precision is what a record's configuration holds, so runs in
-different precisions never share an id.
+AMX it is faster than fp32, on an AVX2-only CPU several times slower (the arithmetic is
+emulated; figures in docs/benchmarks.md).  So ``auto`` reads the CPU's flags (or asks
+CUDA) instead of assuming either.  A suite's ``auto`` values are resolved once per
+process, before any run id is computed: the resolved precision is what a record's
+configuration holds, so runs in different precisions never share an id.
 """
 
 from __future__ import annotations

@@ -57,7 +57,8 @@ class TrainConfig(StrictModel):
         "before run ids are computed, so a record holds the precision it ran in")
     compile: bool = Field(
         False, description="torch.compile the student (in place) for the stage; off by "
-        "default: 0.7-0.8x the speed per step and 40-75 s to compile on the 2-core CPU")
+        "default: on CPUs it was slower per step and costs a compile per stage "
+        "(docs/benchmarks.md)")
     log_every_steps: int = Field(25, gt=0)
     epoch_size: Literal["data", "task"] = Field(
         "data", description="data: an epoch is a pass over the stage's data; task: as many "
@@ -145,10 +146,10 @@ class TeacherConfig(StrictModel):
     inference_precision: Literal["fp32", "bf16", "auto"] = Field(
         "fp32", description="precision of the cached teacher logits (every split and "
         "augmented set): fp32, or bf16 autocast. It enters the teacher's cache key and the "
-        "run ids (bf16 reuses the fp32 entry's fine-tuned model). fp32 by default: bf16 "
-        "was 6.6-8.7x slower on the 2-core CPU (no AMX / AVX-512 BF16) for no accuracy "
-        "gain; on a GPU with bf16 it may be the better choice (not measured). auto: bf16 "
-        "where the device computes it natively, else fp32 (resolved before any key)")
+        "run ids (bf16 reuses the fp32 entry's fine-tuned model). fp32 by default: without "
+        "native bf16 (AMX / AVX-512 BF16, or a GPU) bf16 is emulated and several times "
+        "slower for no accuracy gain (docs/benchmarks.md). auto: bf16 where the device "
+        "computes it natively, else fp32 (resolved before any key)")
     intermediate_cache: IntermediateCacheConfig = IntermediateCacheConfig()
     pooling: Literal["auto", "cls", "pooler", "mean"] = Field(
         "auto", description="what the classification head reads: auto (the checkpoint's own "

@@ -510,7 +510,7 @@ def build_augmenter(checkpoint: Checkpoint, tokenizer: PreTrainedTokenizerBase,
 
 
 TARGET_SPEEDUP = 20.0
-"""The issue's target: batched augmentation at least 20x faster than one masked-LM forward
+"""The benchmark's target: batched augmentation at least 20x faster than one masked-LM forward
 per word."""
 
 
