@@ -54,7 +54,9 @@ def test_write_find_load_round_trip(tmp_path: Path) -> None:
     assert store.load(found) == record
     on_disk = json.loads(path.read_text(encoding="utf-8"))
     assert on_disk["main_score"] == 81.5 and on_disk["machine"]["note"] == "ü ✓"
-    assert "error" not in on_disk  # fields that are None are left out
+    assert "error" not in on_disk  # a field no one set is left out ...
+    zero = run_record(pct_of_teacher=None, teacher_main_score=0.0)
+    assert zero.document()["pct_of_teacher"] is None  # ... an explicit None stays
     assert files_in(path.parent) == [path.name]
 
 

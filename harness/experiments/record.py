@@ -173,5 +173,6 @@ class RunRecord(_Part):
         return f"{self.method} [{', '.join(marks)}]" if marks else self.method
 
     def document(self) -> dict[str, Any]:
-        """The JSON document the store writes (fields that are None left out)."""
-        return self.model_dump(mode="json", exclude_none=True)
+        """The JSON document the store writes: the fields the run set (an explicit None, such
+        as the % of a teacher that scores 0, stays; a field no one set is left out)."""
+        return self.model_dump(mode="json", exclude_unset=True)
