@@ -166,15 +166,15 @@ def test_committed_reference_records_keep_their_run_ids():
 
     store = ResultsStore(Path(__file__).resolve().parent.parent / "results" / "glue-cpu")
     records = list(store.records())
-    assert {"kd", "tinybert"} <= {record["method"] for record in records}
+    assert {"kd", "tinybert"} <= {record.method for record in records}
     runners = {name: SuiteRunner(load_suite(name), store.root.parent, log=lambda _: None)
                for name in ("glue-cpu", "tinybert-ablation")}
     for record in records:
-        suite = "glue-cpu" if record["method"] in runners["glue-cpu"].suite.methods else (
+        suite = "glue-cpu" if record.method in runners["glue-cpu"].suite.methods else (
             "tinybert-ablation")
-        departure = record.get("variation", {})  # grid budgets, tuned parameters
+        departure = record.variation or {}  # grid budgets, tuned parameters
         variation = Variation.of(departure.get("student"), departure.get("overrides"),
                                  departure.get("task_epochs"))
-        _, spec, _ = runners[suite].resolve(record["method"], record["task"], record["seed"],
+        _, spec, _ = runners[suite].resolve(record.method, record.task, record.seed,
                                             variation)
-        assert content_hash(spec) == record["config_hash"], record["run_id"]
+        assert content_hash(spec) == record.config_hash == record.run_id, record.run_id
