@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from harness.config.schema import deep_merge
 from harness.experiments.record import RunRecord
 
 RUN_ID = "0123456789abcdef" + "f" * 48
@@ -24,19 +25,9 @@ _BASE: dict[str, Any] = {
 }
 
 
-def _merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
-    merged = copy.deepcopy(base)
-    for key, value in changes.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
-
-
 def run_record(**fields: Any) -> RunRecord:
     """A finished run of kd on MRPC, seed 1, score 80, with ``fields`` changed."""
-    document = _merge(_BASE, fields)
+    document = deep_merge(copy.deepcopy(_BASE), fields)
     if "task" in fields and "task_display" not in fields:
         document["task_display"] = fields["task"].upper()
     if "run_id" in fields and "config_hash" not in fields:

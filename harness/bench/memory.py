@@ -413,11 +413,12 @@ def run_cache_benchmark(*, task: str, train_examples: int | None, suite: str = "
 def _step_record(results: Path, step: CacheStep, task: str) -> RunRecord | None:
     """The record a step made: the newest of its method, task and seed in its store."""
     root = results / "tuning" if step.kind == "tune" else results
+    store = ResultsStore(root)
     found = []
     for path in root.glob(f"**/{step.method}/{task}/*.json"):
         if step.kind == "run" and path.relative_to(results).parts[0] == "tuning":
             continue
-        record = ResultsStore(root).load(path)
+        record = store.load(path)
         if record.seed == step.seed:
             found.append((path.stat().st_mtime, record))
     return max(found, key=lambda item: item[0])[1] if found else None

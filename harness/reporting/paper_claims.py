@@ -16,13 +16,17 @@ An ordering whose methods share no (task, seed) pair yet says so instead of a ve
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import pandas as pd
 
 from harness.config.schema import PaperOrdering, PaperShare
 from harness.reporting.stats import PairedResult, format_p, paired_comparison
+
+ORDERINGS_NOTE = ("Paired over the (task, seed) pairs both rows have; differences in points "
+                  "(better - worse); the sign-flip test decides the verdict.")
+SHARES_NOTE = ("Share of the teacher, ours beside the paper's (their teacher is BERT-base, "
+               "ours the suite's):")
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,6 @@ class OrderingTest:
             "verdict": self.verdict,
             "source": self.ordering.source,
         }
-
 
     def numbers(self) -> dict[str, object]:
         """The same with numbers where the table has text (the CSV's row)."""
@@ -109,11 +112,10 @@ def shares_table(board: pd.DataFrame, shares: list[PaperShare]) -> pd.DataFrame:
                           "tasks": "no runs yet", "paper (% of teacher)": share.pct_of_teacher,
                           "source": share.source})
         for _, row in rows.iterrows():
-            ours = row.get("pct_of_teacher")
-            complete = bool(row.get("complete")) and ours is not None \
-                and not (isinstance(ours, float) and math.isnan(ours))
+            complete = bool(row["complete"]) and pd.notna(row["pct_of_teacher"])
             lines.append({"method": share.method, "student": row["student"],
-                          "ours (% of teacher)": round(float(ours), 1) if complete else None,
+                          "ours (% of teacher)": round(float(row["pct_of_teacher"]), 1)
+                          if complete else None,
                           "tasks": "all of the suite's" if complete
                           else "incomplete row (no average)",
                           "paper (% of teacher)": share.pct_of_teacher,

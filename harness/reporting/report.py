@@ -41,6 +41,8 @@ from harness.data.tasks import get_task
 from harness.experiments.record import RunRecord
 from harness.experiments.store import ResultsStore
 from harness.reporting.paper_claims import (
+    ORDERINGS_NOTE,
+    SHARES_NOTE,
     OrderingTest,
     check_orderings,
     orderings_table,
@@ -752,12 +754,10 @@ def _markdown(inputs: ReportInputs, header: dict[str, Any], figure_list: list[tu
         lines += ["", "Every pair: `comparisons.csv`."]
     if inputs.orderings:
         lines += ["", "## The papers' orderings, tested on our runs", "",
-                  "Paired over the (task, seed) pairs both rows have; differences in points "
-                  "(better - worse); the sign-flip test decides the verdict.", "",
+                  ORDERINGS_NOTE, "",
                   orderings_table(inputs.orderings).to_markdown(index=False)]
     if not inputs.shares.empty:
-        lines += ["", "Share of the teacher, ours beside the paper's (their teacher is "
-                  "BERT-base, ours the suite's):", "",
+        lines += ["", SHARES_NOTE, "",
                   inputs.shares.to_markdown(index=False)]
     lines += ["", "## Figures", ""]
     for caption, png in figure_list:
@@ -795,6 +795,7 @@ def _html(inputs: ReportInputs, header: dict[str, Any], figure_list: list[tuple[
         orderings=table(orderings_table(inputs.orderings), "orderings")
         if inputs.orderings else "",
         shares=table(inputs.shares, "shares") if not inputs.shares.empty else "",
+        orderings_note=ORDERINGS_NOTE, shares_note=SHARES_NOTE,
         images=images, escape=html.escape)
 
 
