@@ -11,6 +11,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import typer
 
+from harness.api.suites import check_method_names, load_suite
 from harness.bench.cli import bench_app
 from harness.common.cli_options import (
     DEFAULT_RESULTS,
@@ -30,7 +31,7 @@ from harness.common.cli_options import (
     recipe_overrides,
     split_csv,
 )
-from harness.config.schema import ConfigError, available_suites, load_suite
+from harness.config.schema import ConfigError, available_suites
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Benchmark and ablation harness for knowledge distillation on GLUE.")
@@ -63,6 +64,7 @@ def run(
     try:
         config = load_suite(suite, recipe_overrides(set_, data_dir, teacher))
         methods = method or config.default_methods()
+        check_method_names(config, methods, "--method")
         if "all" in methods:
             methods = config.method_names()
         task_list = split_csv(tasks) or config.tasks
@@ -113,6 +115,7 @@ def tune(
         fail(f"--pruner {pruner!r}: choose median, halving or none")
     try:
         config = load_suite(suite, recipe_overrides(set_, data_dir, teacher))
+        check_method_names(config, [method], "--method")
         seed_list = [int(s) for s in split_csv(seeds)] if seeds else config.seeds[:1]
         target = TuningTarget(method=method, task=task, seeds=seed_list, student=student)
         tuner = Tuner(config, target, results, storage or default_storage(results), cache_dir,
@@ -155,6 +158,7 @@ def _grid(suite: str, storage: str | None, results: Path, cache_dir: Path | None
 
     try:
         config = load_suite(suite, recipe_overrides(set_, data_dir, teacher))
+        check_method_names(config, method or [], "--method")
         grid = Grid(config, results, storage or default_storage(results), cache_dir,
                     log=echo, methods=method, tasks=split_csv(tasks),
                     seeds=[int(s) for s in split_csv(seeds)] if seeds else None,

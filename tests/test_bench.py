@@ -15,11 +15,11 @@ import torch
 from typer.testing import CliRunner
 
 from harness.api.students import count_parameters
+from harness.api.suites import load_suite
 from harness.bench.efficiency import (
     BERT_BASE_FOLDER,
     BenchError,
     BenchSettings,
-    bilstm_embedding_dim,
     build_student,
     comparison_lines,
     latest_bench,
@@ -30,9 +30,10 @@ from harness.bench.efficiency import (
 from harness.cli import app
 from harness.common.files import write_json_atomic
 from harness.common.flops import count_flops
-from harness.config.schema import load_suite
+from methods.bilstm_soft.words import SPECIALS
 
 SEQS = (16, 32)
+GLOVE_DIM = 50  # the default word vectors: the GloVe 6B 50-d package
 STAT_KEYS = {"median", "q25", "q75", "min", "max", "repeats"}
 
 
@@ -137,15 +138,18 @@ def test_parameters_match_the_built_models(bench_run):
                                 teacher.model.config, settings.bilstm_vocab)
         assert entry["parameters"] == count_parameters(student.model)
     bilstm = record["models"][3]
-    embedding = bilstm_embedding_dim(config.students["tiny-bilstm"])
+    # Built by its plugin: a vocabulary of the 500 synthetic words and the plugin's
+    # specials, embedded in the 50-d GloVe vectors.
+    assert bilstm["plugin"] == "bilstm-soft"
+    assert bilstm["encoder"]["vocabulary_size"] == 500 + len(SPECIALS)
     assert bilstm["parameters"]["total"] - bilstm["parameters"]["non_embedding"] == \
-        500 * embedding
+        (500 + len(SPECIALS)) * GLOVE_DIM
 
 
 def test_flops_match_hand_formulas(bench_run):
-    config, _, _, record, _, _ = bench_run
+    record = bench_run[3]
     teacher, tiny, wide, bilstm = record["models"]
-    embedding = bilstm_embedding_dim(config.students["tiny-bilstm"])
+    embedding = GLOVE_DIM
     for seq in SEQS:
         key = str(seq)
         assert teacher["flops_per_example"][key] == pytest.approx(

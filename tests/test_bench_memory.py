@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import harness.common.memory as memory
+from harness.api.suites import load_suite
 from harness.bench.memory import (
     cache_table,
     fit_slope,
@@ -22,7 +23,6 @@ from harness.bench.memory import (
 )
 from harness.common.cache import content_hash
 from harness.common.memory import MemoryProbe, release_freed_memory, rss_mb
-from harness.config.schema import load_suite
 from harness.experiments.runner import SuiteRunner
 from tests.records import run_record
 

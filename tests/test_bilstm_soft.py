@@ -14,9 +14,10 @@ import yaml
 from harness.api.losses import gold_loss
 from harness.api.method import StepInputs, TeacherView
 from harness.api.registry import instantiate
+from harness.api.suites import load_suite
 from harness.assets.glove import GloveVectors
 from harness.common.cache import ArtifactCache
-from harness.config.schema import ConfigError, load_suite
+from harness.config.schema import ConfigError, parse_suite
 from harness.data.features import EncodedSplit, PaddingCollator
 from harness.data.tasks import get_task
 from harness.experiments.runner import SuiteRunner
@@ -321,16 +322,25 @@ def test_student_kinds_are_checked_against_methods(tiny_data_dir, tiny_teacher_d
     tree["methods"]["kd-on-bilstm"] = {"base": "kd", "student": "tiny-bilstm"}
     path = tmp_path / "suite.yaml"
     path.write_text(yaml.safe_dump(tree))
-    runner = SuiteRunner(load_suite(str(path)), tmp_path / "r", tmp_path / "c",
+    with pytest.raises(ConfigError) as info:  # checked when the suite loads
+        load_suite(str(path))
+    assert [line.strip() for line in str(info.value).splitlines()[1:]] == [
+        "methods.bilstm-bert.student: 'tiny' is a bert student; bilstm-soft builds bilstm "
+        "students",
+        "methods.kd-on-bilstm.student: 'tiny-bilstm' is a bilstm student; kd builds bert "
+        "students"]
+    # and again when a run resolves (a suite built in code skips the loading)
+    runner = SuiteRunner(parse_suite(str(path)), tmp_path / "r", tmp_path / "c",
                          log=lambda _: None)
     with pytest.raises(ConfigError, match="'tiny' is of kind 'bert'; bilstm-soft builds "
                                           "bilstm students"):
         runner.resolve("bilstm-bert", "rte", 1)
     with pytest.raises(ConfigError, match="kind 'bilstm'; kd builds bert"):
         runner.resolve("kd-on-bilstm", "rte", 1)
+    del tree["methods"]["bilstm-bert"], tree["methods"]["kd-on-bilstm"]
     tree["students"]["tiny-bilstm"]["hidden_sise"] = 3
     path.write_text(yaml.safe_dump(tree))
-    with pytest.raises(ConfigError, match="hidden_sise"):
+    with pytest.raises(ConfigError, match=r"students\.tiny-bilstm\.hidden_sise: unknown key"):
         load_suite(str(path))
 
 

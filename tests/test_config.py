@@ -15,6 +15,7 @@ from transformers.modeling_outputs import SequenceClassifierOutput
 
 from harness.api.method import StepInputs, TeacherView
 from harness.api.registry import instantiate
+from harness.api.suites import load_suite
 from harness.config.schema import (
     SUITES_DIR,
     ConfigError,
@@ -24,8 +25,8 @@ from harness.config.schema import (
     TrainOverride,
     apply_overrides,
     available_suites,
-    load_suite,
     parse_assignment,
+    parse_suite,
 )
 from harness.data.tasks import get_task
 
@@ -374,12 +375,13 @@ def test_train_override_is_strict() -> None:
 
 
 def test_unknown_method_param(tmp_path: Path) -> None:
-    suite = load_suite(str(write_suite(tmp_path)), ["methods.kd.params.alpah=0.3"])
-    with pytest.raises(ConfigError) as info:
-        instantiate("kd", suite.recipe("kd"))
-    message = str(info.value)
-    assert "methods.kd.params" in message
-    assert "alpah: unknown parameter" in message
+    path = write_suite(tmp_path)
+    message = config_error(path, ["methods.kd.params.alpah=0.3"])
+    assert error_line(message, "methods.kd.params.alpah") == \
+        "methods.kd.params.alpah: unknown parameter"
+    suite = parse_suite(str(path), ["methods.kd.params.alpah=0.3"])  # the schema alone
+    with pytest.raises(ConfigError, match=r"methods\.kd\.params: alpah: unknown parameter"):
+        instantiate("kd", suite.recipe("kd"))  # and what a run checks again
 
 
 @pytest.mark.parametrize("alpha", [-0.1, 1.5])
@@ -485,15 +487,15 @@ def test_alpha_one_skips_gold() -> None:
 
 def test_variant_merges_its_fields_over_its_base_and_runs_the_base_plugin(tmp_path: Path) -> None:
     def edit(tree: dict[str, Any]) -> None:
-        tree["methods"]["kd"]["stages"] = {"train": {"lr": 1e-4, "epochs": 2}}
+        tree["methods"]["kd"]["stages"] = {"task": {"lr": 1e-4, "epochs": 2}}
         tree["methods"]["kd-hot"] = {"base": "kd", "params": {"temperature": 8.0},
-                                     "stages": {"train": {"lr": 5e-5}}}
+                                     "stages": {"task": {"lr": 5e-5}}}
 
     suite = load_suite(str(write_suite(tmp_path, edit)))
     recipe = suite.recipe("kd-hot")
     assert suite.plugin("kd-hot") == "kd" and suite.plugin("kd") == "kd"
     assert recipe.params == {"alpha": 0.5, "temperature": 8.0}
-    assert recipe.stages["train"].lr == 5e-5 and recipe.stages["train"].epochs == 2
+    assert recipe.stages["task"].lr == 5e-5 and recipe.stages["task"].epochs == 2
     assert recipe.base is None
     assert suite.method_names() == ["finetune", "kd", "kd-hot"]
 
@@ -524,13 +526,13 @@ def test_task_params_merge_nested_mappings() -> None:
 
 def test_task_stage_budgets_layer_over_stage_budgets(tmp_path: Path) -> None:
     def edit(tree: dict[str, Any]) -> None:
-        tree["methods"]["kd"]["stages"] = {"train": {"lr": 1e-4}}
-        tree["methods"]["kd"]["task_stages"] = {"mrpc": {"train": {"epochs": 7}}}
+        tree["methods"]["kd"]["stages"] = {"task": {"lr": 1e-4}}
+        tree["methods"]["kd"]["task_stages"] = {"mrpc": {"task": {"epochs": 7}}}
 
     suite = load_suite(str(write_suite(tmp_path, edit)))
     recipe = suite.recipe("kd")
-    mrpc = suite.train_config("mrpc", *recipe.stage_overrides("mrpc", "train"))
-    stsb = suite.train_config("stsb", *recipe.stage_overrides("stsb", "train"))
+    mrpc = suite.train_config("mrpc", *recipe.stage_overrides("mrpc", "task"))
+    stsb = suite.train_config("stsb", *recipe.stage_overrides("stsb", "task"))
     assert (mrpc.epochs, mrpc.lr) == (7, 1e-4) and (stsb.epochs, stsb.lr) == (3, 1e-4)
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from harness.api.registry import registry
-from harness.config.schema import load_suite
+from harness.api.suites import load_suite
 from harness.data.tasks import get_task
 from harness.experiments.runner import SuiteRunner
 

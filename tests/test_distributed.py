@@ -90,7 +90,7 @@ def test_a_launch_accelerate_does_not_see_stops(tmp_path, tiny_suite_file, monke
     """`accelerate launch --multi_gpu` on a machine without GPUs and without
     ACCELERATE_USE_CPU starts processes that each see one process: every one would run
     every cell.  The runner stops and says how to launch."""
-    from harness.config.schema import load_suite
+    from harness.api.suites import load_suite
     from harness.experiments.runner import SuiteRunner
 
     monkeypatch.setenv("WORLD_SIZE", "2")
@@ -259,7 +259,7 @@ def _tune(suite: str, results: str, cache: str) -> None:
     """Three trials with a pruner that stops trial 1 at its first evaluation."""
     import optuna
 
-    from harness.config.schema import load_suite
+    from harness.api.suites import load_suite
     from harness.experiments.tuning import Tuner, TuningTarget, default_storage
 
     class PruneTrialOne(optuna.pruners.BasePruner):

@@ -7,7 +7,8 @@ import pytest
 import torch
 import yaml
 
-from harness.config.schema import ConfigError, CorpusConfig, load_suite
+from harness.api.suites import load_suite
+from harness.config.schema import ConfigError, CorpusConfig
 from harness.data.corpus import Corpus, build_corpus, encode_corpus, split_into_windows
 from harness.data.loading import DataNotFoundError, load_task
 from harness.experiments.runner import SuiteRunner

@@ -18,8 +18,9 @@ import yaml
 from typer.testing import CliRunner
 
 from harness.api.method import Stage
+from harness.api.suites import load_suite
 from harness.cli import app
-from harness.config.schema import ConfigError, TrainConfig, load_suite
+from harness.config.schema import ConfigError, TrainConfig
 from harness.experiments.grid import Grid, grid_cells
 from harness.experiments.planner import Variation, scale_to_budget
 from harness.experiments.runner import SuiteRunner

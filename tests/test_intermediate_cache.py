@@ -281,7 +281,7 @@ def test_a_suite_with_the_cache_on_records_it_and_shares_entries_across_seeds(
         tiny_suite_file, tmp_path):
     import json
 
-    from harness.config.schema import load_suite
+    from harness.api.suites import load_suite
     from harness.experiments.runner import SuiteRunner
 
     plain = ["methods.tinybert.params.general_distillation=false",

@@ -16,7 +16,8 @@ from harness.api.context import StudentContext
 from harness.api.method import Method, StepInputs, TeacherView
 from harness.api.registry import instantiate
 from harness.api.students import classifier_config
-from harness.config.schema import ConfigError, MethodRecipe, StudentConfig, load_suite
+from harness.api.suites import load_suite
+from harness.config.schema import ConfigError, MethodRecipe, StudentConfig
 from harness.data.tasks import TaskSpec, get_task
 from harness.experiments.runner import SuiteRunner
 from methods.bert_pkd import patient_layers, patient_loss, pkd_last, pkd_skip

@@ -21,7 +21,7 @@ from harness.api.pooling import (
     resolve_pooling,
     with_pooling,
 )
-from harness.config.schema import load_suite
+from harness.api.suites import load_suite
 from harness.experiments.runner import SuiteRunner
 from tests.conftest import MINILM_DIR, tiny_suite_dict
 

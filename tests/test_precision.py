@@ -7,9 +7,10 @@ from pathlib import Path
 import torch
 import yaml
 
+from harness.api.suites import load_suite
 from harness.common.cache import content_hash
 from harness.common.precision import auto_precision, cpu_flags, native_bf16, resolve_auto_precision
-from harness.config.schema import load_suite, with_resolved_precision
+from harness.config.schema import with_resolved_precision
 from tests.conftest import tiny_suite_dict
 
 CPU = torch.device("cpu")

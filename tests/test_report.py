@@ -13,10 +13,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from harness.api.suites import load_suite
 from harness.cli import app
 from harness.common.files import write_json_atomic
 from harness.config.published import load_published
-from harness.config.schema import load_suite
 from harness.experiments.store import ResultsStore
 from harness.reporting.report import (
     ablation_frame,

@@ -9,10 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.api.suites import load_suite
 from harness.assets.checkpoints import Checkpoint
 from harness.bench.teacher_precision import run_precision_benchmark
 from harness.common.cache import CACHE_VERSION, content_hash
-from harness.config.schema import ConfigError, TeacherConfig, TrainConfig, load_suite
+from harness.config.schema import ConfigError, TeacherConfig, TrainConfig
 from harness.data.tasks import get_task
 from harness.experiments.runner import SuiteRunner
 from harness.teacher.finetune import teacher_key

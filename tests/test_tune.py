@@ -14,8 +14,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from harness.api.suites import load_suite
 from harness.cli import app
-from harness.config.schema import ConfigError, load_suite
+from harness.config.schema import ConfigError
 from harness.experiments.grid import Grid
 from harness.experiments.tuning import Tuner, TuningTarget, load_tuned, open_storage, study_name
 from tests.test_grid import (

@@ -7,7 +7,13 @@ shared assets of :mod:`harness.assets`).
 """
 
 from harness.api.capture import capture_attention_scores, token_pair_mask
-from harness.api.context import AugmentContext, Augmenter, StudentContext, StudentEncoder
+from harness.api.context import (
+    AugmentContext,
+    Augmenter,
+    StudentContext,
+    StudentEncoder,
+    StudentKindConfig,
+)
 from harness.api.layer_mapping import layer_map, layer_weights
 from harness.api.losses import (
     attention_score_loss,
@@ -36,7 +42,7 @@ from harness.api.registry import register_method
 from harness.api.students import build_bert_student, evenly_spaced_layers
 from harness.common.cache import ArtifactCache, content_hash
 from harness.common.progress import progress_bar
-from harness.config.schema import BiLSTMStudentConfig, ConfigError, StudentConfig
+from harness.config.schema import ConfigError, StudentConfig
 from harness.data.tasks import TaskSpec
 
 __all__ = [
@@ -46,7 +52,6 @@ __all__ = [
     "ArtifactCache",
     "AugmentContext",
     "Augmenter",
-    "BiLSTMStudentConfig",
     "ConfigError",
     "LossTerm",
     "Method",
@@ -56,6 +61,7 @@ __all__ = [
     "StudentConfig",
     "StudentContext",
     "StudentEncoder",
+    "StudentKindConfig",
     "StudentOutputs",
     "TaskSpec",
     "TeacherLayers",

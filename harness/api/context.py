@@ -8,12 +8,23 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
+from pydantic import BaseModel, ConfigDict, Field
 
-from harness.config.schema import BiLSTMStudentConfig, StudentConfig
+from harness.config.schema import StudentConfig
 from harness.data.tasks import TaskSpec
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
+
+
+class StudentKindConfig(BaseModel):
+    """The schema of a student kind that a plugin defines (``Method.student_shapes``): the
+    fields a suite's ``students.<name>`` entry with ``kind: <kind>`` may hold.  Unknown keys
+    are errors; the dump of a validated shape enters the run id."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: str = Field(min_length=1)
 
 
 @dataclass
@@ -22,7 +33,8 @@ class StudentContext:
 
     task: TaskSpec
     shape_name: str
-    shape: StudentConfig | BiLSTMStudentConfig
+    shape: StudentConfig | StudentKindConfig
+    """A BERT shape, or a plugin kind's shape validated against its schema."""
     teacher_config: PretrainedConfig
     teacher_state: dict[str, torch.Tensor] | None = None
     """The pre-trained teacher's weights, for students initialised from teacher layers."""

@@ -28,7 +28,13 @@ import torch
 from pydantic import BaseModel, ConfigDict
 from torch import nn
 
-from harness.api.context import AugmentContext, Augmenter, StudentContext, StudentEncoder
+from harness.api.context import (
+    AugmentContext,
+    Augmenter,
+    StudentContext,
+    StudentEncoder,
+    StudentKindConfig,
+)
 from harness.data.tasks import TaskSpec
 
 if TYPE_CHECKING:
@@ -207,6 +213,9 @@ class Method:
     loss_terms: ClassVar[tuple[LossTerm, ...]] = ()
     student_kinds: ClassVar[tuple[str, ...]] = ("bert",)
     """The student shape kinds (``kind`` in a suite's ``students``) the method can build."""
+    student_shapes: ClassVar[dict[str, type[StudentKindConfig]]] = {}
+    """Student kinds this plugin defines, each with the schema of its shapes (``bert`` is
+    the core's); the registry makes them known to every suite."""
     stage_names: ClassVar[tuple[str, ...] | None] = None
     """Every stage the method can have, when its stages depend on its parameters: a
     recipe's budget for one of these that a configuration leaves out is ignored (a variant

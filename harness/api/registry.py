@@ -10,8 +10,9 @@ from importlib.metadata import entry_points
 
 from pydantic import ValidationError
 
+from harness.api.context import StudentKindConfig
 from harness.api.method import Method
-from harness.config.schema import ConfigError, MethodRecipe
+from harness.config.schema import ConfigError, MethodRecipe, PluginStudentShape, StudentConfig
 
 ENTRY_POINT_GROUP = "harness.methods"
 
@@ -21,6 +22,7 @@ class MethodRegistry:
 
     def __init__(self) -> None:
         self._methods: dict[str, type[Method]] = {}
+        self._student_kinds: dict[str, tuple[type[StudentKindConfig], str]] = {}
         self._discovered = False
 
     def register(self, cls: type[Method]) -> type[Method]:
@@ -34,6 +36,17 @@ class MethodRegistry:
             if not callable(getattr(cls, f"loss_{term.name}", None)):
                 raise TypeError(f"{cls.__qualname__}: loss term {term.name!r} has no "
                                 f"loss_{term.name} method")
+        for kind, schema in cls.student_shapes.items():
+            if kind == "bert":
+                raise TypeError(f"{cls.__qualname__}: student kind 'bert' is the core's")
+            if not (isinstance(schema, type) and issubclass(schema, StudentKindConfig)):
+                raise TypeError(f"{cls.__qualname__}: student kind {kind!r} needs a "
+                                "StudentKindConfig subclass as its schema")
+            known = self._student_kinds.get(kind)
+            if known is not None and known[0] is not schema:
+                raise ValueError(f"student kind {kind!r} defined twice (by {known[1]} and "
+                                 f"{name})")
+            self._student_kinds[kind] = (schema, name)
         self._methods[name] = cls
         return cls
 
@@ -66,6 +79,19 @@ class MethodRegistry:
         self.discover()
         return sorted(self._methods.items())
 
+    def student_kinds(self) -> dict[str, str]:
+        """Every student kind a plugin defines -> the plugin's name."""
+        self.discover()
+        return {kind: plugin for kind, (_, plugin) in sorted(self._student_kinds.items())}
+
+    def student_schema(self, kind: str) -> type[StudentKindConfig]:
+        self.discover()
+        if kind not in self._student_kinds:
+            known = ", ".join(["bert (the core's)", *(
+                f"{name} ({plugin})" for name, plugin in self.student_kinds().items())])
+            raise KeyError(f"unknown student kind {kind!r}; kinds: {known}")
+        return self._student_kinds[kind][0]
+
 
 registry = MethodRegistry()
 
@@ -73,6 +99,36 @@ registry = MethodRegistry()
 def register_method(cls: type[Method]) -> type[Method]:
     """Class decorator: make a method available by its ``name``."""
     return registry.register(cls)
+
+
+def student_shape_problems(name: str, shape: StudentConfig | PluginStudentShape) -> list[str]:
+    """What is wrong with a suite's student shape ``name`` under its kind's schema, as
+    ``students.<name>.<key>: ...`` lines (empty: nothing)."""
+    if isinstance(shape, StudentConfig | StudentKindConfig):
+        return []
+    try:
+        schema = registry.student_schema(shape.kind)
+    except KeyError as error:
+        return [f"students.{name}.kind: {error.args[0]}"]
+    try:
+        schema.model_validate(shape.model_dump())
+    except ValidationError as error:
+        return [f"students.{name}.{'.'.join(map(str, item['loc']))}: "
+                f"{'unknown key' if item['type'] == 'extra_forbidden' else item['msg']}"
+                for item in error.errors()]
+    return []
+
+
+def typed_student_shape(name: str, shape: StudentConfig | PluginStudentShape
+                        ) -> StudentConfig | StudentKindConfig:
+    """A suite's student shape as its kind's schema reads it: BERT shapes as they are, a
+    plugin kind's validated against the schema its plugin registers."""
+    if isinstance(shape, StudentConfig | StudentKindConfig):
+        return shape
+    problems = student_shape_problems(name, shape)
+    if problems:
+        raise ConfigError("; ".join(problems))
+    return registry.student_schema(shape.kind).model_validate(shape.model_dump())
 
 
 def instantiate(name: str, recipe: MethodRecipe | None = None, task: str | None = None

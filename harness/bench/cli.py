@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from harness.api.suites import load_suite
 from harness.common.cli_options import (
     DEFAULT_RESULTS,
     REPO_ROOT,
@@ -24,7 +25,7 @@ from harness.common.cli_options import (
     recipe_overrides,
     split_csv,
 )
-from harness.config.schema import ConfigError, load_suite
+from harness.config.schema import ConfigError
 
 bench_app = typer.Typer(
     invoke_without_command=True,

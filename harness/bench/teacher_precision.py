@@ -28,7 +28,7 @@ def run_precision_benchmark(*, suite: str = "glue-cpu", tasks: Iterable[str] = (
     import tempfile
     from datetime import datetime, timezone
 
-    from harness.config.schema import load_suite
+    from harness.api.suites import load_suite
     from harness.data.metrics import TaskEvaluator
     from harness.experiments.runner import SuiteRunner
     from harness.training.engine import predict_logits

@@ -173,10 +173,10 @@ def build_setup(settings: TrainBenchSettings, overrides: list[str] | None = None
     from transformers import AutoModelForSequenceClassification
 
     from harness.api.context import StudentContext
-    from harness.api.registry import instantiate
+    from harness.api.registry import instantiate, typed_student_shape
     from harness.api.students import classifier_config
+    from harness.api.suites import load_suite
     from harness.assets.checkpoints import load_base_config, load_tokenizer, resolve_checkpoint
-    from harness.config.schema import load_suite
     from harness.data.features import encode_split
     from harness.data.loading import load_task
     from harness.data.tasks import get_task
@@ -218,7 +218,8 @@ def build_setup(settings: TrainBenchSettings, overrides: list[str] | None = None
         checkpoint.location, config=classifier_config(base, task))
     shape_name = recipe.student or suite.default_student
     context = StudentContext(task=task, shape_name=shape_name,
-                             shape=suite.students[shape_name], teacher_config=base,
+                             shape=typed_student_shape(shape_name, suite.students[shape_name]),
+                             teacher_config=base,
                              teacher_state=teacher.state_dict())
     set_seed(settings.seed)
     student = method.build_student(context)

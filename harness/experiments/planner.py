@@ -12,8 +12,9 @@ from typing import Any
 
 import torch
 
+from harness.api.context import StudentKindConfig
 from harness.api.method import Method, Stage
-from harness.api.registry import instantiate
+from harness.api.registry import instantiate, typed_student_shape
 from harness.api.students import student_pooling
 from harness.assets.checkpoints import Checkpoint, load_tokenizer, resolve_checkpoint
 from harness.common.cache import content_hash
@@ -134,6 +135,10 @@ class RunPlanner:
             self._teacher_pooling = teacher_pooling(self.checkpoint, self.suite.teacher)
         return self._teacher_pooling
 
+    def student_shape(self, shape_name: str) -> StudentConfig | StudentKindConfig:
+        """The suite's shape ``shape_name``, validated against its kind's schema."""
+        return typed_student_shape(shape_name, self.suite.students[shape_name])
+
     def student_pooling(self, shape_name: str) -> str | None:
         """A BERT-family shape's resolved pooling; None for other kinds (no such head)."""
         shape = self.suite.students[shape_name]
@@ -185,7 +190,7 @@ class RunPlanner:
             stage_configs = scale_to_budget(stages, stage_configs, variation.task_epochs)
         prepared = self.prepare_task(task_name)
         shape_name = recipe.student or self.suite.default_student
-        shape = self.suite.students[shape_name]
+        shape = self.student_shape(shape_name)
         if student_kind(shape) not in method.student_kinds:
             raise ConfigError(f"methods.{method_name}: student {shape_name!r} is of kind "
                               f"{student_kind(shape)!r}; {plugin} builds "

@@ -472,7 +472,7 @@ class SuiteRunner(RunPlanner):
         return student, extra
 
     def _student_context(self, shape_name: str, task: TaskSpec) -> StudentContext:
-        shape = self.suite.students[shape_name]
+        shape = self.student_shape(shape_name)
         # Always given: a plugin may initialise from the teacher whatever the shape says.
         return StudentContext(
             task=task, shape_name=shape_name, shape=shape,

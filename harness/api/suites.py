@@ -1,0 +1,167 @@
+"""Loading a suite with every recipe checked against the plugins it names, before anything
+runs: student shapes against their kind's schema, each method recipe and variant (its
+plugin, params, per-task params, loss terms, stage names, student kind), the grid's
+methods and ``default_method``.  An error names the suite file and the key path where the
+mistake was written: a variant's own key, not its base's."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import ValidationError
+
+from harness.api.registry import registry, student_shape_problems
+from harness.config.schema import (
+    ConfigError,
+    MethodRecipe,
+    SuiteConfig,
+    parse_suite,
+    resolve_suite_path,
+)
+from harness.data.tasks import get_task
+
+MAX_PROBLEMS = 12
+"""Problems listed in one error; the count of the rest follows them."""
+
+
+def load_suite(name_or_path: str, overrides: list[str] | None = None) -> SuiteConfig:
+    """Read and validate a suite recipe (``--set`` overrides applied), then check every
+    recipe in it against its plugin."""
+    suite = parse_suite(name_or_path, overrides)
+    problems = suite_problems(suite)
+    if problems:
+        raise ConfigError(format_problems(str(resolve_suite_path(name_or_path)), problems))
+    return suite
+
+
+def format_problems(source: str, problems: list[str]) -> str:
+    shown = problems[:MAX_PROBLEMS]
+    more = len(problems) - len(shown)
+    return "\n".join([f"{source}: invalid recipe", *(f"  {line}" for line in shown),
+                      *([f"  ... and {more} more"] if more else [])])
+
+
+def suite_problems(suite: SuiteConfig) -> list[str]:
+    """Every mistake in the suite's students, method recipes, grid and default method, as
+    ``key.path: what is wrong`` lines (empty: none)."""
+    problems: list[str] = []
+    for name, shape in suite.students.items():
+        problems.extend(student_shape_problems(name, shape))
+    for name in suite.methods:
+        problems.extend(_recipe_problems(suite, name))
+    problems.extend(unknown_methods(suite, suite.default_methods(), "default_method"))
+    if suite.grid is not None:
+        problems.extend(unknown_methods(suite, suite.grid.methods, "grid.methods"))
+    # A base's mistake shows again through each variant's merged params: list it once.
+    return list(dict.fromkeys(problems))
+
+
+def unknown_methods(suite: SuiteConfig, names: Iterable[str], where: str) -> list[str]:
+    """Names that are neither a recipe of the suite nor a registered plugin."""
+    known = set(suite.methods) | set(registry.names())
+    return [f"{where}: unknown method {name!r}; the suite's methods: "
+            f"{', '.join(suite.methods) or '(none)'}; plugins: {', '.join(registry.names())}"
+            for name in names if name not in known and name != "all"]
+
+
+def check_method_names(suite: SuiteConfig, names: Iterable[str], where: str) -> None:
+    """Raise a short error for ``names`` (e.g. ``--method``) the suite cannot run."""
+    problems = unknown_methods(suite, names, where)
+    if problems:
+        raise ConfigError(f"suite {suite.name}: {problems[0]}")
+
+
+def _recipe_problems(suite: SuiteConfig, name: str) -> list[str]:
+    own = suite.methods[name]
+    where = f"methods.{name}"
+    plugin_name = suite.plugin(name)
+    try:
+        cls = registry.get(plugin_name)
+    except KeyError:
+        key = f"{where}.base" if own.base is not None else where
+        return [f"{key}: unknown method {plugin_name!r}; plugins: {', '.join(registry.names())}"]
+    problems: list[str] = []
+    terms = {term.name for term in cls.loss_terms}
+    for key, term in [*((f"loss_weights.{term}", term) for term in own.loss_weights),
+                      *((f"disabled_losses.{index}", term)
+                        for index, term in enumerate(own.disabled_losses))]:
+        if term not in terms:
+            problems.append(f"{where}.{key}: {plugin_name} has no loss term {term!r}; its "
+                            f"terms: {', '.join(sorted(terms))}")
+    merged = suite.recipe(name)
+    base = suite.methods.get(own.base) if own.base is not None else None
+    tasks = [get_task(task) for task in suite.tasks]
+    stage_names: set[str] = set()
+    for task in [None, *tasks]:
+        task_name = task.name if task is not None else None
+        try:
+            params = cls.Params.model_validate(merged.params_for(task_name))
+        except ValidationError as error:
+            for item in error.errors():
+                problem = ("unknown parameter" if item["type"] == "extra_forbidden"
+                           else item["msg"])
+                key = _params_key(name, own, own.base, base, task_name, item["loc"])
+                problems.append(f"{key}: {problem}")
+            continue
+        if task is None:
+            continue
+        method = cls(params, {})
+        method.weights = {**method.default_weights(), **merged.loss_weights,
+                          **dict.fromkeys(merged.disabled_losses, 0.0)}
+        try:
+            stage_names |= {stage.name for stage in method.stages(task)}
+        except (ValueError, ConfigError) as error:
+            problems.append(f"{where}: {error}")
+        stage_names |= set(method.stage_names or ())
+    problems = list(dict.fromkeys(problems))  # a bad key shows again for every task
+    if stage_names:
+        written = [(f"stages.{stage}", stage) for stage in own.stages]
+        written += [(f"task_stages.{task}.{stage}", stage)
+                    for task, stages in own.task_stages.items() for stage in stages]
+        problems += [f"{where}.{key}: {plugin_name} has no stage {stage!r}; its stages: "
+                     f"{', '.join(sorted(stage_names))}"
+                     for key, stage in written if stage not in stage_names]
+    if own.student is not None:
+        kind = _kind(suite, own.student)
+        if kind is not None and kind not in cls.student_kinds:
+            problems.append(f"{where}.student: {own.student!r} is a {kind} student; "
+                            f"{plugin_name} builds {' or '.join(cls.student_kinds)} students")
+    elif base is None:  # a variant of a recipe in the suite: that recipe's check covers it
+        kind = _kind(suite, suite.default_student)
+        if kind is not None and kind not in cls.student_kinds:
+            problems.append(f"{where}: the suite's default_student {suite.default_student!r} "
+                            f"is a {kind} student; {plugin_name} builds "
+                            f"{' or '.join(cls.student_kinds)} students (set student:)")
+    return problems
+
+
+def _kind(suite: SuiteConfig, shape_name: str) -> str | None:
+    """The shape's kind; None for a kind no plugin defines (reported with the shape)."""
+    kind = getattr(suite.students[shape_name], "kind", "bert")
+    return kind if kind == "bert" or kind in registry.student_kinds() else None
+
+
+def _params_key(name: str, own: MethodRecipe, base_name: str | None,
+                base: MethodRecipe | None, task: str | None, loc: tuple[Any, ...]) -> str:
+    """Where the parameter at ``loc`` was written: the variant's own params (or its
+    task_params for ``task``) when it sets the key, else its base's; a missing value or a
+    wrong type that nobody set is the variant's (its merged params)."""
+    path = ".".join(str(part) for part in loc)
+    candidates = [(f"methods.{name}", own)]
+    if base is not None:
+        candidates.append((f"methods.{base_name}", base))
+    for prefix, recipe in candidates:
+        if task is not None and _has_path(recipe.task_params.get(task, {}), loc):
+            return f"{prefix}.task_params.{task}.{path}"
+        if _has_path(recipe.params, loc):
+            return f"{prefix}.params.{path}"
+    return f"methods.{name}.params.{path}"
+
+
+def _has_path(tree: Any, loc: tuple[Any, ...]) -> bool:
+    for part in loc:
+        if not isinstance(tree, dict) or part not in tree:
+            return False
+        tree = tree[part]
+    return True
