@@ -35,7 +35,7 @@ from harness.config.schema import ConfigError, available_suites
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Benchmark and ablation harness for knowledge distillation on GLUE.")
-data_app = typer.Typer(no_args_is_help=True, help="GLUE data: fetch a local copy.")
+data_app = typer.Typer(no_args_is_help=True, help="GLUE data: check a local copy, or fetch one.")
 app.add_typer(data_app, name="data")
 app.add_typer(bench_app, name="bench")
 
@@ -383,6 +383,40 @@ def data_fetch(
         return
     for path in paths:
         echo(str(path))
+
+
+@data_app.command("check")
+def data_check(
+    data_dir: DataDirOpt = None,
+    tasks: Annotated[list[str] | None, typer.Option(
+        help="tasks, comma-separated or repeated (default: every task folder found)")] = None,
+) -> None:
+    """Load and validate every split file of the tasks as a run reads them: rows per split,
+    or every problem as file:line (exit status 1)."""
+    quiet_libraries()
+    from harness.data.loading import DataNotFoundError, check_tasks
+
+    try:
+        root, checks = check_tasks(split_csv(tasks), data_dir)
+    except (DataNotFoundError, KeyError) as error:
+        fail(str(error).strip("'\""))
+        return
+    echo(f"data: {root}")
+    for check in checks:
+        if check.errors:
+            echo(f"{check.task:<6} FAILED")
+            for line in check.errors:
+                echo(f"  {line}")
+            continue
+        splits = "  ".join(f"{split} {rows} ({check.files.get(split, '?')}, "
+                           f"{check.layouts.get(split, '?')})"
+                           for split, rows in check.rows.items())
+        echo(f"{check.task:<6} {splits}")
+    failed = [check.task for check in checks if check.errors]
+    echo(f"{len(checks)} task(s) checked; " + (f"{len(failed)} with errors: "
+                                               f"{', '.join(failed)}" if failed else "no errors"))
+    if failed:
+        raise typer.Exit(1)
 
 
 @app.command("new-method")

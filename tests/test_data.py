@@ -207,7 +207,7 @@ SST2_DEV = lines("sentence\tlabel", "fine .\t1")
             "sts-train.csv",
             lines("g\tf\t2012\t0001\t5.000\ta\tb", "g\tf\t2012\t0002\t4.0\tc"),
             2,
-            "expected at least 7",
+            "expected 7 or 9 tab-separated fields, got 6",
         ),
         (
             "CoLA",
@@ -533,3 +533,218 @@ def test_resolve_data_dir_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyP
         assert hint in str(info.value)
     with pytest.raises(DataNotFoundError, match="HARNESS_DATA_DIR"):
         resolve_data_dir(tmp_path / "nowhere")
+
+
+# --------------------------------------------------------------------------- strict checks
+
+STSB_ROW = "main-captions\tMSRvid\t2012test\t0001\t{score}\tA plane is taking off.\tA plane."
+
+
+@pytest.mark.parametrize(("name", "text", "line", "needle"), [
+    # a header and no rows
+    ("train.tsv", lines("sentence\tlabel"), None, "no data rows (expected at least one row "
+                                                   "after the header)"),
+    # a header naming a column twice
+    ("train.tsv", lines("sentence\tlabel\tlabel", "a\t1\t1"), 1, "header repeats column(s) "
+                                                                  "['label']"),
+    # a byte that is not UTF-8: its line and column
+    ("train.tsv", "sentence\tlabel\nok\t1\nbad \xff\t0\n", 3, "byte 0xff at column 5 is not "
+                                                             "UTF-8"),
+    # an empty text
+    ("train.tsv", lines("sentence\tlabel", "a\t1", " \t0"), 3, "sentence is empty"),
+])
+def test_sst2_files_are_checked(tmp_path: Path, name: str, text: str, line: int | None,
+                                needle: str) -> None:
+    path = tmp_path / "SST-2" / name
+    path.parent.mkdir(parents=True)
+    path.write_bytes(text.encode("latin-1") if "\xff" in text else text.encode())
+    write(tmp_path, "SST-2", "dev.tsv", SST2_DEV)
+    with pytest.raises(DataFormatError) as info:
+        load_task("sst2", data_dir=tmp_path)
+    assert (info.value.path, info.value.line) == (path, line), str(info.value)
+    assert needle in str(info.value)
+
+
+@pytest.mark.parametrize(("row", "needle"), [
+    (STSB_ROW.format(score="7.5"), "score '7.5' is outside 0-5"),
+    (STSB_ROW.format(score="-3"), "score '-3' is outside 0-5"),
+    (STSB_ROW.format(score="nan"), "score 'nan' is not a finite number"),
+    # one field added after the genre: the year column then reads "MSRvid"
+    ("main-captions\tEXTRA\tMSRvid\t2012test\t0001\t5.000\tA plane.\tA plane.",
+     "expected 7 or 9 tab-separated fields, got 8"),
+    ("main-captions\tEXTRA\tMSRvid\t2012test\t0001\t5.000\tA plane.\tA plane.\tsrc",
+     "year 'MSRvid' is not a year"),
+    # the id column shifted into the score: caught by the id's own check
+    ("main-captions\tMSRvid\t2012test\t5.000\t0001\tA plane.\tA plane.",
+     "id '5.000' is not an integer id"),
+])
+def test_headerless_stsb_rows_are_checked_column_by_column(tmp_path: Path, row: str,
+                                                           needle: str) -> None:
+    train = write(tmp_path, "STS-B", "sts-train.csv",
+                  lines(STSB_ROW.format(score="5.000"), row))
+    write(tmp_path, "STS-B", "sts-dev.csv", lines(STSB_ROW.format(score="3.800")))
+    with pytest.raises(DataFormatError) as info:
+        load_task("stsb", data_dir=tmp_path)
+    assert (info.value.path, info.value.line) == (train, 2), str(info.value)
+    assert needle in str(info.value)
+
+
+def test_every_problem_of_every_file_is_listed(tmp_path: Path) -> None:
+    train = write(tmp_path, "SST-2", "train.tsv",
+                  lines("sentence\tlabel", "a\t1", "b\t7", "c\t0", "d"))
+    dev = write(tmp_path, "SST-2", "dev.tsv", lines("sentence\tlabel", "e\tyes"))
+    with pytest.raises(DataFormatError) as info:
+        load_task("sst2", data_dir=tmp_path)
+    message = str(info.value).splitlines()
+    assert [line.split(": ")[0] for line in message] == [f"{train}:3", f"{train}:5",
+                                                          f"{dev}:2"]
+
+
+def test_rows_numbered_by_idx_must_be_in_order(tmp_path: Path) -> None:
+    header = "sentence1\tsentence2\tlabel\tidx"
+    train = write(tmp_path, "RTE", "train.tsv", lines(header, "a\tb\t1\t0", "c\td\t1\t0"))
+    write(tmp_path, "RTE", "dev.tsv", lines(header, "a\tb\t0\t0"))
+    with pytest.raises(DataFormatError) as info:
+        load_task("rte", data_dir=tmp_path)
+    assert (info.value.path, info.value.line) == (train, 3)
+    assert "row number '0' is not this row's (expected 1" in str(info.value)
+
+
+# --------------------------------------------------------------------------- Hugging Face exports
+
+
+def export(dataset: datasets.Dataset, path: Path, fmt: str) -> None:
+    """Write ``dataset`` as the ``datasets`` library does for each format."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if fmt == "parquet":
+        dataset.to_parquet(str(path))
+    elif fmt == "jsonl":
+        dataset.to_json(str(path))
+    elif fmt == "csv":
+        dataset.to_csv(str(path), index=False)
+    else:
+        dataset.to_csv(str(path), index=False, sep="\t")
+
+
+def as_hub_split(loaded: datasets.Dataset, task: str, names: list[str] | None = None
+                 ) -> datasets.Dataset:
+    """A split as the hub's nyu-mll/glue holds it: the task's own field names, a
+    ClassLabel (with ``names``, default the task's) and idx."""
+    spec = get_task(task)
+    columns = {spec.text_fields[0]: loaded["text_a"]}
+    if spec.is_pair:
+        columns[spec.text_fields[1]] = loaded["text_b"]
+    labels = loaded["label"]
+    if spec.is_regression:
+        feature = datasets.Value("float32")
+    else:
+        names = names or list(spec.label_names)
+        feature = datasets.ClassLabel(names=names)
+        labels = [names.index(spec.label_names[label]) for label in labels]
+    columns["label"], columns["idx"] = labels, list(range(len(labels)))
+    features = datasets.Features({**{field: datasets.Value("string")
+                                     for field in spec.text_fields},
+                                  "label": feature, "idx": datasets.Value("int32")})
+    return datasets.Dataset.from_dict(columns, features=features)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl", "csv", "tsv"])
+@pytest.mark.parametrize("task", ["rte", "stsb"])
+def test_hugging_face_exports_read_as_the_original_files(
+        shared_tasks: dict[str, TaskData], tmp_path: Path, task: str, fmt: str) -> None:
+    original = shared_tasks[task]
+    folder = tmp_path / get_task(task).folder
+    for split, hub_split in (("train", "train"), ("dev", "validation")):
+        rows = original.splits[split].select(range(50))
+        export(as_hub_split(rows, task), folder / f"{hub_split}.{fmt}", fmt)
+    loaded = load_task(task, data_dir=tmp_path)
+    assert set(loaded.splits) == {"train", "dev"}
+    assert loaded.layouts == {"train": "hf-export", "dev": "hf-export"}
+    assert loaded.files["dev"] == f"{folder.name}/validation.{fmt}"
+    for split in ("train", "dev"):
+        expected = original.splits[split].select(range(50))
+        assert loaded.splits[split]["text_a"] == expected["text_a"]
+        assert loaded.splits[split]["text_b"] == expected["text_b"]
+        assert loaded.splits[split]["label"] == pytest.approx(expected["label"])
+
+
+def test_an_export_s_label_names_are_mapped_by_name(shared_tasks: dict[str, TaskData],
+                                                    tmp_path: Path) -> None:
+    """A parquet export whose ClassLabel lists the names in another order, and a JSON
+    lines file holding the names themselves, read as the task's label ids."""
+    rows = shared_tasks["rte"].splits["train"].select(range(20))
+    folder = tmp_path / "RTE"
+    export(as_hub_split(rows, "rte", names=["not_entailment", "entailment"]),
+           folder / "train.parquet", "parquet")
+    named = [{"sentence1": a, "sentence2": b, "label": get_task("rte").label_names[label]}
+             for a, b, label in zip(rows["text_a"], rows["text_b"], rows["label"],
+                                    strict=True)]
+    folder.joinpath("validation.jsonl").write_text(
+        "".join(__import__("json").dumps(item) + "\n" for item in named))
+    loaded = load_task("rte", data_dir=tmp_path)
+    assert loaded.splits["train"]["label"] == rows["label"]
+    assert loaded.splits["dev"]["label"] == rows["label"]
+
+
+def test_mnli_exports_keep_matched_and_mismatched_apart(tmp_path: Path) -> None:
+    def split(premises: list[str], labels: list[int]) -> datasets.Dataset:
+        return datasets.Dataset.from_dict(
+            {"premise": premises, "hypothesis": [f"h {p}" for p in premises],
+             "label": labels, "idx": list(range(len(labels)))},
+            features=datasets.Features({
+                "premise": datasets.Value("string"), "hypothesis": datasets.Value("string"),
+                "label": datasets.ClassLabel(names=["entailment", "neutral", "contradiction"]),
+                "idx": datasets.Value("int32")}))
+
+    folder = tmp_path / "MNLI"
+    export(split(["a", "b"], [0, 1]), folder / "train.jsonl", "jsonl")
+    export(split(["m"], [2]), folder / "validation_matched.jsonl", "jsonl")
+    export(split(["x", "y"], [1, 0]), folder / "validation_mismatched.jsonl", "jsonl")
+    loaded = load_task("mnli", data_dir=tmp_path)
+    assert column(loaded.splits["dev_matched"], "label") == [2]
+    assert column(loaded.splits["dev_mismatched"], "text_a") == ["x", "y"]
+
+
+def test_two_files_for_one_split_are_an_error(tmp_path: Path) -> None:
+    write(tmp_path, "SST-2", "train.tsv", SST2_DEV)
+    write(tmp_path, "SST-2", "dev.tsv", SST2_DEV)
+    write(tmp_path, "SST-2", "validation.tsv", SST2_DEV)
+    with pytest.raises(DataFormatError, match=r"several files for the dev split \(dev\.tsv, "
+                                              r"validation\.tsv\); keep one"):
+        load_task("sst2", data_dir=tmp_path)
+
+
+def test_data_check_reports_rows_or_every_error(shared_dir: Path, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+
+    runner = CliRunner()
+    result = runner.invoke(app, ["data", "check", "--data-dir", str(shared_dir),
+                                 "--tasks", "rte,cola"])
+    assert result.exit_code == 0, result.output
+    assert "rte    train 2490 (RTE/train.tsv, hf-export)  dev 277" in result.output
+    assert "cola   train 8551 (CoLA/train.tsv, glue-cola)  dev 527" in result.output
+    assert "2 task(s) checked; no errors" in result.output
+    write(tmp_path, "SST-2", "train.tsv", lines("sentence\tlabel", "a\t1", "b\t9"))
+    write(tmp_path, "SST-2", "dev.tsv", lines("sentence\tlabel"))
+    result = runner.invoke(app, ["data", "check", "--data-dir", str(tmp_path)])
+    assert result.exit_code == 1
+    assert f"{tmp_path}/SST-2/train.tsv:3: label '9' is not a label of sst2" in result.output
+    assert f"{tmp_path}/SST-2/dev.tsv: no data rows" in result.output
+    assert "1 task(s) checked; 1 with errors: sst2" in result.output
+
+
+def test_a_tsv_export_is_read_with_its_quoting(shared_tasks: dict[str, TaskData]) -> None:
+    """The shared RTE files are a pandas-written TSV export: a field with a quote is
+    wrapped in quotes and its quotes doubled.  They read as the sentences themselves,
+    while GLUE's own TSVs (MRPC) keep their quotes literally."""
+    train = shared_tasks["rte"].splits["train"]
+    valero = next(text for text in train["text_a"] if text.startswith("Valero Energy"))
+    assert valero == ("Valero Energy Corp., on Monday, said it found \"extensive\" additional "
+                      "damage at its 250,000-barrel-per-day Port Arthur refinery.")
+    texts = [*train["text_a"], *train["text_b"]]
+    assert not any('""' in text for text in texts)  # no doubled quote is left
+    # 504 fields were wrapped in quotes by the export; 6 sentences are quotations
+    assert sum(text.startswith('"') and text.endswith('"') for text in texts) == 6
+    assert '"the witness"' in shared_tasks["mrpc"].splits["train"][0]["text_a"]

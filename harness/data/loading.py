@@ -2,16 +2,31 @@
 
 Every split becomes a :class:`datasets.Dataset` with the same columns whatever the source:
 ``text_a``, ``text_b`` (pair tasks only), ``label`` and ``idx``.  Local files are read
-exactly as they are: the layout of each file is recognised from its header (or, for the
-headerless CoLA and STS Benchmark files, from its column count) using the small table of
-:class:`_Layout` below, so a new variant is one more table row, not another branch.
+exactly as they are: the original GLUE TSVs, the STS Benchmark's headerless files, and
+Hugging Face exports (split files named ``train`` / ``validation`` / ``test``, or
+``validation_matched`` ... for MNLI, written by ``datasets`` as parquet, JSON lines, CSV or
+TSV).  The layout of each file is recognised from its header (or, for the headerless CoLA
+and STS Benchmark files, from its column count) using the small table of :class:`_Layout`
+below, so a new variant is one more table row, not another branch.
+
+Every file is checked against its task's schema before a row is returned: the number of
+fields, the columns the layout reads (labels in the task's label set, STS-B scores finite
+and within 0-5, the STS Benchmark's year and id columns, MRPC's ids, CoLA's source and
+judgement marks, ``idx`` / ``index`` numbering the rows), non-empty texts, unique header
+names, UTF-8, and at least one row per split.  A failure is a :class:`DataFormatError`
+naming ``file:line`` (``file: row N`` for parquet), what is wrong and what was expected;
+every problem of a file is listed, not only the first.
 """
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
+import json
 import math
 import os
+import re
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +35,7 @@ from pathlib import Path
 import datasets
 import numpy as np
 
-from harness.data.tasks import TaskSpec, get_task
+from harness.data.tasks import GLUE_TASKS, TaskSpec, get_task
 
 HUB_DATASET = "nyu-mll/glue"
 ENV_DATA_DIR = "HARNESS_DATA_DIR"
@@ -32,17 +47,42 @@ _UNLABELED = -1
 
 
 class DataFormatError(ValueError):
-    """Malformed data file; the message names the file and the 1-based line number."""
+    """Malformed data file; the message names the file and the 1-based line number (the
+    row number for formats without lines, ``unit="row"``), then any further problems of
+    the same file, one per line."""
 
-    def __init__(self, path: str | Path, line: int | None, detail: str) -> None:
+    def __init__(self, path: str | Path, line: int | None, detail: str,
+                 more: Sequence[tuple[int | None, str]] = (), unit: str = "line") -> None:
         self.path = Path(path)
         self.line = line
         self.detail = detail
-        where = f"{self.path}:{line}" if line is not None else str(self.path)
-        super().__init__(f"{where}: {detail}")
+        self.more = list(more)
+        self.unit = unit
+        super().__init__("\n".join(self._where(at, what)
+                                   for at, what in [(line, detail), *self.more]))
 
-    def __reduce__(self) -> tuple[type, tuple[Path, int | None, str]]:
-        return (type(self), (self.path, self.line, self.detail))
+    def _where(self, line: int | None, detail: str) -> str:
+        if line is None:
+            return f"{self.path}: {detail}"
+        return f"{self.path}:{line}: {detail}" if self.unit == "line" else \
+            f"{self.path}: row {line}: {detail}"
+
+    def __reduce__(self) -> tuple[type, tuple]:
+        return (type(self), (self.path, self.line, self.detail, self.more, self.unit))
+
+
+class DataFormatErrors(DataFormatError):
+    """Several malformed files of one task: each one's problems, file by file."""
+
+    def __init__(self, errors: Sequence[DataFormatError]) -> None:
+        self.errors = list(errors)
+        first = self.errors[0]
+        self.path, self.line, self.detail = first.path, first.line, first.detail
+        self.more, self.unit = first.more, first.unit
+        ValueError.__init__(self, "\n".join(str(error) for error in self.errors))
+
+    def __reduce__(self) -> tuple[type, tuple]:
+        return (type(self), (self.errors,))
 
 
 class DataNotFoundError(FileNotFoundError):
@@ -70,7 +110,8 @@ class TaskData:
 
 @dataclass(frozen=True)
 class _Layout:
-    """Where the text(s) and the label sit in one kind of file.
+    """Where the text(s) and the label sit in one kind of file, and what the other columns
+    it knows must hold.
 
     A layout with ``positional`` column names describes a headerless file; the others are
     recognised by their header, which must contain every ``text`` column (and the
@@ -81,15 +122,34 @@ class _Layout:
     text: tuple[str, ...]
     label: str
     positional: tuple[str, ...] = ()
-    allow_extra: bool = False
-    """Headerless only: ignore columns beyond ``positional`` (STS Benchmark source tags)."""
+    extra_fields: tuple[int, ...] = ()
+    """Headerless only: how many fields beyond ``positional`` a row may carry (the STS
+    Benchmark's two source tags, one per sentence)."""
     tasks: tuple[str, ...] = ()
     """Headerless only: the tasks whose files may have this layout."""
+    checks: tuple[tuple[str, str], ...] = ()
+    """(column, check) pairs for columns the loader does not return but which tell a
+    shifted or swapped row apart: see ``_FIELD_CHECKS``."""
+    requires: tuple[str, ...] = ()
+    """Header layouts: further columns the header must hold (in a TSV) to be this layout."""
 
+
+_INDEX_COLUMNS = ("idx", "index")
+"""Row-number columns: integers; where the first row's is 0 they count the rows."""
+
+_FIELD_CHECKS: dict[str, tuple[re.Pattern[str], str]] = {
+    "integer": (re.compile(r"\d+"), "an integer id"),
+    "year": (re.compile(r"\d{4}(test|train|dev)?"), "a year such as 2012 or 2012test"),
+    "mark": (re.compile(r"[*?#]{0,2}"), "a judgement mark: empty, *, ?, ?? or *?"),
+    "source": (re.compile(r"\S+"), "a source code such as gj04 (no spaces)"),
+    "token": (re.compile(r"\S+"), "one word such as main-captions or MSRvid"),
+}
 
 _HEADER_LAYOUTS: tuple[_Layout, ...] = (
-    _Layout("glue-mrpc", text=("#1 String", "#2 String"), label="Quality"),
-    _Layout("glue-qqp", text=("question1", "question2"), label="is_duplicate"),
+    _Layout("glue-mrpc", text=("#1 String", "#2 String"), label="Quality",
+            checks=(("#1 ID", "integer"), ("#2 ID", "integer"))),
+    _Layout("glue-qqp", text=("question1", "question2"), label="is_duplicate",
+            checks=(("qid1", "integer"), ("qid2", "integer"))),
     _Layout("glue-mnli", text=("sentence1", "sentence2"), label="gold_label"),
     _Layout("glue-stsb", text=("sentence1", "sentence2"), label="score"),
     _Layout("glue-qnli", text=("question", "sentence"), label="label"),
@@ -105,6 +165,7 @@ _HEADERLESS_LAYOUTS: tuple[_Layout, ...] = (
         label="label",
         positional=("source", "label", "mark", "sentence"),
         tasks=("cola",),
+        checks=(("source", "source"), ("mark", "mark")),
     ),
     _Layout(
         "cola-variant",
@@ -118,14 +179,19 @@ _HEADERLESS_LAYOUTS: tuple[_Layout, ...] = (
         text=("sentence1", "sentence2"),
         label="score",
         positional=("genre", "file", "year", "id", "score", "sentence1", "sentence2"),
-        allow_extra=True,
+        extra_fields=(2,),
         tasks=("stsb",),
+        checks=(("genre", "token"), ("file", "token"), ("year", "year"), ("id", "integer")),
     ),
 )
 
 
 def _hf_export_layout(spec: TaskSpec) -> _Layout:
-    return _Layout("hf-export", text=spec.text_fields, label="label")
+    """A Hugging Face export: the hub's field names, ``label`` and ``idx``.  As a TSV it is
+    written with CSV quoting (pandas': a field holding a quote is wrapped in quotes, the
+    quotes inside doubled), unlike GLUE's own TSVs, whose quotes are literal; ``idx`` tells
+    the two apart (GLUE's files have ``index`` or no row number)."""
+    return _Layout("hf-export", text=spec.text_fields, label="label", requires=("idx",))
 
 
 _SPLIT_FILES: dict[str, tuple[str, ...]] = {
@@ -133,7 +199,11 @@ _SPLIT_FILES: dict[str, tuple[str, ...]] = {
     "dev": ("dev.tsv", "sts-dev.csv"),
     "test": ("test.tsv", "sts-test.csv"),
 }
-"""Candidate file names per split; other splits (MNLI) are read from ``<split>.tsv``."""
+"""The GLUE and STS Benchmark names of each split's file; other splits (MNLI) are read from
+``<split>.tsv``.  Hugging Face exports are found by their split names (see
+:func:`_split_candidates`)."""
+
+_EXPORT_FORMATS = ("tsv", "csv", "jsonl", "json", "parquet")
 
 
 @dataclass(frozen=True)
@@ -145,43 +215,54 @@ class _FileLayout:
     label_col: int | None  # None: unlabeled (test files without a label column)
     n_fields: int
     has_header: bool
+    checks: tuple[tuple[int, str, str], ...] = ()
+    """(column position, column name, check) of the columns checked but not returned."""
+    index_col: int | None = None
 
 
 def _match_layout(
-    spec: TaskSpec, fields: list[str], path: Path, lineno: int, is_test: bool
+    spec: TaskSpec, fields: list[str], path: Path, lineno: int, is_test: bool,
+    named: bool = False
 ) -> _FileLayout:
-    """Recognise a file's layout from its first non-blank line (split into fields)."""
+    """Recognise a file's layout from its first record (split into fields); ``named``:
+    the format names its columns (JSON lines, parquet), so the record is a header."""
     names = [f.strip() for f in fields]
     arity = len(spec.text_fields)
     candidates = [_hf_export_layout(spec)] + [
         lay for lay in _HEADER_LAYOUTS if len(lay.text) == arity
     ]
-    with_text = [lay for lay in candidates if all(col in names for col in lay.text)]
+    with_text = [lay for lay in candidates if all(col in names for col in lay.text)
+                 and (named or all(col in names for col in lay.requires))]
+    if with_text or named:
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise DataFormatError(path, lineno, f"header repeats column(s) {repeated} "
+                                  "(expected unique column names)")
     for lay in with_text:
-        if lay.label in names:
-            return _FileLayout(
-                lay,
-                tuple(names.index(c) for c in lay.text),
-                names.index(lay.label),
-                len(names),
-                has_header=True,
-            )
-    if with_text:
-        if not is_test:
-            raise DataFormatError(
-                path,
-                lineno,
-                f"header {names!r} has no label column (expected {with_text[0].label!r})",
-            )
-        lay = with_text[0]
+        label_col = names.index(lay.label) if lay.label in names else None
+        if label_col is None and not is_test:
+            continue
         return _FileLayout(
-            lay, tuple(names.index(c) for c in lay.text), None, len(names), has_header=True
+            lay,
+            tuple(names.index(c) for c in lay.text),
+            label_col,
+            len(names),
+            has_header=True,
+            checks=tuple((names.index(column), column, check) for column, check in lay.checks
+                         if column in names),
+            index_col=next((names.index(c) for c in _INDEX_COLUMNS if c in names), None),
         )
-    for lay in _HEADERLESS_LAYOUTS:
+    if with_text:
+        raise DataFormatError(
+            path,
+            lineno,
+            f"header {names!r} has no label column (expected {with_text[0].label!r})",
+        )
+    for lay in () if named else _HEADERLESS_LAYOUTS:
         if spec.name not in lay.tasks:
             continue
         width = len(lay.positional)
-        if len(fields) == width or (lay.allow_extra and len(fields) > width):
+        if len(fields) - width in (0, *lay.extra_fields):
             cols = lay.positional
             return _FileLayout(
                 lay,
@@ -189,6 +270,8 @@ def _match_layout(
                 cols.index(lay.label),
                 width,
                 has_header=False,
+                checks=tuple((cols.index(column), column, check)
+                             for column, check in lay.checks),
             )
     known = "; ".join(" ".join((*lay.text, lay.label)) for lay in candidates)
     raise DataFormatError(
@@ -207,7 +290,10 @@ def _clean_text(text: str) -> str:
     return text.replace("\t", " ").replace("\r", " ").replace("\n", " ").strip()
 
 
-def _parse_label(spec: TaskSpec, raw: str, is_test: bool, path: Path, line: int) -> int | float:
+def _parse_label(spec: TaskSpec, raw: str, is_test: bool, path: Path, line: int,
+                 names: Sequence[str] | None = None, unit: str = "line") -> int | float:
+    """A label as the task counts it; ``names``: the file's own class names for its
+    integer labels (a parquet export's ClassLabel), mapped to the task's by name."""
     value = raw.strip()
     if spec.is_regression:
         try:
@@ -215,11 +301,16 @@ def _parse_label(spec: TaskSpec, raw: str, is_test: bool, path: Path, line: int)
         except ValueError:
             if is_test and value == "":
                 return math.nan
-            raise DataFormatError(path, line, f"score {raw!r} is not a number") from None
-        if not math.isfinite(score):
-            raise DataFormatError(path, line, f"score {raw!r} is not a finite number")
+            raise DataFormatError(path, line, f"score {raw!r} is not a number (expected a "
+                                  "similarity score from 0 to 5)", unit=unit) from None
         if is_test and score == _UNLABELED:
             return math.nan
+        if not math.isfinite(score):
+            raise DataFormatError(path, line, f"score {raw!r} is not a finite number "
+                                  "(expected a similarity score from 0 to 5)", unit=unit)
+        if not 0 <= score <= 5:
+            raise DataFormatError(path, line, f"score {raw!r} is outside 0-5 (expected a "
+                                  "similarity score from 0 to 5)", unit=unit)
         return score
     if value in spec.label_names:
         return spec.label_names.index(value)
@@ -227,15 +318,19 @@ def _parse_label(spec: TaskSpec, raw: str, is_test: bool, path: Path, line: int)
         number = int(value)
     except ValueError:
         number = None
-    if number is not None and 0 <= number < spec.num_labels:
+    if names is not None and number is not None and 0 <= number < len(names) \
+            and names[number] in spec.label_names:
+        return spec.label_names.index(names[number])
+    if names is None and number is not None and 0 <= number < spec.num_labels:
         return number
     if is_test and (value == "" or number == _UNLABELED):
         return _UNLABELED
-    names = ", ".join(spec.label_names)
     raise DataFormatError(
         path,
         line,
-        f"label {raw!r} is neither one of {names} nor an integer in 0..{spec.num_labels - 1}",
+        f"label {raw!r} is not a label of {spec.name} (expected one of "
+        f"{', '.join(spec.label_names)} or an integer in 0..{spec.num_labels - 1})",
+        unit=unit,
     )
 
 
@@ -263,50 +358,253 @@ def _build_dataset(
 # --------------------------------------------------------------------------- local files
 
 
-def _read_split_file(spec: TaskSpec, path: Path, raw: bytes, is_test: bool
-                     ) -> tuple[datasets.Dataset, str]:
-    """Parse one TSV (quoting off, BOM stripped) into a split Dataset; also returns the
-    name of the layout the file was read as."""
+@dataclass
+class _Table:
+    """A split file as records of string fields, each with its line (or row) number: the
+    first record is the header, or the first row of a headerless file."""
+
+    records: list[tuple[int, list[str]]]
+    named: bool = False
+    """The format names its columns (JSON lines, parquet): the first record is a header."""
+    unit: str = "line"
+    label_names: tuple[str, ...] | None = None
+    """The file's own names for its integer labels (a parquet export's ClassLabel)."""
+    separator: str = "tab-separated "
+    """How the format's fields are told apart, for messages."""
+    quoted: bool = False
+    """Read with CSV quoting."""
+
+
+def _decode(path: Path, raw: bytes) -> str:
+    raw = raw.removeprefix(b"\xef\xbb\xbf")  # a BOM; error offsets count from after it
     try:
-        content = raw.decode("utf-8-sig")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise DataFormatError(path, None, f"not valid UTF-8 ({exc})") from None
+        line = raw[:exc.start].count(b"\n") + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise DataFormatError(path, line, f"byte 0x{raw[exc.start]:02x} at column {column} "
+                              "is not UTF-8 (expected UTF-8 text)") from None
+
+
+def _field_text(value: object) -> str:
+    """A JSON or parquet value as the text a TSV would hold."""
+    if value is None:
+        return ""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _read_table(path: Path, raw: bytes, quoted: bool = False) -> _Table:
+    """``quoted``: a TSV with CSV quoting (a Hugging Face export written by pandas)."""
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        return _read_parquet(path, raw)
+    content = _decode(path, raw)
+    if suffix in {".jsonl", ".json"}:
+        return _read_json(path, content)
     lines = content.split("\n")
     first = next((i for i, text in enumerate(lines) if text.strip()), None)
-    if first is None:
-        raise DataFormatError(path, None, "file is empty")
-    file_layout = _match_layout(
-        spec, lines[first].rstrip("\r").split("\t"), path, first + 1, is_test
-    )
+    if quoted:
+        return _read_csv(path, content, delimiter="\t")
+    if suffix == ".csv" and first is not None and "\t" not in lines[first]:
+        return _read_csv(path, content)
+    return _Table([(number, text.rstrip("\r").split("\t"))
+                   for number, text in enumerate(lines, start=1) if text.strip()])
+
+
+def _read_csv(path: Path, content: str, delimiter: str = ",") -> _Table:
+    """Fields separated by ``delimiter``, with CSV quoting, as ``datasets`` (pandas)
+    writes CSV and TSV."""
+    reader = csv.reader(io.StringIO(content, newline=""), delimiter=delimiter)
+    records = []
+    try:
+        for fields in reader:
+            if any(field.strip() for field in fields):
+                records.append((reader.line_num, fields))
+    except csv.Error as error:
+        raise DataFormatError(path, reader.line_num, f"not valid CSV ({error})") from None
+    return _Table(records, separator="comma-separated " if delimiter == "," else
+                  "tab-separated ", quoted=True)
+
+
+def _read_json(path: Path, content: str) -> _Table:
+    """JSON lines (what ``datasets`` writes), or one JSON array of objects."""
+    if content.lstrip().startswith("["):
+        try:
+            items = json.loads(content)
+        except json.JSONDecodeError as error:
+            raise DataFormatError(path, error.lineno, f"not valid JSON ({error.msg})") from None
+        objects = list(enumerate(items, start=1))
+        unit = "row"
+    else:
+        objects = []
+        for number, text in enumerate(content.split("\n"), start=1):
+            if text.strip():
+                try:
+                    objects.append((number, json.loads(text)))
+                except json.JSONDecodeError as error:
+                    raise DataFormatError(path, number, f"not valid JSON ({error.msg}; "
+                                          "expected one object per line)") from None
+        unit = "line"
+    if not objects:
+        return _Table([], named=True, unit=unit, separator="")
+    for number, item in objects:
+        if not isinstance(item, dict):
+            raise DataFormatError(path, number, f"expected a JSON object, got "
+                                  f"{type(item).__name__}", unit=unit)
+    header = list(objects[0][1])
+    records: list[tuple[int, list[str]]] = [(objects[0][0], header)]
+    for number, item in objects:
+        if list(item) != header and set(item) != set(header):
+            raise DataFormatError(path, number, f"keys {sorted(item)} differ from the first "
+                                  f"row's {sorted(header)}", unit=unit)
+        records.append((number, [_field_text(item[key]) for key in header]))
+    return _Table(records, named=True, unit=unit, separator="")
+
+
+def _read_parquet(path: Path, raw: bytes) -> _Table:
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(io.BytesIO(raw))
+    except Exception as error:  # pyarrow raises several types for a damaged file
+        raise DataFormatError(path, None, f"not a readable parquet file ({error})") from None
+    header = list(table.column_names)
+    records: list[tuple[int, list[str]]] = [(0, header)]
+    columns = table.to_pydict()
+    records += [(row + 1, [_field_text(columns[name][row]) for name in header])
+                for row in range(table.num_rows)]
+    return _Table(records, named=True, unit="row", label_names=_parquet_label_names(table),
+                  separator="")
+
+
+def _parquet_label_names(table) -> tuple[str, ...] | None:
+    """The ClassLabel names ``datasets`` stores in a parquet file's metadata, if any."""
+    metadata = (table.schema.metadata or {}).get(b"huggingface")
+    if not metadata:
+        return None
+    try:
+        features = json.loads(metadata)["info"]["features"]
+    except (KeyError, TypeError, ValueError):
+        return None
+    label = features.get("label") if isinstance(features, dict) else None
+    if isinstance(label, dict) and label.get("_type") == "ClassLabel" and label.get("names"):
+        return tuple(str(name) for name in label["names"])
+    return None
+
+
+MAX_PROBLEMS = 20
+"""Problems listed per file before the loader stops reading it."""
+
+
+def _read_split_file(spec: TaskSpec, path: Path, raw: bytes, is_test: bool,
+                     first_row: int = 0) -> tuple[datasets.Dataset, str]:
+    """Parse one split file into a Dataset, checking every row against the task's schema;
+    also returns the name of the layout the file was read as.  ``first_row``: the number
+    of the file's first row (a later shard of a parquet export continues the count)."""
+    table = _read_table(path, raw)
+    unit = table.unit
+    if not table.records:
+        raise DataFormatError(path, None, "file is empty (expected a header or rows)")
+    if table.label_names is not None and not spec.is_regression \
+            and sorted(table.label_names) != sorted(spec.label_names):
+        raise DataFormatError(path, None, f"label names {list(table.label_names)} are not "
+                              f"{spec.name}'s (expected {list(spec.label_names)})")
+    first_line, first_fields = table.records[0]
+    file_layout = _match_layout(spec, first_fields, path, first_line or None, is_test,
+                                table.named)
+    if file_layout.layout.name == "hf-export" and not (table.named or table.quoted):
+        table = _read_table(path, raw, quoted=True)
+    layout = file_layout.layout
     width = file_layout.n_fields
+    widths = sorted({width + extra for extra in (0, *layout.extra_fields)})
     texts: list[tuple[str, ...]] = []
     labels: list[int | float] = []
-    start = first + 1 if file_layout.has_header else first
-    for lineno, text in enumerate(lines[start:], start=start + 1):
-        text = text.rstrip("\r")
-        if not text.strip():
+    problems: list[tuple[int | None, str]] = []
+    text_names = layout.text
+    records = table.records[1:] if file_layout.has_header else table.records
+    for lineno, fields in records:
+        if len(problems) >= MAX_PROBLEMS:
+            break
+        if len(fields) not in widths:
+            expected = " or ".join(map(str, widths))
+            problems.append((lineno, f"expected {expected} {table.separator}fields, got "
+                                     f"{len(fields)}"))
             continue
-        fields = text.split("\t")
-        if len(fields) < width or (len(fields) > width and not file_layout.layout.allow_extra):
-            at_least = "at least " if file_layout.layout.allow_extra else ""
-            raise DataFormatError(
-                path,
-                lineno,
-                f"expected {at_least}{width} tab-separated fields, got {len(fields)}",
-            )
-        texts.append(tuple(_clean_text(fields[i]) for i in file_layout.text_cols))
-        if file_layout.label_col is None:
-            labels.append(math.nan if spec.is_regression else _UNLABELED)
-        else:
-            labels.append(_parse_label(spec, fields[file_layout.label_col], is_test, path, lineno))
-    return _build_dataset(spec, texts, labels), file_layout.layout.name
+        try:
+            row_texts = tuple(_clean_text(fields[i]) for i in file_layout.text_cols)
+            for name, text in zip(text_names, row_texts, strict=True):
+                if not text:
+                    raise DataFormatError(path, lineno, f"{name} is empty (expected text)",
+                                          unit=unit)
+            for position, column, check in file_layout.checks:
+                pattern, expected = _FIELD_CHECKS[check]
+                if not pattern.fullmatch(fields[position].strip()):
+                    raise DataFormatError(path, lineno, f"{column} {fields[position]!r} is not "
+                                          f"{expected}", unit=unit)
+            if file_layout.index_col is not None:
+                _check_index(fields[file_layout.index_col], first_row + len(texts) +
+                             len(problems), path, lineno, unit)
+            if file_layout.label_col is None:
+                label: int | float = math.nan if spec.is_regression else _UNLABELED
+            else:
+                label = _parse_label(spec, fields[file_layout.label_col], is_test, path,
+                                     lineno, table.label_names, unit)
+        except DataFormatError as error:
+            problems.append((error.line, error.detail))
+            continue
+        texts.append(row_texts)
+        labels.append(label)
+    if not problems and not texts:
+        problems.append((None, "no data rows (expected at least one row"
+                         + (" after the header)" if file_layout.has_header else ")")))
+    if problems:
+        (line, detail), *more = problems
+        raise DataFormatError(path, line, detail, more, unit=unit)
+    return _build_dataset(spec, texts, labels), layout.name
 
 
-def _find_split_file(folder: Path, split: str) -> Path | None:
-    for name in _SPLIT_FILES.get(split, (f"{split}.tsv",)):
-        if (folder / name).is_file():
-            return folder / name
-    return None
+READ_AS_QUOTED_TSV = "hf-export-tsv-quoted"
+"""Enters the fingerprint of a split whose TSV was read with CSV quoting, so data read
+this way never shares cache entries or run ids with the same bytes read literally."""
+
+
+def _check_index(raw: str, position: int, path: Path, line: int, unit: str) -> None:
+    """An ``idx`` / ``index`` field numbers the rows from 0 (GLUE's files and their
+    exports): a row whose number is not its position was moved, or a field swapped."""
+    value = raw.strip()
+    if value != str(position):
+        raise DataFormatError(path, line, f"row number {raw!r} is not this row's "
+                              f"(expected {position}: the rows are numbered from 0)", unit=unit)
+
+
+def _split_candidates(spec: TaskSpec, split: str) -> list[str]:
+    """File names a split may have: GLUE's and the STS Benchmark's, then a Hugging Face
+    export's (``validation``, ``validation_matched``... in each format ``datasets``
+    writes)."""
+    hub_name = dict(spec.hub_splits).get(split, split)
+    names = list(_SPLIT_FILES.get(split, (f"{split}.tsv",)))
+    for stem in dict.fromkeys((split, hub_name)):
+        names += [f"{stem}.{ext}" for ext in _EXPORT_FORMATS]
+    return list(dict.fromkeys(names))
+
+
+def _find_split_files(folder: Path, spec: TaskSpec, split: str) -> list[Path]:
+    """The file(s) holding ``split``: one file, or the shards of a parquet export
+    (``validation-00000-of-00002.parquet`` ...).  Two candidates for one split are an
+    error: which one the user meant is not for the loader to guess."""
+    found = [folder / name for name in _split_candidates(spec, split)
+             if (folder / name).is_file()]
+    hub_name = dict(spec.hub_splits).get(split, split)
+    shards = sorted(folder.glob(f"{hub_name}-*-of-*.parquet"))
+    groups = [[path] for path in found] + ([shards] if shards else [])
+    if len(groups) > 1:
+        names = ", ".join(group[0].name + (" ..." if len(group) > 1 else "")
+                          for group in groups)
+        raise DataFormatError(folder, None, f"several files for the {split} split ({names});"
+                              " keep one")
+    return groups[0] if groups else []
 
 
 def _load_local(
@@ -323,26 +621,56 @@ def _load_local(
     files: dict[str, str] = {}
     layouts: dict[str, str] = {}
     raw_by_split: dict[str, bytes] = {}
+    failures: list[DataFormatError] = []  # every malformed file is reported, not the first
     for split in ("train", *spec.dev_splits, *spec.test_splits):
-        path = _find_split_file(folder, split)
-        if path is None:
+        paths = _find_split_files(folder, spec, split)
+        if not paths:
             if split in spec.test_splits:
                 continue
-            wanted = " or ".join(_SPLIT_FILES.get(split, (f"{split}.tsv",)))
+            if failures:  # what is wrong with the files that are there comes first
+                break
+            wanted = " or ".join(_split_candidates(spec, split)[:4])
             raise DataNotFoundError(
-                f"no {split} file for task {spec.name} in {folder} (looked for {wanted}); "
-                f"{_HOW_TO_GET_DATA}"
+                f"no {split} file for task {spec.name} in {folder} (looked for {wanted}, "
+                f"and the other formats of a Hugging Face export); {_HOW_TO_GET_DATA}"
             )
-        raw = path.read_bytes()
-        splits[split], layouts[split] = _read_split_file(
-            spec, path, raw, is_test=split in spec.test_splits)
-        files[split] = path.relative_to(data_dir).as_posix()
-        raw_by_split[split] = raw
+        parts: list[tuple[datasets.Dataset, str]] = []
+        for path in paths:
+            raw = path.read_bytes()
+            try:
+                parts.append(_read_split_file(spec, path, raw,
+                                              is_test=split in spec.test_splits,
+                                              first_row=sum(len(part) for part, _ in parts)))
+            except DataFormatError as error:
+                failures.append(error)
+            raw_by_split[split] = raw_by_split.get(split, b"") + raw
+        if not parts or len(parts) < len(paths):
+            continue
+        splits[split] = (parts[0][0] if len(parts) == 1 else _concatenate(
+            spec, [dataset for dataset, _ in parts]))
+        layouts[split] = parts[0][1]
+        files[split] = paths[0].relative_to(data_dir).as_posix()
+    if failures:
+        raise failures[0] if len(failures) == 1 else DataFormatErrors(failures)
     digest_input = b"".join(
         split.encode() + b"\0" + hashlib.sha256(raw_by_split[split]).digest()
+        + (f"\0{READ_AS_QUOTED_TSV}".encode() if quoted_tsv(layouts[split], files[split])
+           else b"")
         for split in sorted(raw_by_split)
     )
     return splits, files, layouts, digest_input
+
+
+def quoted_tsv(layout: str, file: str) -> bool:
+    return layout == "hf-export" and file.lower().endswith(".tsv")
+
+
+def _concatenate(spec: TaskSpec, parts: list[datasets.Dataset]) -> datasets.Dataset:
+    """The shards of one split as one, ``idx`` renumbered in shard order."""
+    rows = datasets.concatenate_datasets(parts)
+    texts = list(zip(*(rows[column] for column in
+                       (("text_a", "text_b") if spec.is_pair else ("text_a",))), strict=True))
+    return _build_dataset(spec, texts, rows["label"])
 
 
 # --------------------------------------------------------------------------- hub
@@ -459,6 +787,40 @@ def load_task(
     )
 
 
+@dataclass
+class TaskCheck:
+    """What ``harness data check`` reports for one task: rows per split, or the errors."""
+
+    task: str
+    rows: dict[str, int] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+    layouts: dict[str, str] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+
+def check_tasks(tasks: Iterable[str] | None, data_dir: str | Path | None = None
+                ) -> tuple[Path, list[TaskCheck]]:
+    """Load and validate every split of ``tasks`` (default: every task with a folder in
+    the data directory) the way a run reads them."""
+    root = resolve_data_dir(data_dir)
+    specs = ([get_task(name) for name in tasks] if tasks else
+             [spec for spec in GLUE_TASKS.values() if (root / spec.folder).is_dir()])
+    if not specs:
+        raise DataNotFoundError(f"no GLUE task folder in {root}; {_HOW_TO_GET_DATA}")
+    checks = []
+    for spec in specs:
+        check = TaskCheck(spec.name)
+        try:
+            loaded = load_task(spec, data_dir=root)
+        except (DataFormatError, DataNotFoundError) as error:
+            check.errors = str(error).splitlines()
+        else:
+            check.rows = {split: len(rows) for split, rows in loaded.splits.items()}
+            check.files, check.layouts = loaded.files, loaded.layouts
+        checks.append(check)
+    return root, checks
+
+
 def _format_label(spec: TaskSpec, label: float) -> str:
     if spec.is_regression:
         # Shortest text that reads back as the same float32 (3.8, not 3.799999952).
@@ -486,8 +848,8 @@ def fetch_glue(
     """Download GLUE tasks and write them as ``out_dir/<folder>/<split>.tsv``.
 
     The files use the "HF export" layout (the task's text fields, ``label``, ``idx``;
-    tab separated, no quoting, tabs and newlines in text turned into spaces), which
-    :func:`load_task` reads back with ``source="local"``.
+    tab separated with CSV quoting, as ``datasets`` writes a TSV; tabs and newlines in
+    text turned into spaces), which :func:`load_task` reads back with ``source="local"``.
     """
     written: list[Path] = []
     for name in tasks:
@@ -498,11 +860,13 @@ def fetch_glue(
                 continue
             ds = loaded[hub_split]
             columns = ds.select_columns([*spec.text_fields, "label"]).to_dict()
-            rows = ["\t".join((*spec.text_fields, "label", "idx"))]
+            buffer = io.StringIO()
+            writer = csv.writer(buffer, delimiter="\t", lineterminator="\n")
+            writer.writerow((*spec.text_fields, "label", "idx"))
             for i in range(len(ds)):
                 texts = [_clean_text(columns[f][i]) for f in spec.text_fields]
-                rows.append("\t".join((*texts, _format_label(spec, columns["label"][i]), str(i))))
+                writer.writerow((*texts, _format_label(spec, columns["label"][i]), str(i)))
             path = Path(out_dir) / spec.folder / f"{split}.tsv"
-            _write_atomic(path, "\n".join(rows) + "\n")
+            _write_atomic(path, buffer.getvalue())
             written.append(path)
     return written
