@@ -62,9 +62,16 @@ from harness.teacher.outputs import (
     intermediate_cache_request,
 )
 from harness.training.distributed import any_process, broadcast
-from harness.training.engine import NonFiniteLossError, predict_logits, train_stage
+from harness.training.engine import (
+    NonFiniteLossError,
+    StageCheckpoint,
+    predict_logits,
+    train_stage,
+)
 
 INFERENCE_ROWS = 512
+GENERAL_SAVE_SECONDS = float(os.environ.get("HARNESS_GENERAL_SAVE_SECONDS", "600"))
+"""How often general distillation saves its progress (a killed run loses at most this)."""
 """Dev rows timed for the student-vs-teacher inference speed in every record."""
 INFERENCE_SECONDS = float(os.environ.get("HARNESS_INFERENCE_SECONDS", "2.0"))
 """Minimum timed span per model (whole passes over the rows); the tests set 0 (one pass)."""
@@ -501,6 +508,12 @@ class SuiteRunner(RunPlanner):
             set_seed(seed)
             student, extra = self._build_student(method, context)
             results = []
+            # General distillation is the longest job there is: it saves its progress as
+            # it goes, and a process killed meanwhile resumes it where it was.
+            partial = {stage.name: StageCheckpoint(self.cache.root / "partial" /
+                                                   f"general-{key}-{stage.name}.pt",
+                                                   every_seconds=GENERAL_SAVE_SECONDS)
+                       for stage in stages}
             for stage in stages:
                 runtime = self._teacher_runtime(stage, None, None)
                 results.append(train_stage(
@@ -508,7 +521,8 @@ class SuiteRunner(RunPlanner):
                     config=stage_configs[stage.name], train_split=split, eval_split=None,
                     evaluator=TaskEvaluator(context.task), teacher=runtime,
                     accelerator=self.accelerator, seed=seed,
-                    description=f"{method.name} general {stage.name}"))
+                    description=f"{method.name} general {stage.name}",
+                    checkpoint=partial[stage.name], log=self.log))
                 student = self.accelerator.unwrap_model(student)
             prefix = getattr(student, "base_model_prefix", "")
             body = {name: tensor for name, tensor in student.state_dict().items()
@@ -531,6 +545,8 @@ class SuiteRunner(RunPlanner):
                     torch.save(self.accelerator.unwrap_model(extra).state_dict(),
                                scratch / "extra.pt")
                     (scratch / "summary.json").write_text(json.dumps(summary, indent=2))
+                for checkpoint in partial.values():
+                    checkpoint.path.unlink(missing_ok=True)
             self.accelerator.wait_for_everyone()
             self.log(f"[general] done in {summary['seconds']:.0f}s: {results[-1].final_losses}")
         path = self.cache.path("general", key)

@@ -17,11 +17,13 @@ and gathers the logits back into row order on every process.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -65,6 +67,46 @@ class StageResult:
     @property
     def examples_per_second(self) -> float:
         return self.examples_seen / self.seconds if self.seconds else 0.0
+
+
+@dataclass(frozen=True)
+class StageCheckpoint:
+    """Where a long stage keeps its progress, and how often it saves it, so that a killed
+    process resumes the stage where it was instead of starting it again.  A saved state
+    holds the weights, the optimiser, the schedule, the position in the epoch and every
+    random state, so a resumed stage trains exactly as one that was never stopped."""
+
+    path: Path
+    every_seconds: float = 600.0
+    every_steps: int | None = None
+    """Save after this many steps too (None: by time only)."""
+
+
+def _save_progress(checkpoint: StageCheckpoint, state: dict[str, Any]) -> None:
+    """Written beside, then renamed over the previous state: a kill while saving leaves
+    the previous state whole."""
+    checkpoint.path.parent.mkdir(parents=True, exist_ok=True)
+    partial = checkpoint.path.with_name(f".{checkpoint.path.name}.{os.getpid()}.tmp")
+    try:
+        torch.save(state, partial)
+        os.replace(partial, checkpoint.path)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def _load_progress(checkpoint: StageCheckpoint | None, config: TrainConfig, total_steps: int,
+                   log: Callable[[str], None]) -> dict[str, Any] | None:
+    if checkpoint is None or not checkpoint.path.exists():
+        return None
+    try:
+        state = torch.load(checkpoint.path, map_location="cpu", weights_only=False)
+    except Exception as error:  # a damaged file: start the stage again
+        log(f"[engine] {checkpoint.path}: unreadable saved progress ({error}); starting over")
+        return None
+    if state.get("config") != config.model_dump() or state.get("total_steps") != total_steps:
+        log(f"[engine] {checkpoint.path}: saved for another budget; starting over")
+        return None
+    return state
 
 
 class TeacherSource(Protocol):
@@ -242,11 +284,15 @@ def train_stage(
     pad_token_id: int = 0,
     task_train_size: int | None = None,
     on_evaluate: Callable[[dict[str, Any]], None] | None = None,
+    checkpoint: StageCheckpoint | None = None,
+    log: Callable[[str], None] = print,
 ) -> StageResult:
     """Train ``student`` (and ``extra``) for one stage; leaves the best checkpoint loaded.
 
     ``on_evaluate`` sees every dev evaluation (stage, step, epoch, metrics, ``main``) as it
-    happens; an exception it raises (e.g. a pruned tuning trial) stops the stage."""
+    happens; an exception it raises (e.g. a pruned tuning trial) stops the stage.
+    ``checkpoint``: save the stage's progress there as it goes, and resume from it (one
+    process only; the caller removes it once the stage's product is stored)."""
     result = StageResult(name=stage.name)
     task = evaluator.task
     rows_per_epoch = None
@@ -299,15 +345,45 @@ def train_stage(
     window: dict[str, list[torch.Tensor]] = defaultdict(list)
     step = 0
     epoch = 0
+    resume_batch = 0  # batches of the current epoch already trained on before a resume
+    earlier_seconds = 0.0
+    if checkpoint is not None and processes > 1:
+        log(f"[engine] {stage.name}: saved progress is for one process; not saving")
+        checkpoint = None
+    saved = _load_progress(checkpoint, config, total_steps, log)
+    if saved is not None:
+        accelerator.unwrap_model(student).load_state_dict(saved["student"])
+        extra.load_state_dict(saved["extra"])
+        optimizer.load_state_dict(saved["optimizer"])
+        scheduler.load_state_dict(saved["scheduler"])
+        batch_generator.set_state(saved["batch_generator"])
+        step, epoch, resume_batch = saved["step"], saved["epoch"], saved["next_batch"]
+        best_score, best_state = saved["best_score"], saved["best_state"]
+        window = defaultdict(list, saved["window"])
+        for name, value in saved["result"].items():
+            setattr(result, name, value)
+        earlier_seconds = result.seconds
+        log(f"[engine] {stage.name}: resuming at step {step} of {total_steps} from "
+            f"{checkpoint.path}")
+    last_save = time.perf_counter()
     started = time.perf_counter()
     progress = progress_bar(total=total_steps, desc=description or stage.name, unit="step",
-                    disable=not accelerator.is_local_main_process, leave=False)
+                    disable=not accelerator.is_local_main_process, leave=False,
+                    initial=step)
     student.train()
     extra.train()
     with stack:
         while step < total_steps:
             sampler.set_epoch(epoch)
-            for batch_index, (batch, rows, own) in enumerate(loader):
+            batches = iter(loader)  # draws the loader's seed from torch's generator
+            if saved is not None:  # then the random state the stage was saved with
+                torch.set_rng_state(saved["torch_rng"])
+                if saved.get("cuda_rng") is not None and torch.cuda.is_available():
+                    torch.cuda.set_rng_state_all(saved["cuda_rng"])
+                saved = None
+            for batch_index, (batch, rows, own) in enumerate(batches):
+                if batch_index < resume_batch:
+                    continue  # trained on before the stage was stopped
                 batch = _to_device(batch, accelerator.device)
                 batch = method.prepare_batch(batch, stage, batch_generator)
                 with autocast(accelerator, config.mixed_precision):
@@ -387,12 +463,31 @@ def train_stage(
                         best_state = {k: v.detach().cpu().clone() for k, v in
                                       accelerator.unwrap_model(student).state_dict().items()}
                     student.train()
+                if checkpoint is not None and step < total_steps and (
+                        time.perf_counter() - last_save >= checkpoint.every_seconds
+                        or (checkpoint.every_steps and step % checkpoint.every_steps == 0)):
+                    result.seconds = earlier_seconds + time.perf_counter() - started
+                    _save_progress(checkpoint, {
+                        "config": config.model_dump(), "total_steps": total_steps,
+                        "student": accelerator.unwrap_model(student).state_dict(),
+                        "extra": extra.state_dict(), "optimizer": optimizer.state_dict(),
+                        "scheduler": scheduler.state_dict(),
+                        "batch_generator": batch_generator.get_state(),
+                        "torch_rng": torch.get_rng_state(),
+                        "cuda_rng": (torch.cuda.get_rng_state_all()
+                                     if torch.cuda.is_available() else None),
+                        "step": step, "epoch": epoch,
+                        "next_batch": batch_index + 1, "best_score": best_score,
+                        "best_state": best_state, "window": dict(window),
+                        "result": asdict(result)})
+                    last_save = time.perf_counter()
                 if step >= total_steps:
                     break
             epoch += 1
+            resume_batch = 0
     progress.close()
     result.steps = step
-    result.seconds = time.perf_counter() - started
+    result.seconds = earlier_seconds + time.perf_counter() - started
     unwrapped = accelerator.unwrap_model(student)
     if config.compile:  # uncompiled again: later stages and timings decide for themselves
         unwrapped._compiled_call_impl = None

@@ -1,0 +1,94 @@
+"""A stage that saves its progress and is killed part-way resumes where it was and ends
+exactly as if it had never stopped (tiny random BERT, dropout on, several epochs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from accelerate import Accelerator
+
+from harness.api.context import StudentContext
+from harness.api.registry import instantiate
+from harness.config.schema import StudentConfig, TrainConfig
+from harness.data.features import EncodedSplit
+from harness.data.metrics import TaskEvaluator
+from harness.data.tasks import get_task
+from harness.teacher.outputs import TeacherRuntime
+from harness.training.engine import StageCheckpoint, train_stage
+from tests.test_intermediate_cache import VOCAB, teacher_config
+
+TASK = get_task("rte")
+CONFIG = TrainConfig(epochs=3, batch_size=6, lr=1e-3, log_every_steps=1)  # 4 batches/epoch
+
+
+def split(rows: int = 20) -> EncodedSplit:
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(3, 12, rows)
+    return EncodedSplit(name="train",
+                        input_ids=[rng.integers(1, VOCAB, length) for length in lengths],
+                        token_type_ids=[np.zeros(length, dtype=np.int64) for length in lengths],
+                        labels=rng.integers(0, 2, rows), lengths=lengths)
+
+
+class Stopped(Exception):
+    """Stands for the process being killed."""
+
+
+def run(method, checkpoint: StageCheckpoint | None = None, config: TrainConfig = CONFIG):
+    shape = StudentConfig(num_layers=2, hidden_size=16, num_heads=4, intermediate_size=32)
+    context = StudentContext(task=TASK, shape_name="tiny", shape=shape,
+                             teacher_config=teacher_config())
+    torch.manual_seed(1)
+    student = method.build_student(context)
+    torch.manual_seed(2)  # dropout draws from here on
+    result = train_stage(method=method, stage=method.stages(TASK)[0], student=student,
+                         extra=method.extra_modules(context), config=config,
+                         train_split=split(), eval_split=None, evaluator=TaskEvaluator(TASK),
+                         teacher=TeacherRuntime(), accelerator=Accelerator(), seed=3,
+                         checkpoint=checkpoint, log=lambda line: None)
+    return result, torch.cat([p.detach().flatten() for p in student.parameters()])
+
+
+def stopping_after(calls: int):
+    """The finetune method, killed during its ``calls``-th step."""
+    plain = instantiate("finetune")
+
+    class Stopping(type(plain)):
+        seen = 0
+
+        def compute_losses(self, inputs):
+            Stopping.seen += 1
+            if Stopping.seen == calls:
+                raise Stopped
+            return super().compute_losses(inputs)
+
+    return Stopping(plain.params, plain.weights)
+
+
+@pytest.mark.parametrize("killed_at", [3, 7, 10])  # in epoch 1, epoch 2, epoch 3
+def test_a_killed_stage_resumes_exactly(tmp_path: Path, killed_at: int) -> None:
+    expected, weights = run(instantiate("finetune"))
+    assert expected.steps == 12
+    checkpoint = StageCheckpoint(tmp_path / "progress.pt", every_steps=2)
+    with pytest.raises(Stopped):
+        run(stopping_after(killed_at), checkpoint)
+    assert checkpoint.path.exists()
+    saved = torch.load(checkpoint.path, weights_only=False)
+    assert saved["step"] == (killed_at - 1) // 2 * 2  # the last save before the kill
+    resumed, resumed_weights = run(instantiate("finetune"), checkpoint)
+    assert torch.equal(resumed_weights, weights)
+    assert resumed.steps == 12 and resumed.examples_seen == expected.examples_seen
+    assert [row["loss"] for row in resumed.history] == [row["loss"] for row in expected.history]
+
+
+def test_saved_progress_for_another_budget_or_damaged_is_not_used(tmp_path: Path) -> None:
+    weights = run(instantiate("finetune"))[1]
+    checkpoint = StageCheckpoint(tmp_path / "progress.pt", every_steps=2)
+    with pytest.raises(Stopped):
+        run(stopping_after(5), checkpoint, config=CONFIG.model_copy(update={"lr": 5e-4}))
+    assert torch.equal(run(instantiate("finetune"), checkpoint)[1], weights)
+    checkpoint.path.write_bytes(b"not a checkpoint")
+    assert torch.equal(run(instantiate("finetune"), checkpoint)[1], weights)
