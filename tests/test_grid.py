@@ -314,3 +314,23 @@ def test_workers_starting_together_on_a_new_database_all_get_it(tmp_path):
         outputs = [process.communicate(timeout=120)[0] for process in processes]
         assert [process.returncode for process in processes] == [0, 0, 0, 0], outputs
         assert len(optuna.get_all_study_summaries(open_storage(url))) == 4
+
+
+def test_a_grid_whose_run_ids_change_is_a_new_queue(tmp_path, tiny_data_dir,
+                                                     tiny_teacher_dir):
+    """The queue is named by its cells and their run ids: after a change of data or
+    configuration (new run ids for the same cells) the workers fill a new queue instead of
+    finding every cell completed by runs that no longer answer the plan."""
+    path = grid_suite(tmp_path, tiny_data_dir, tiny_teacher_dir,
+                      {"methods": ["finetune"], "tasks": ["rte"], "seeds": [1]})
+    results, cache = tmp_path / "results", tmp_path / "cache"
+
+    def grid(*overrides: str) -> Grid:
+        return Grid(load_suite(str(path), list(overrides)), results,
+                    f"sqlite:///{results / 'optuna.db'}", cache, log=lambda _: None)
+
+    same, again = grid(), grid()
+    assert same.study_name == again.study_name
+    changed = grid("training.lr=2e-4")
+    assert changed.cells == same.cells
+    assert changed.study_name != same.study_name

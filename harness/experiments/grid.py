@@ -166,6 +166,7 @@ class Grid:
             self.tuned[params.method, params.task] = params
         self._tuners: dict[tuple, Tuner] = {}
         self._estimates: dict[GridCell, float | None] = {}
+        self._run_ids: dict[GridCell, str | None] = {}
         self._recorded: set[GridCell] = set()
 
     # -- tuning ---------------------------------------------------------------------------
@@ -221,6 +222,9 @@ class Grid:
                           else self.runner.store.load(existing).status)
                 status = {"finished": "done"}.get(status, status)
             self._estimates[cell] = estimate
+            # Cells still to be tuned count by their untuned configuration: every worker
+            # names the same queue, before and after the tuning.
+            self._run_ids[cell] = content_hash(spec)
             if status in {"done", "failed"}:
                 self._recorded.add(cell)
             planned.append(PlannedCell(cell, run_id, status, task_epochs, examples, estimate))
@@ -285,7 +289,12 @@ class Grid:
     # -- working ----------------------------------------------------------------------------
     @property
     def study_name(self) -> str:
-        keys = [asdict(cell) for cell in self.cells]
+        """The queue's name: a hash of the cells and of their run ids, so a change of
+        configuration or data (new run ids) makes a new queue rather than one whose cells
+        were completed by runs of another configuration."""
+        if len(self._run_ids) < len(self.cells):
+            self.plan()
+        keys = [{**asdict(cell), "run_id": self._run_ids[cell]} for cell in self.cells]
         digest = content_hash({"cells": keys, "budget": self.config.budget.model_dump(),
                                **({"tuned": {f"{method}/{task}": params.overrides
                                              for (method, task), params in self.tuned.items()}}
