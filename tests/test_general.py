@@ -340,3 +340,29 @@ def test_init_from_is_checked_before_anything_runs(tmp_path, tiny_data_dir, tiny
                          log=lambda _: None)
     with pytest.raises(ConfigError, match="no general"):
         runner.resolve("kd", "rte", 1)
+
+
+def test_every_damaged_cache_entry_is_rebuilt_and_the_run_repeats(tiny_suite_file, tmp_path):
+    """A tinybert run fills the cache with every kind of entry (teacher, augmented copies
+    and their labels, masked-LM head, general checkpoint); one file of each entry is then
+    truncated.  The next run reports each damaged entry, rebuilds it, and scores the same."""
+    cache = tmp_path / "cache"
+    first = SuiteRunner(load_suite(str(tiny_suite_file)), tmp_path / "r1", cache,
+                        log=lambda _: None).run_one("tinybert", "rte", seed=1)
+    damaged = {}
+    for entry in sorted(cache.glob("*/*")):
+        files = [path for path in entry.rglob("*") if path.is_file()
+                 and path.name not in {"key.json", "COMPLETE"}]
+        if entry.name.startswith(".") or not files:
+            continue
+        victim = max(files, key=lambda path: path.stat().st_size)
+        victim.write_bytes(victim.read_bytes()[:victim.stat().st_size // 2])
+        damaged[entry.parent.name] = entry.name
+    assert {"teachers", "augmented", "augmented_logits", "general"} <= set(damaged)
+    messages: list[str] = []
+    again = SuiteRunner(load_suite(str(tiny_suite_file)), tmp_path / "r2", cache,
+                        log=messages.append).run_one("tinybert", "rte", seed=1)
+    assert again.status == "finished" and again.main_score == first.main_score
+    for kind, key in damaged.items():
+        assert any(line.startswith(f"[cache] {kind}/{key[:16]} is damaged") for line in
+                   messages), (kind, [line for line in messages if "[cache]" in line])

@@ -266,3 +266,54 @@ def test_content_hash_is_sha256_hex() -> None:
     digest = content_hash({"x": 1})
     assert len(digest) == 64
     int(digest, 16)
+
+
+# --------------------------------------------------------------------------- damaged entries
+
+
+def built_entry(cache: ArtifactCache, key: str) -> Path:
+    with cache.build("teachers", key, {"task": "rte"}) as scratch:
+        (scratch / "weights.bin").write_bytes(bytes(range(256)) * 4)
+        (scratch / "logits").mkdir()
+        (scratch / "logits" / "train.npy").write_bytes(b"\x01" * 100)
+    return cache.path("teachers", key)
+
+
+@pytest.mark.parametrize(("damage", "problem"), [
+    (lambda entry: (entry / "weights.bin").write_bytes(bytes(range(256)) * 2),
+     "weights.bin has 512 bytes, 1024 were written"),
+    (lambda entry: (entry / "logits" / "train.npy").unlink(), "logits/train.npy is missing"),
+    (lambda entry: (entry / "weights.bin").write_bytes(bytes(range(255, -1, -1)) * 4),
+     "weights.bin was altered"),
+    (lambda entry: (entry / "key.json").write_text("{"), "key.json unreadable"),
+])
+def test_a_damaged_entry_is_reported_discarded_and_rebuilt(tmp_path: Path, damage,
+                                                           problem: str) -> None:
+    key = content_hash({"task": "rte", "damage": problem})
+    entry = built_entry(ArtifactCache(tmp_path), key)
+    manifest = json.loads((entry / "key.json").read_text())["files"]
+    assert manifest["weights.bin"]["size"] == 1024 and "logits/train.npy" in manifest
+    damage(entry)
+    messages: list[str] = []
+    cache = ArtifactCache(tmp_path, log=messages.append)  # a later process
+    assert not cache.has("teachers", key)
+    assert problem in messages[0] and "rebuilding it" in messages[0]
+    assert not entry.exists() and files_in(tmp_path / "teachers") == []
+    built_entry(cache, key)
+    assert cache.has("teachers", key)
+    assert ArtifactCache(tmp_path, log=messages.append).has("teachers", key)
+    assert len(messages) == 1
+
+
+def test_an_entry_written_before_checksums_has_them_recorded(tmp_path: Path) -> None:
+    key = content_hash({"task": "old"})
+    entry = built_entry(ArtifactCache(tmp_path), key)
+    description = json.loads((entry / "key.json").read_text())
+    del description["files"]
+    (entry / "key.json").write_text(json.dumps(description))
+    messages: list[str] = []
+    assert ArtifactCache(tmp_path, log=messages.append).has("teachers", key)
+    assert "recorded them now" in messages[0]
+    assert "weights.bin" in json.loads((entry / "key.json").read_text())["files"]
+    (entry / "weights.bin").write_bytes(b"x" * 1024)
+    assert not ArtifactCache(tmp_path, log=messages.append).has("teachers", key)

@@ -6,6 +6,11 @@ process killed mid-way never leaves an entry that looks finished.  Several proce
 build the same entry at once (workers sharing a cache, the processes of one launch): the
 first to finish puts its copy in place and the others discard theirs, so a finished entry
 is never replaced under a process reading it.
+
+Each entry records the size and SHA-256 of every file it holds (``key.json``, ``files``).
+The first time a process uses an entry it checks them: a truncated, missing or altered
+file makes the entry damaged; it is reported, moved out of the way and rebuilt, never
+read.  An entry written before checksums existed has them recorded on first use.
 """
 
 from __future__ import annotations
@@ -15,8 +20,9 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -48,15 +54,93 @@ def file_digest(path: Path, chunk_size: int = 1 << 22) -> str:
     return digest.hexdigest()
 
 
+DESCRIPTION = "key.json"
+MARKER = "COMPLETE"
+
+
+def file_manifest(folder: Path) -> dict[str, dict[str, Any]]:
+    """Size and SHA-256 of every file under ``folder`` but the entry's own bookkeeping."""
+    return {path.relative_to(folder).as_posix(): {"size": path.stat().st_size,
+                                                  "sha256": file_digest(path)}
+            for path in sorted(folder.rglob("*"))
+            if path.is_file() and path.relative_to(folder).as_posix() not in {DESCRIPTION,
+                                                                              MARKER}}
+
+
+def _log_to_stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
 class ArtifactCache:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, log: Callable[[str], None] = _log_to_stderr) -> None:
         self.root = Path(root)
+        self.log = log
+        self._checked: set[tuple[str, str]] = set()
 
     def path(self, kind: str, key: str) -> Path:
         return self.root / kind / key
 
     def has(self, kind: str, key: str) -> bool:
-        return (self.path(kind, key) / "COMPLETE").exists()
+        """Whether the entry is complete and whole.  The first call for an entry in a
+        process checks its files against their recorded sizes and checksums; a damaged
+        entry is reported and removed, so the caller rebuilds it."""
+        if not (self.path(kind, key) / MARKER).exists():
+            return False
+        if (kind, key) in self._checked:
+            return True
+        problems = self.problems(kind, key)
+        if problems is None:
+            self._record_manifest(kind, key)
+        elif problems:
+            self.log(f"[cache] {kind}/{key[:16]} is damaged ({'; '.join(problems[:5])}); "
+                     "rebuilding it")
+            self._discard(kind, key)
+            return False
+        self._checked.add((kind, key))
+        return True
+
+    def problems(self, kind: str, key: str) -> list[str] | None:
+        """What differs between the entry's files and what was recorded when it was
+        written (empty: nothing); None for an entry written before checksums."""
+        entry = self.path(kind, key)
+        try:
+            recorded = json.loads((entry / DESCRIPTION).read_text()).get("files")
+        except (OSError, ValueError, AttributeError) as error:
+            return [f"{DESCRIPTION} unreadable ({error})"]
+        if recorded is None:
+            return None
+        problems = []
+        for name, expected in recorded.items():
+            path = entry / name
+            if not path.is_file():
+                problems.append(f"{name} is missing")
+            elif (size := path.stat().st_size) != expected["size"]:
+                problems.append(f"{name} has {size} bytes, {expected['size']} were written")
+            elif file_digest(path) != expected["sha256"]:
+                problems.append(f"{name} was altered (its checksum differs)")
+        return problems
+
+    def _record_manifest(self, kind: str, key: str) -> None:
+        entry = self.path(kind, key)
+        description = json.loads((entry / DESCRIPTION).read_text())
+        description["files"] = file_manifest(entry)
+        partial = entry / f".{DESCRIPTION}.{os.getpid()}.tmp"
+        partial.write_text(json.dumps(description, indent=2, default=str))
+        os.replace(partial, entry / DESCRIPTION)
+        self.log(f"[cache] {kind}/{key[:16]}: written before checksums; recorded them now")
+
+    def _discard(self, kind: str, key: str) -> None:
+        """Move a damaged entry aside (one rename: readers never see half of it), then
+        delete it."""
+        entry = self.path(kind, key)
+        aside = entry.with_name(f".damaged-{key[:12]}-{os.getpid()}")
+        locks = self.root / ".locks"
+        locks.mkdir(parents=True, exist_ok=True)
+        with open(locks / f"{kind}-{key}", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if entry.exists():
+                os.replace(entry, aside)
+        shutil.rmtree(aside, ignore_errors=True)
 
     @contextmanager
     def build(self, kind: str, key: str, description: dict[str, Any]) -> Iterator[Path]:
@@ -68,20 +152,21 @@ class ArtifactCache:
         scratch = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=final.parent))
         try:
             yield scratch
-            (scratch / "key.json").write_text(json.dumps(
-                {"key": key, "cache_version": CACHE_VERSION, **description}, indent=2,
-                default=str))
-            (scratch / "COMPLETE").write_text("")
+            (scratch / DESCRIPTION).write_text(json.dumps(
+                {"key": key, "cache_version": CACHE_VERSION, **description,
+                 "files": file_manifest(scratch)}, indent=2, default=str))
+            (scratch / MARKER).write_text("")
             # One process at a time decides between keeping a finished entry and putting
             # this one in place: no window between the check and the rename.
             locks = self.root / ".locks"
             locks.mkdir(exist_ok=True)
             with open(locks / f"{kind}-{key}", "w") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)
-                if not self.has(kind, key):
+                if not (final / MARKER).exists():
                     if final.exists():  # an incomplete leftover from a killed process
                         shutil.rmtree(final)
                     os.replace(scratch, final)
+                    self._checked.add((kind, key))
         finally:
             if scratch.exists():
                 shutil.rmtree(scratch, ignore_errors=True)

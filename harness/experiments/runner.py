@@ -135,7 +135,7 @@ class SuiteRunner(RunPlanner):
     def __init__(self, suite: SuiteConfig, results_dir: Path, cache_dir: Path | None = None,
                  log: Callable[[str], None] = print, retry_failed: bool = False) -> None:
         self.store = ResultsStore(results_dir)
-        self.cache = ArtifactCache(cache_dir or default_cache_dir())
+        self.cache = ArtifactCache(cache_dir or default_cache_dir(), log=log)
         self.retry_failed = retry_failed
         # Stages that train part of the student (the intermediate and general stages leave
         # the classifier unused) would stop DDP's gradient reduction without this.
