@@ -342,7 +342,8 @@ def test_init_from_is_checked_before_anything_runs(tmp_path, tiny_data_dir, tiny
         runner.resolve("kd", "rte", 1)
 
 
-def test_every_damaged_cache_entry_is_rebuilt_and_the_run_repeats(tiny_suite_file, tmp_path):
+def test_every_damaged_cache_entry_is_rebuilt_and_the_run_repeats(tiny_suite_file, tmp_path,
+                                                                  tiny_data_dir):
     """A tinybert run fills the cache with every kind of entry (teacher, augmented copies
     and their labels, masked-LM head, general checkpoint); one file of each entry is then
     truncated.  The next run reports each damaged entry, rebuilds it, and scores the same."""
@@ -363,6 +364,8 @@ def test_every_damaged_cache_entry_is_rebuilt_and_the_run_repeats(tiny_suite_fil
     again = SuiteRunner(load_suite(str(tiny_suite_file)), tmp_path / "r2", cache,
                         log=messages.append).run_one("tinybert", "rte", seed=1)
     assert again.status == "finished" and again.main_score == first.main_score
+    record = again.path.read_text()  # portable: no path of this machine in it
+    assert str(tiny_data_dir) not in record and str(tmp_path) not in record
     for kind, key in damaged.items():
         assert any(line.startswith(f"[cache] {kind}/{key[:16]} is damaged") for line in
                    messages), (kind, [line for line in messages if "[cache]" in line])

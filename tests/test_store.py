@@ -3,6 +3,7 @@ harness.common.cache (artifact entries, hashes)."""
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 
@@ -317,3 +318,35 @@ def test_an_entry_written_before_checksums_has_them_recorded(tmp_path: Path) -> 
     assert "weights.bin" in json.loads((entry / "key.json").read_text())["files"]
     (entry / "weights.bin").write_bytes(b"x" * 1024)
     assert not ArtifactCache(tmp_path, log=messages.append).has("teachers", key)
+
+
+class FullDisk:
+    """A value whose serialisation fails part-way, as a write on a full disk does."""
+
+    def __str__(self) -> str:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_write_that_fails_part_way_leaves_the_previous_file(tmp_path: Path) -> None:
+    from harness.common.files import write_json_atomic
+
+    path = tmp_path / "record.json"
+    write_json_atomic(path, {"score": 1.0})
+    with pytest.raises(OSError, match="No space left"):
+        write_json_atomic(path, {"score": 2.0, "padding": "x" * 100_000, "late": FullDisk()})
+    assert json.loads(path.read_text()) == {"score": 1.0}
+    assert [item.name for item in tmp_path.iterdir()] == ["record.json"]  # no partial file
+
+
+def test_a_cache_entry_that_fails_part_way_leaves_the_previous_entry(tmp_path: Path) -> None:
+    cache = ArtifactCache(tmp_path)
+    key = content_hash({"task": "full"})
+    entry = built_entry(cache, key)
+    before = json.loads((entry / "key.json").read_text())["files"]
+    with pytest.raises(OSError, match="No space left"), \
+            cache.build("teachers", key, {}) as scratch:
+        (scratch / "weights.bin").write_bytes(b"\x00" * 10)
+        raise OSError(errno.ENOSPC, "No space left on device")
+    assert ArtifactCache(tmp_path).has("teachers", key)
+    assert json.loads((entry / "key.json").read_text())["files"] == before
+    assert files_in(tmp_path / "teachers") == [key]
