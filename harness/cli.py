@@ -31,7 +31,7 @@ from harness.common.cli_options import (
     recipe_overrides,
     split_csv,
 )
-from harness.config.schema import ConfigError, available_suites
+from harness.config.schema import ConfigError, available_suites, resolve_suite_path
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Benchmark and ablation harness for knowledge distillation on GLUE.")
@@ -64,7 +64,7 @@ def run(
     try:
         config = load_suite(suite, recipe_overrides(set_, data_dir, teacher))
         methods = method or config.default_methods()
-        check_method_names(config, methods, "--method")
+        check_method_names(config, methods, "--method", str(resolve_suite_path(suite)))
         if "all" in methods:
             methods = config.method_names()
         task_list = split_csv(tasks) or config.tasks
@@ -115,7 +115,7 @@ def tune(
         fail(f"--pruner {pruner!r}: choose median, halving or none")
     try:
         config = load_suite(suite, recipe_overrides(set_, data_dir, teacher))
-        check_method_names(config, [method], "--method")
+        check_method_names(config, [method], "--method", str(resolve_suite_path(suite)))
         seed_list = [int(s) for s in split_csv(seeds)] if seeds else config.seeds[:1]
         target = TuningTarget(method=method, task=task, seeds=seed_list, student=student)
         tuner = Tuner(config, target, results, storage or default_storage(results), cache_dir,
@@ -158,7 +158,7 @@ def _grid(suite: str, storage: str | None, results: Path, cache_dir: Path | None
 
     try:
         config = load_suite(suite, recipe_overrides(set_, data_dir, teacher))
-        check_method_names(config, method or [], "--method")
+        check_method_names(config, method or [], "--method", str(resolve_suite_path(suite)))
         grid = Grid(config, results, storage or default_storage(results), cache_dir,
                     log=echo, methods=method, tasks=split_csv(tasks),
                     seeds=[int(s) for s in split_csv(seeds)] if seeds else None,

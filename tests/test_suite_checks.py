@@ -107,8 +107,9 @@ def test_an_unknown_task_is_a_short_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_suite(str(path))
     message = str(info.value)
-    assert str(path) in message and "mrcp" in message
-    assert len(message) < 400, message
+    assert message.splitlines()[1].strip().startswith("tasks.1: Value error, unknown task "
+                                                      "'mrcp'"), message
+    assert str(path) in message and len(message) < 400, message
 
 
 def test_cli_names_an_unknown_method_and_dry_run_checks_recipes(tmp_path: Path) -> None:
@@ -116,8 +117,7 @@ def test_cli_names_an_unknown_method_and_dry_run_checks_recipes(tmp_path: Path) 
     runner = CliRunner()
     result = runner.invoke(app, ["run", "--suite", str(path), "--method", "kdd"])
     assert result.exit_code != 0
-    assert "--method: unknown method 'kdd'" in result.output
-    assert "suite tiny" in result.output
+    assert f"{path}: --method: unknown method 'kdd'; did you mean 'kd'?" in result.output
     bad = suite_file(tmp_path, lambda t: t["methods"]["bert-pkd-last"]["params"].update(
         mappping="last"))
     result = runner.invoke(app, ["grid", "--suite", str(bad), "--dry-run",

@@ -6,6 +6,7 @@ mistake was written: a variant's own key, not its base's."""
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable
 from typing import Any
 
@@ -58,18 +59,27 @@ def suite_problems(suite: SuiteConfig) -> list[str]:
 
 
 def unknown_methods(suite: SuiteConfig, names: Iterable[str], where: str) -> list[str]:
-    """Names that are neither a recipe of the suite nor a registered plugin."""
-    known = set(suite.methods) | set(registry.names())
-    return [f"{where}: unknown method {name!r}; the suite's methods: "
-            f"{', '.join(suite.methods) or '(none)'}; plugins: {', '.join(registry.names())}"
-            for name in names if name not in known and name != "all"]
+    """Names that are neither a recipe of the suite nor a registered plugin, each with the
+    closest known names."""
+    known = [*suite.methods, *(name for name in registry.names() if name not in suite.methods)]
+    problems = []
+    for name in names:
+        if name in known or name == "all":
+            continue
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+        hint = (f"did you mean {' or '.join(map(repr, close))}?" if close else
+                f"plugins: {', '.join(registry.names())}; or a method of the suite")
+        problems.append(f"{where}: unknown method {name!r}; {hint}")
+    return problems
 
 
-def check_method_names(suite: SuiteConfig, names: Iterable[str], where: str) -> None:
-    """Raise a short error for ``names`` (e.g. ``--method``) the suite cannot run."""
+def check_method_names(suite: SuiteConfig, names: Iterable[str], where: str,
+                       source: str | None = None) -> None:
+    """Raise a short error for ``names`` (e.g. ``--method``) the suite cannot run;
+    ``source``: the suite's file, named in the error."""
     problems = unknown_methods(suite, names, where)
     if problems:
-        raise ConfigError(f"suite {suite.name}: {problems[0]}")
+        raise ConfigError(f"{source or f'suite {suite.name}'}: {problems[0]}")
 
 
 def _recipe_problems(suite: SuiteConfig, name: str) -> list[str]:
@@ -80,7 +90,10 @@ def _recipe_problems(suite: SuiteConfig, name: str) -> list[str]:
         cls = registry.get(plugin_name)
     except KeyError:
         key = f"{where}.base" if own.base is not None else where
-        return [f"{key}: unknown method {plugin_name!r}; plugins: {', '.join(registry.names())}"]
+        close = difflib.get_close_matches(plugin_name, registry.names(), n=3, cutoff=0.6)
+        hint = (f"did you mean {' or '.join(map(repr, close))}?" if close
+                else f"plugins: {', '.join(registry.names())}")
+        return [f"{key}: unknown method {plugin_name!r}; {hint}"]
     problems: list[str] = []
     terms = {term.name for term in cls.loss_terms}
     for key, term in [*((f"loss_weights.{term}", term) for term in own.loss_weights),

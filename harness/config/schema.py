@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Discriminator,
@@ -25,6 +26,15 @@ from pydantic import (
 )
 
 from harness.data.tasks import get_task
+
+
+def _known_task(name: str) -> str:
+    get_task(name)  # raises, naming the known tasks
+    return name
+
+
+TaskName = Annotated[str, AfterValidator(_known_task)]
+"""A GLUE task name, checked where it is written (the error's key path ends at it)."""
 
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 SUITES_DIR = Path(__file__).resolve().parents[2] / "suites"
@@ -384,7 +394,7 @@ class GridConfig(StrictModel):
     students: list[str] = Field(
         default_factory=list, description="student shapes crossed with every method whose "
         "plugin builds their kind; empty: each method's own student")
-    tasks: list[str] | None = Field(None, description="default: the suite's tasks")
+    tasks: list[TaskName] | None = Field(None, description="default: the suite's tasks")
     seeds: list[int] | None = Field(None, description="default: the suite's seeds")
     budget: GridBudget = GridBudget()
 
@@ -421,7 +431,7 @@ class SuiteConfig(StrictModel):
         None, description="the suite whose runs these are (a view of it: other tasks, seeds "
         "or variants, the same data, teacher, student and budgets): runs hash and record "
         "under its name, so a configuration both run is trained once")
-    tasks: list[str] = Field(min_length=1)
+    tasks: list[TaskName] = Field(min_length=1)
     seeds: list[int] = Field(default=[1], min_length=1)
     data: DataConfig = DataConfig()
     teacher: TeacherConfig
