@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from accelerate import Accelerator
@@ -13,24 +12,14 @@ from accelerate import Accelerator
 from harness.api.context import StudentContext
 from harness.api.registry import instantiate
 from harness.config.schema import StudentConfig, TrainConfig
-from harness.data.features import EncodedSplit
 from harness.data.metrics import TaskEvaluator
 from harness.data.tasks import get_task
 from harness.teacher.outputs import TeacherRuntime
 from harness.training.engine import StageCheckpoint, train_stage
-from tests.test_intermediate_cache import VOCAB, teacher_config
+from tests.test_intermediate_cache import teacher_config, tiny_split
 
 TASK = get_task("rte")
 CONFIG = TrainConfig(epochs=3, batch_size=6, lr=1e-3, log_every_steps=1)  # 4 batches/epoch
-
-
-def split(rows: int = 20) -> EncodedSplit:
-    rng = np.random.default_rng(0)
-    lengths = rng.integers(3, 12, rows)
-    return EncodedSplit(name="train",
-                        input_ids=[rng.integers(1, VOCAB, length) for length in lengths],
-                        token_type_ids=[np.zeros(length, dtype=np.int64) for length in lengths],
-                        labels=rng.integers(0, 2, rows), lengths=lengths)
 
 
 class Stopped(Exception):
@@ -46,7 +35,7 @@ def run(method, checkpoint: StageCheckpoint | None = None, config: TrainConfig =
     torch.manual_seed(2)  # dropout draws from here on
     result = train_stage(method=method, stage=method.stages(TASK)[0], student=student,
                          extra=method.extra_modules(context), config=config,
-                         train_split=split(), eval_split=None, evaluator=TaskEvaluator(TASK),
+                         train_split=tiny_split(), eval_split=None, evaluator=TaskEvaluator(TASK),
                          teacher=TeacherRuntime(), accelerator=Accelerator(), seed=3,
                          checkpoint=checkpoint, log=lambda line: None)
     return result, torch.cat([p.detach().flatten() for p in student.parameters()])

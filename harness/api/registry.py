@@ -11,7 +11,7 @@ from importlib.metadata import entry_points
 from pydantic import ValidationError
 
 from harness.api.context import StudentKindConfig
-from harness.api.method import Method
+from harness.api.method import Method, MethodParams
 from harness.config.schema import ConfigError, MethodRecipe, PluginStudentShape, StudentConfig
 
 ENTRY_POINT_GROUP = "harness.methods"
@@ -101,22 +101,28 @@ def register_method(cls: type[Method]) -> type[Method]:
     return registry.register(cls)
 
 
-def student_shape_problems(name: str, shape: StudentConfig | PluginStudentShape) -> list[str]:
-    """What is wrong with a suite's student shape ``name`` under its kind's schema, as
-    ``students.<name>.<key>: ...`` lines (empty: nothing)."""
-    if isinstance(shape, StudentConfig | StudentKindConfig):
-        return []
+def _validated_shape(name: str, shape: PluginStudentShape
+                     ) -> tuple[StudentKindConfig | None, list[str]]:
+    """A plugin kind's shape validated against its schema, or what is wrong with it as
+    ``students.<name>.<key>: ...`` lines."""
     try:
         schema = registry.student_schema(shape.kind)
     except KeyError as error:
-        return [f"students.{name}.kind: {error.args[0]}"]
+        return None, [f"students.{name}.kind: {error.args[0]}"]
     try:
-        schema.model_validate(shape.model_dump())
+        return schema.model_validate(shape.model_dump()), []
     except ValidationError as error:
-        return [f"students.{name}.{'.'.join(map(str, item['loc']))}: "
-                f"{'unknown key' if item['type'] == 'extra_forbidden' else item['msg']}"
-                for item in error.errors()]
-    return []
+        return None, [f"students.{name}.{'.'.join(map(str, item['loc']))}: "
+                      f"{'unknown key' if item['type'] == 'extra_forbidden' else item['msg']}"
+                      for item in error.errors()]
+
+
+def student_shape_problems(name: str, shape: StudentConfig | PluginStudentShape) -> list[str]:
+    """What is wrong with a suite's student shape ``name`` under its kind's schema (empty:
+    nothing)."""
+    if isinstance(shape, StudentConfig | StudentKindConfig):
+        return []
+    return _validated_shape(name, shape)[1]
 
 
 def typed_student_shape(name: str, shape: StudentConfig | PluginStudentShape
@@ -125,10 +131,21 @@ def typed_student_shape(name: str, shape: StudentConfig | PluginStudentShape
     plugin kind's validated against the schema its plugin registers."""
     if isinstance(shape, StudentConfig | StudentKindConfig):
         return shape
-    problems = student_shape_problems(name, shape)
-    if problems:
+    typed, problems = _validated_shape(name, shape)
+    if typed is None:
         raise ConfigError("; ".join(problems))
-    return registry.student_schema(shape.kind).model_validate(shape.model_dump())
+    return typed
+
+
+def weighted_method(cls: type[Method], params: MethodParams, recipe: MethodRecipe) -> Method:
+    """The method with its loss weights: its defaults (which may depend on ``params``),
+    the recipe's ``loss_weights``, and 0 for its ``disabled_losses``."""
+    method = cls(params, {})
+    weights = {**method.default_weights(), **recipe.loss_weights}
+    for term in recipe.disabled_losses:
+        weights[term] = 0.0
+    method.weights = weights
+    return method
 
 
 def instantiate(name: str, recipe: MethodRecipe | None = None, task: str | None = None
@@ -151,9 +168,4 @@ def instantiate(name: str, recipe: MethodRecipe | None = None, task: str | None 
         if key not in term_names:
             raise ConfigError(f"methods.{name}: unknown loss term {key!r}; "
                               f"{name} has {sorted(term_names)}")
-    method = cls(params, {})
-    weights = {**method.default_weights(), **recipe.loss_weights}
-    for term in recipe.disabled_losses:
-        weights[term] = 0.0
-    method.weights = weights
-    return method
+    return weighted_method(cls, params, recipe)

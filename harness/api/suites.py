@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from harness.api.registry import registry, student_shape_problems
+from harness.api.registry import registry, student_shape_problems, weighted_method
 from harness.config.schema import (
     ConfigError,
     MethodRecipe,
@@ -62,15 +62,16 @@ def unknown_methods(suite: SuiteConfig, names: Iterable[str], where: str) -> lis
     """Names that are neither a recipe of the suite nor a registered plugin, each with the
     closest known names."""
     known = [*suite.methods, *(name for name in registry.names() if name not in suite.methods)]
-    problems = []
-    for name in names:
-        if name in known or name == "all":
-            continue
-        close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
-        hint = (f"did you mean {' or '.join(map(repr, close))}?" if close else
-                f"plugins: {', '.join(registry.names())}; or a method of the suite")
-        problems.append(f"{where}: unknown method {name!r}; {hint}")
-    return problems
+    return [f"{where}: unknown method {name!r}; {_closest(name, known)}"
+            for name in names if name not in known and name != "all"]
+
+
+def _closest(name: str, known: list[str]) -> str:
+    """A hint for a misspelt method: the closest known names, else the plugins."""
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    if close:
+        return f"did you mean {' or '.join(map(repr, close))}?"
+    return f"plugins: {', '.join(registry.names())}"
 
 
 def check_method_names(suite: SuiteConfig, names: Iterable[str], where: str,
@@ -90,10 +91,8 @@ def _recipe_problems(suite: SuiteConfig, name: str) -> list[str]:
         cls = registry.get(plugin_name)
     except KeyError:
         key = f"{where}.base" if own.base is not None else where
-        close = difflib.get_close_matches(plugin_name, registry.names(), n=3, cutoff=0.6)
-        hint = (f"did you mean {' or '.join(map(repr, close))}?" if close
-                else f"plugins: {', '.join(registry.names())}")
-        return [f"{key}: unknown method {plugin_name!r}; {hint}"]
+        return [f"{key}: unknown method {plugin_name!r}; "
+                f"{_closest(plugin_name, registry.names())}"]
     problems: list[str] = []
     terms = {term.name for term in cls.loss_terms}
     for key, term in [*((f"loss_weights.{term}", term) for term in own.loss_weights),
@@ -119,9 +118,7 @@ def _recipe_problems(suite: SuiteConfig, name: str) -> list[str]:
             continue
         if task is None:
             continue
-        method = cls(params, {})
-        method.weights = {**method.default_weights(), **merged.loss_weights,
-                          **dict.fromkeys(merged.disabled_losses, 0.0)}
+        method = weighted_method(cls, params, merged)
         try:
             stage_names |= {stage.name for stage in method.stages(task)}
         except (ValueError, ConfigError) as error:

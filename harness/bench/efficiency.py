@@ -235,16 +235,16 @@ def _plugin_inputs(encoder, words: Sequence[str]
     """Inputs through the plugin's own encoder: texts of ``seq`` words drawn from
     ``words``, encoded and zero-padded as the runner batches them."""
     def make(batch: int, seq: int, device: torch.device) -> dict[str, torch.Tensor]:
+        from harness.data.features import pad_feature
+
         rng = np.random.default_rng(batch * 100_003 + seq)
         texts = [" ".join(rng.choice(words, seq)) for _ in range(batch)]
         inputs: dict[str, torch.Tensor] = {}
         for name, rows in encoder.encode(texts, None).items():
-            lengths = np.asarray([len(row) for row in rows], dtype=np.int64)
-            padded = np.zeros((batch, max(1, int(lengths.max()))), dtype=np.int64)
-            for position, row in enumerate(rows):
-                padded[position, :lengths[position]] = row
-            inputs[name] = torch.from_numpy(padded).to(device)
-            inputs[f"{name}_lengths"] = torch.from_numpy(lengths)
+            padded = pad_feature(name, rows)
+            # The lengths stay on the CPU, where packing reads them.
+            inputs[name] = padded[name].to(device)
+            inputs[f"{name}_lengths"] = padded[f"{name}_lengths"]
         return inputs
     return make
 

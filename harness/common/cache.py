@@ -134,13 +134,19 @@ class ArtifactCache:
         delete it."""
         entry = self.path(kind, key)
         aside = entry.with_name(f".damaged-{key[:12]}-{os.getpid()}")
+        with self._lock(kind, key):
+            if entry.exists():
+                os.replace(entry, aside)
+        shutil.rmtree(aside, ignore_errors=True)
+
+    @contextmanager
+    def _lock(self, kind: str, key: str) -> Iterator[None]:
+        """One process at a time puts an entry in place or takes it away."""
         locks = self.root / ".locks"
         locks.mkdir(parents=True, exist_ok=True)
         with open(locks / f"{kind}-{key}", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            if entry.exists():
-                os.replace(entry, aside)
-        shutil.rmtree(aside, ignore_errors=True)
+            yield
 
     @contextmanager
     def build(self, kind: str, key: str, description: dict[str, Any]) -> Iterator[Path]:
@@ -156,12 +162,9 @@ class ArtifactCache:
                 {"key": key, "cache_version": CACHE_VERSION, **description,
                  "files": file_manifest(scratch)}, indent=2, default=str))
             (scratch / MARKER).write_text("")
-            # One process at a time decides between keeping a finished entry and putting
-            # this one in place: no window between the check and the rename.
-            locks = self.root / ".locks"
-            locks.mkdir(exist_ok=True)
-            with open(locks / f"{kind}-{key}", "w") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
+            # Under the lock: no window between keeping a finished entry and putting this
+            # one in place.
+            with self._lock(kind, key):
                 if not (final / MARKER).exists():
                     if final.exists():  # an incomplete leftover from a killed process
                         shutil.rmtree(final)

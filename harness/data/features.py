@@ -114,13 +114,18 @@ class PaddingCollator:
         if self.split.has_gold is not None:
             batch["has_gold"] = torch.from_numpy(self.split.has_gold[rows])
         for name, feature in self.split.features.items():
-            lengths = np.asarray([len(feature[row]) for row in rows], dtype=np.int64)
-            padded = np.zeros((len(rows), max(1, int(lengths.max()))), dtype=np.int64)
-            for position, row in enumerate(rows):
-                padded[position, :lengths[position]] = feature[row]
-            batch[name] = torch.from_numpy(padded)
-            batch[f"{name}_lengths"] = torch.from_numpy(lengths)
+            batch.update(pad_feature(name, [feature[row] for row in rows]))
         return batch
+
+
+def pad_feature(name: str, rows: Sequence[np.ndarray]) -> dict[str, torch.Tensor]:
+    """A student's own per-row ids as a batch: ``name`` zero-padded to the longest row,
+    and ``name + "_lengths"``."""
+    lengths = np.asarray([len(row) for row in rows], dtype=np.int64)
+    padded = np.zeros((len(rows), max(1, int(lengths.max()))), dtype=np.int64)
+    for position, row in enumerate(rows):
+        padded[position, :lengths[position]] = row
+    return {name: torch.from_numpy(padded), f"{name}_lengths": torch.from_numpy(lengths)}
 
 
 class BucketBatchSampler(Sampler[list[int]]):
@@ -140,14 +145,18 @@ class BucketBatchSampler(Sampler[list[int]]):
         self.seed = seed
         self.pool_batches = pool_batches
         self.epoch = 0
+        self.first_batch = 0
         if rows_per_epoch is not None and not shuffle:
             raise ValueError("rows_per_epoch draws a random subset: it needs shuffle=True")
         self.rows_per_epoch = (min(rows_per_epoch, len(lengths)) if rows_per_epoch
                                else len(lengths))
         """An epoch is a fresh random draw of this many rows (all rows by default)."""
 
-    def set_epoch(self, epoch: int) -> None:
+    def set_epoch(self, epoch: int, first_batch: int = 0) -> None:
+        """The epoch's order, from its ``first_batch``-th batch on (a resumed stage skips
+        the ones it trained on without collating them)."""
         self.epoch = epoch
+        self.first_batch = first_batch
 
     def __len__(self) -> int:
         return (self.rows_per_epoch + self.batch_size - 1) // self.batch_size
@@ -167,5 +176,5 @@ class BucketBatchSampler(Sampler[list[int]]):
             chunk = chunk[np.argsort(self.lengths[chunk], kind="stable")]
             batches.extend(chunk[i : i + self.batch_size] for i in range(0, len(chunk),
                                                                          self.batch_size))
-        for index in rng.permutation(len(batches)):
+        for index in rng.permutation(len(batches))[self.first_batch:]:
             yield batches[index].tolist()

@@ -194,6 +194,13 @@ def _hf_export_layout(spec: TaskSpec) -> _Layout:
     return _Layout("hf-export", text=spec.text_fields, label="label", requires=("idx",))
 
 
+def _is_tsv_export(spec: TaskSpec, header: list[str]) -> bool:
+    """Whether a TSV's first line is a Hugging Face export's header (read with quoting)."""
+    layout = _hf_export_layout(spec)
+    names = {name.strip() for name in header}
+    return all(column in names for column in (*layout.text, *layout.requires))
+
+
 _SPLIT_FILES: dict[str, tuple[str, ...]] = {
     "train": ("train.tsv", "sts-train.csv"),
     "dev": ("dev.tsv", "sts-dev.csv"),
@@ -372,7 +379,7 @@ class _Table:
     separator: str = "tab-separated "
     """How the format's fields are told apart, for messages."""
     quoted: bool = False
-    """Read with CSV quoting."""
+    """Read with CSV quoting (a TSV export: it enters the data's fingerprint)."""
 
 
 def _decode(path: Path, raw: bytes) -> str:
@@ -395,8 +402,9 @@ def _field_text(value: object) -> str:
     return str(value)
 
 
-def _read_table(path: Path, raw: bytes, quoted: bool = False) -> _Table:
-    """``quoted``: a TSV with CSV quoting (a Hugging Face export written by pandas)."""
+def _read_table(spec: TaskSpec, path: Path, raw: bytes) -> _Table:
+    """The file's records, parsed once by its format: a TSV whose header is a Hugging
+    Face export's is read with its CSV quoting, GLUE's own TSVs literally."""
     suffix = path.suffix.lower()
     if suffix == ".parquet":
         return _read_parquet(path, raw)
@@ -404,10 +412,10 @@ def _read_table(path: Path, raw: bytes, quoted: bool = False) -> _Table:
     if suffix in {".jsonl", ".json"}:
         return _read_json(path, content)
     lines = content.split("\n")
-    first = next((i for i, text in enumerate(lines) if text.strip()), None)
-    if quoted:
+    first = next((text.rstrip("\r") for text in lines if text.strip()), None)
+    if first is not None and _is_tsv_export(spec, first.split("\t")):
         return _read_csv(path, content, delimiter="\t")
-    if suffix == ".csv" and first is not None and "\t" not in lines[first]:
+    if suffix == ".csv" and first is not None and "\t" not in first:
         return _read_csv(path, content)
     return _Table([(number, text.rstrip("\r").split("\t"))
                    for number, text in enumerate(lines, start=1) if text.strip()])
@@ -425,7 +433,7 @@ def _read_csv(path: Path, content: str, delimiter: str = ",") -> _Table:
     except csv.Error as error:
         raise DataFormatError(path, reader.line_num, f"not valid CSV ({error})") from None
     return _Table(records, separator="comma-separated " if delimiter == "," else
-                  "tab-separated ", quoted=True)
+                  "tab-separated ", quoted=delimiter == "\t")
 
 
 def _read_json(path: Path, content: str) -> _Table:
@@ -456,7 +464,7 @@ def _read_json(path: Path, content: str) -> _Table:
     header = list(objects[0][1])
     records: list[tuple[int, list[str]]] = [(objects[0][0], header)]
     for number, item in objects:
-        if list(item) != header and set(item) != set(header):
+        if set(item) != set(header):
             raise DataFormatError(path, number, f"keys {sorted(item)} differ from the first "
                                   f"row's {sorted(header)}", unit=unit)
         records.append((number, [_field_text(item[key]) for key in header]))
@@ -498,12 +506,22 @@ MAX_PROBLEMS = 20
 """Problems listed per file before the loader stops reading it."""
 
 
+@dataclass
+class _SplitRows:
+    """One split file's rows, checked, and how it was read."""
+
+    texts: list[tuple[str, ...]]
+    labels: list[int | float]
+    layout: str
+    quoted: bool
+
+
 def _read_split_file(spec: TaskSpec, path: Path, raw: bytes, is_test: bool,
-                     first_row: int = 0) -> tuple[datasets.Dataset, str]:
-    """Parse one split file into a Dataset, checking every row against the task's schema;
-    also returns the name of the layout the file was read as.  ``first_row``: the number
-    of the file's first row (a later shard of a parquet export continues the count)."""
-    table = _read_table(path, raw)
+                     first_row: int = 0) -> _SplitRows:
+    """Parse one split file, checking every row against the task's schema.
+    ``first_row``: the number of the file's first row (a later shard of a parquet export
+    continues the count)."""
+    table = _read_table(spec, path, raw)
     unit = table.unit
     if not table.records:
         raise DataFormatError(path, None, "file is empty (expected a header or rows)")
@@ -514,8 +532,6 @@ def _read_split_file(spec: TaskSpec, path: Path, raw: bytes, is_test: bool,
     first_line, first_fields = table.records[0]
     file_layout = _match_layout(spec, first_fields, path, first_line or None, is_test,
                                 table.named)
-    if file_layout.layout.name == "hf-export" and not (table.named or table.quoted):
-        table = _read_table(path, raw, quoted=True)
     layout = file_layout.layout
     width = file_layout.n_fields
     widths = sorted({width + extra for extra in (0, *layout.extra_fields)})
@@ -562,12 +578,11 @@ def _read_split_file(spec: TaskSpec, path: Path, raw: bytes, is_test: bool,
     if problems:
         (line, detail), *more = problems
         raise DataFormatError(path, line, detail, more, unit=unit)
-    return _build_dataset(spec, texts, labels), layout.name
+    return _SplitRows(texts, labels, layout.name, table.quoted)
 
 
 READ_AS_QUOTED_TSV = "hf-export-tsv-quoted"
-"""Enters the fingerprint of a split whose TSV was read with CSV quoting, so data read
-this way never shares cache entries or run ids with the same bytes read literally."""
+"""Enters the fingerprint of a split whose TSV was read with CSV quoting."""
 
 
 def _check_index(raw: str, position: int, path: Path, line: int, unit: str) -> None:
@@ -620,7 +635,7 @@ def _load_local(
     splits: dict[str, datasets.Dataset] = {}
     files: dict[str, str] = {}
     layouts: dict[str, str] = {}
-    raw_by_split: dict[str, bytes] = {}
+    digests: dict[str, bytes] = {}
     failures: list[DataFormatError] = []  # every malformed file is reported, not the first
     for split in ("train", *spec.dev_splits, *spec.test_splits):
         paths = _find_split_files(folder, spec, split)
@@ -634,43 +649,36 @@ def _load_local(
                 f"no {split} file for task {spec.name} in {folder} (looked for {wanted}, "
                 f"and the other formats of a Hugging Face export); {_HOW_TO_GET_DATA}"
             )
-        parts: list[tuple[datasets.Dataset, str]] = []
+        digest = hashlib.sha256()
+        texts: list[tuple[str, ...]] = []
+        labels: list[int | float] = []
+        parts: list[_SplitRows] = []
         for path in paths:
             raw = path.read_bytes()
+            digest.update(raw)
             try:
-                parts.append(_read_split_file(spec, path, raw,
-                                              is_test=split in spec.test_splits,
-                                              first_row=sum(len(part) for part, _ in parts)))
+                part = _read_split_file(spec, path, raw, is_test=split in spec.test_splits,
+                                        first_row=len(labels))
             except DataFormatError as error:
                 failures.append(error)
-            raw_by_split[split] = raw_by_split.get(split, b"") + raw
-        if not parts or len(parts) < len(paths):
+                continue
+            parts.append(part)
+            texts += part.texts
+            labels += part.labels
+        if len(parts) < len(paths):
             continue
-        splits[split] = (parts[0][0] if len(parts) == 1 else _concatenate(
-            spec, [dataset for dataset, _ in parts]))
-        layouts[split] = parts[0][1]
+        splits[split] = _build_dataset(spec, texts, labels)
+        layouts[split] = parts[0].layout
         files[split] = paths[0].relative_to(data_dir).as_posix()
+        # Bytes read with quoting never share a fingerprint with the same bytes read
+        # literally (cache entries and run ids follow the fingerprint).
+        digests[split] = digest.digest() + (f"\0{READ_AS_QUOTED_TSV}".encode()
+                                            if parts[0].quoted else b"")
     if failures:
         raise failures[0] if len(failures) == 1 else DataFormatErrors(failures)
-    digest_input = b"".join(
-        split.encode() + b"\0" + hashlib.sha256(raw_by_split[split]).digest()
-        + (f"\0{READ_AS_QUOTED_TSV}".encode() if quoted_tsv(layouts[split], files[split])
-           else b"")
-        for split in sorted(raw_by_split)
-    )
+    digest_input = b"".join(split.encode() + b"\0" + digests[split]
+                            for split in sorted(digests))
     return splits, files, layouts, digest_input
-
-
-def quoted_tsv(layout: str, file: str) -> bool:
-    return layout == "hf-export" and file.lower().endswith(".tsv")
-
-
-def _concatenate(spec: TaskSpec, parts: list[datasets.Dataset]) -> datasets.Dataset:
-    """The shards of one split as one, ``idx`` renumbered in shard order."""
-    rows = datasets.concatenate_datasets(parts)
-    texts = list(zip(*(rows[column] for column in
-                       (("text_a", "text_b") if spec.is_pair else ("text_a",))), strict=True))
-    return _build_dataset(spec, texts, rows["label"])
 
 
 # --------------------------------------------------------------------------- hub

@@ -70,11 +70,11 @@ from harness.training.engine import (
 )
 
 INFERENCE_ROWS = 512
-GENERAL_SAVE_SECONDS = float(os.environ.get("HARNESS_GENERAL_SAVE_SECONDS", "600"))
-"""How often general distillation saves its progress (a killed run loses at most this)."""
 """Dev rows timed for the student-vs-teacher inference speed in every record."""
 INFERENCE_SECONDS = float(os.environ.get("HARNESS_INFERENCE_SECONDS", "2.0"))
 """Minimum timed span per model (whole passes over the rows); the tests set 0 (one pass)."""
+GENERAL_SAVE_SECONDS = float(os.environ.get("HARNESS_GENERAL_SAVE_SECONDS", "600"))
+"""How often general distillation saves its progress (a killed run loses at most this)."""
 PROCESS_GROUP_TIMEOUT = timedelta(
     minutes=float(os.environ.get("HARNESS_DDP_TIMEOUT_MINUTES", "360")))
 """How long a process of an `accelerate launch` waits for the others: the main process

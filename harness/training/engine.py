@@ -374,16 +374,14 @@ def train_stage(
     extra.train()
     with stack:
         while step < total_steps:
-            sampler.set_epoch(epoch)
+            sampler.set_epoch(epoch, first_batch=resume_batch)
             batches = iter(loader)  # draws the loader's seed from torch's generator
             if saved is not None:  # then the random state the stage was saved with
                 torch.set_rng_state(saved["torch_rng"])
                 if saved.get("cuda_rng") is not None and torch.cuda.is_available():
                     torch.cuda.set_rng_state_all(saved["cuda_rng"])
                 saved = None
-            for batch_index, (batch, rows, own) in enumerate(batches):
-                if batch_index < resume_batch:
-                    continue  # trained on before the stage was stopped
+            for batch_index, (batch, rows, own) in enumerate(batches, start=resume_batch):
                 batch = _to_device(batch, accelerator.device)
                 batch = method.prepare_batch(batch, stage, batch_generator)
                 with autocast(accelerator, config.mixed_precision):
