@@ -295,6 +295,20 @@ def test_set_creates_missing_mappings(tmp_path: Path) -> None:
     assert suite.train_config("mrpc").batch_size == 8
 
 
+def test_a_bad_set_names_its_assignment(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as error:
+        load_suite(str(write_suite(tmp_path)), ["training.lr=abc", "stages.task.epochs=3"])
+    lines = str(error.value).splitlines()
+    assert lines[1].startswith("  training.lr: ")
+    assert lines[1].endswith("(from --set training.lr=abc)")
+    assert lines[2] == ("  stages: unknown key (from --set stages.task.epochs=3; a method's "
+                        "stages are under methods.<name>.stages)")
+    with pytest.raises(ConfigError) as error:  # a misspelt top-level key
+        load_suite(str(write_suite(tmp_path)), ["trainin.lr=1e-3"])
+    assert str(error.value).splitlines()[1:] == [
+        "  trainin: unknown key (from --set trainin.lr=1e-3)"]
+
+
 def test_set_later_assignment_wins(tmp_path: Path) -> None:
     suite = load_suite(str(write_suite(tmp_path)), ["training.epochs=5", "training.epochs=6"])
     assert suite.training.epochs == 6

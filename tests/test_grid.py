@@ -67,6 +67,13 @@ def test_cells_cross_methods_variants_students_tasks_and_seeds(
     assert {c.task_epochs for c in cells if c.task == "stsb"} == {1}
     assert [c.task for c in cells[:10]] == ["rte"] * 10  # task by task
 
+    # a method on its recipe's own budget keeps its recipe's epochs (None) on every task
+    suite["grid"]["budget"]["own_budget"] = ["bilstm-soft"]
+    path.write_text(yaml.safe_dump(suite))
+    cells = grid_cells(load_suite(str(path)))
+    assert {c.task_epochs for c in cells if c.method == "bilstm-soft"} == {None}
+    assert {c.task_epochs for c in cells if c.method == "kd" and c.task == "rte"} == {2}
+
 
 @pytest.mark.parametrize("grid, message", [
     ({"methods": ["kd"], "students": ["huge"]}, "grid.students: 'huge'"),
@@ -74,6 +81,8 @@ def test_cells_cross_methods_variants_students_tasks_and_seeds(
     ({"methods": ["kd"], "budget": {"task_epoch": 3}}, "grid.budget.task_epoch: unknown key"),
     ({"methods": ["kd"], "budget": {"task_epochs": -1}}, "grid.budget.task_epochs"),
     ({"methods": ["kd"], "budget": {"task_epochs_for": {"mnli2": 1}}}, "mnli2"),
+    ({"methods": ["kd"], "budget": {"own_budget": ["bilstm"]}},
+     "grid.budget.own_budget.0: 'bilstm' is not one of the grid's methods"),
 ])
 def test_grid_section_errors_name_the_key(tmp_path, tiny_data_dir, tiny_teacher_dir, grid,
                                           message):

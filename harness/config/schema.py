@@ -367,6 +367,11 @@ class GridBudget(StrictModel):
         "augmented stages count with epoch_size: task); None: each recipe's own budget")
     task_epochs_for: dict[str, float] = Field(
         default_factory=dict, description="per-task task_epochs, e.g. {sst2: 1}")
+    own_budget: list[str] = Field(
+        default_factory=list, description="methods whose cells train their recipe's own "
+        "budget instead of task_epochs: students that start from random weights and need "
+        "more passes than the common budget to leave the majority class; compare them only "
+        "with each other")
     tuning_trials: int = Field(0, ge=0, description="Optuna trials per method and task "
                                "before the grid runs it with the best parameters (0: none)")
     tuning_seeds: list[int] = Field(default=[1], min_length=1,
@@ -381,7 +386,10 @@ class GridBudget(StrictModel):
                 raise ValueError(f"task_epochs_for.{task}: must be positive (got {epochs})")
         return self
 
-    def epochs_for(self, task: str) -> float | None:
+    def epochs_for(self, task: str, method: str) -> float | None:
+        """A cell's task epochs (None: the recipe's own budget)."""
+        if method in self.own_budget:
+            return None
         return self.task_epochs_for.get(task, self.task_epochs)
 
 
@@ -494,6 +502,11 @@ class SuiteConfig(StrictModel):
             for variant in self.grid.variants:
                 if variant not in self.methods:
                     raise ValueError(f"grid.variants: {variant!r} is not a method of this suite")
+            listed = {*self.grid.methods, *self.grid.variants}
+            for index, method in enumerate(self.grid.budget.own_budget):
+                if method not in listed:
+                    raise ValueError(f"grid.budget.own_budget.{index}: {method!r} is not one "
+                                     f"of the grid's methods or variants ({sorted(listed)})")
         return self
 
     def train_config(self, task: str | None, *stage_overrides: BaseModel | None) -> TrainConfig:
@@ -538,7 +551,10 @@ class SuiteConfig(StrictModel):
         return name, self.students[name]
 
 
-def _format_validation_error(source: str, error: ValidationError) -> str:
+def _format_validation_error(source: str, error: ValidationError,
+                             assignments: dict[str, str] | None = None) -> str:
+    """One line per problem, ``key.path: what is wrong``; a problem under a key that a
+    ``--set`` assignment wrote names that assignment (``assignments``: key path -> text)."""
     lines = [f"{source}: invalid recipe"]
     for item in error.errors():
         loc = list(item["loc"])
@@ -550,8 +566,19 @@ def _format_validation_error(source: str, error: ValidationError) -> str:
         # A model-level check's input is the whole mapping: too long to be of use.
         shown = ("" if item["type"] in {"extra_forbidden", "missing"} or len(value) > 80
                  else f" (got {value})")
-        lines.append(f"  {path}: {message}{shown}")
+        origin = _assignment_behind(path, assignments or {})
+        lines.append(f"  {path}: {message}{shown}{origin}")
     return "\n".join(lines)
+
+
+def _assignment_behind(path: str, assignments: dict[str, str]) -> str:
+    """`` (from --set ...)`` when a ``--set`` assignment wrote ``path`` or a key around it."""
+    for key, text in assignments.items():
+        if path == key or key.startswith(path + ".") or path.startswith(key + "."):
+            hint = ("; a method's stages are under methods.<name>.stages"
+                    if key.startswith("stages.") else "")
+            return f" (from --set {text}{hint})"
+    return ""
 
 
 def parse_assignment(assignment: str) -> tuple[list[str], Any]:
@@ -633,10 +660,12 @@ def parse_suite(name_or_path: str, overrides: list[str] | None = None) -> SuiteC
     checked by :func:`harness.api.suites.load_suite`, which is what everything loads."""
     path = resolve_suite_path(name_or_path)
     tree = _read_suite_tree(path, seen=())
+    assignments = {}
     for assignment in overrides or []:
         key_path, value = parse_assignment(assignment)
         set_path(tree, key_path, value)
+        assignments[".".join(key_path)] = assignment.strip()
     try:
         return SuiteConfig.model_validate(tree)
     except ValidationError as error:
-        raise ConfigError(_format_validation_error(str(path), error)) from None
+        raise ConfigError(_format_validation_error(str(path), error, assignments)) from None

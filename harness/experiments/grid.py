@@ -73,8 +73,8 @@ def grid_cells(suite: SuiteConfig, methods: list[str] | None = None,
     method_names = methods or [*grid.methods, *grid.variants]
     cells = []
     for task in tasks or grid.tasks or suite.tasks:
-        epochs = grid.budget.epochs_for(task)
         for method in method_names:
+            epochs = grid.budget.epochs_for(task, method)
             plugin = registry.get(suite.plugin(method))
             own = suite.recipe(method).student or suite.default_student
             fitting = [name for name in grid.students
@@ -255,7 +255,8 @@ class Grid:
         budget = self.config.budget
         lines = [f"grid of suite {self.suite.name}: {len(planned)} cells; budget: task "
                  f"epochs {budget.task_epochs if budget.task_epochs is not None else 'per recipe'}"
-                 f"{f' ({budget.task_epochs_for})' if budget.task_epochs_for else ''}, "
+                 f"{f' ({budget.task_epochs_for})' if budget.task_epochs_for else ''}"
+                 f"{f', own recipe budget for {budget.own_budget}' if budget.own_budget else ''}, "
                  f"tuning trials {budget.tuning_trials} per method and task"
                  f"{f' (seeds {budget.tuning_seeds})' if budget.tuning_trials else ''}",
                  "",
