@@ -55,6 +55,8 @@ def run(
     cache_dir: CacheOpt = None,
     retry_failed: Annotated[bool, typer.Option(help="re-run configurations that failed")] = False,
     params: ParamsOpt = None,
+    save_students: Annotated[bool, typer.Option(
+        help="keep each trained student in the cache for `harness export`")] = False,
 ) -> None:
     """Train and evaluate METHOD(s) on the suite's tasks; one record per run."""
     quiet_libraries()
@@ -70,7 +72,8 @@ def run(
         task_list = split_csv(tasks) or config.tasks
         seed_list = [int(s) for s in split_csv(seeds)] if seeds else config.seeds
         tuned = [load_tuned(reference, results) for reference in params or []]
-        runner = SuiteRunner(config, results, cache_dir, log=echo, retry_failed=retry_failed)
+        runner = SuiteRunner(config, results, cache_dir, log=echo, retry_failed=retry_failed,
+                             save_students=save_students)
         outcomes = runner.run(methods, task_list, seed_list, tuned=tuned)
     except (ConfigError, KeyError, FileNotFoundError, RuntimeError, ValueError) as error:
         fail(str(error).strip("'\""))
@@ -442,3 +445,35 @@ def new_method(
 
 if __name__ == "__main__":
     app()
+
+
+@app.command()
+def export(
+    run_id: Annotated[str, typer.Argument(help="the run's id (at least its first 8 characters)")],
+    out_dir: Annotated[Path, typer.Argument(help="new folder for the Hugging Face model")],
+    results: ResultsOpt = DEFAULT_RESULTS,
+    cache_dir: CacheOpt = None,
+    suite: Annotated[str | None, typer.Option(
+        help="suite to retrain the run from when its student was not kept (default: the "
+        "one whose recipe resolves to the run id)")] = None,
+    set_: SetOpt = None,
+    data_dir: DataDirOpt = None,
+    teacher: TeacherOpt = None,
+) -> None:
+    """Write a run's trained student as a Hugging Face folder (config, safetensors weights,
+    tokenizer, model card); a student not kept by `run --save-students` is trained again
+    and must reproduce the record's dev score."""
+    quiet_libraries()
+    from harness.experiments.export import ExportError, export_run
+
+    try:
+        result = export_run(run_id, out_dir, results, cache_dir, suite,
+                            recipe_overrides(set_, data_dir, teacher) or None, log=echo)
+    except (ExportError, ConfigError, FileNotFoundError) as error:
+        fail(str(error))
+        return
+    how = "trained again" if result.retrained else "kept"
+    echo(f"exported the {how} student (dev {result.kept_score:.4f}, as recorded) to "
+         f"{result.folder}")
+    echo(f"load it with: {result.loads_with.replace('folder', repr(str(result.folder)))}")
+

@@ -52,6 +52,7 @@ from harness.experiments.planner import (
 )
 from harness.experiments.record import RunRecord
 from harness.experiments.store import ResultsStore
+from harness.experiments.students import keep_student
 from harness.teacher.augmented import AugmentedSet, prepare_augmented
 from harness.teacher.finetune import (
     TeacherArtifacts,
@@ -133,10 +134,13 @@ class SuiteRunner(RunPlanner):
     task stages through the engine, evaluation and the record."""
 
     def __init__(self, suite: SuiteConfig, results_dir: Path, cache_dir: Path | None = None,
-                 log: Callable[[str], None] = print, retry_failed: bool = False) -> None:
+                 log: Callable[[str], None] = print, retry_failed: bool = False,
+                 save_students: bool = False) -> None:
         self.store = ResultsStore(results_dir)
         self.cache = ArtifactCache(cache_dir or default_cache_dir(), log=log)
         self.retry_failed = retry_failed
+        self.save_students = save_students
+        """Keep each trained student in the cache (``students/<run id>``) for export."""
         # Stages that train part of the student (the intermediate and general stages leave
         # the classifier unused) would stop DDP's gradient reduction without this.
         self.accelerator = Accelerator(kwargs_handlers=[
@@ -250,7 +254,7 @@ class SuiteRunner(RunPlanner):
         started = time.perf_counter()
         try:
             fields.update(self._train(method, task, prepared, teacher, seed, spec,
-                                      stage_configs, on_evaluate))
+                                      stage_configs, on_evaluate, run_id=run_hash))
             fields["status"] = "finished"
         except NonFiniteLossError as error:
             fields["status"] = "failed"
@@ -295,7 +299,8 @@ class SuiteRunner(RunPlanner):
     def _train(self, method: Method, task: TaskSpec, prepared: PreparedTask,
                teacher: TeacherArtifacts, seed: int, spec: dict[str, Any],
                stage_configs: dict[str, TrainConfig],
-               on_evaluate: EvaluationCallback | None = None) -> dict[str, Any]:
+               on_evaluate: EvaluationCallback | None = None, *,
+               run_id: str) -> dict[str, Any]:
         context = self._student_context(spec["student"]["name"], task)
         stages = method.stages(task)
         general = [stage for stage in stages if stage.is_general]
@@ -373,6 +378,12 @@ class SuiteRunner(RunPlanner):
                 eval_batch_size, forward=forward)
             dev[split] = evaluator.score(logits, prepared.splits[split].labels)
         main_score = dev[task.selection_split][task.main_metric]
+        if self.save_students and self.accelerator.is_main_process:
+            kept = keep_student(self.cache, run_id, student,
+                                tokenizer=None if encoder is not None else self.tokenizer,
+                                task=task, max_length=prepared.max_length,
+                                method=spec["method"], main_score=main_score)
+            self.log(f"[student] kept in {kept}")
         inference = self._inference_speed(
             task.name, student, for_student(prepared.splits[task.selection_split],
                                             task.selection_split), forward, eval_batch_size)
