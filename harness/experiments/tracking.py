@@ -102,7 +102,8 @@ class Tracking:
     backends: tuple[str, ...]
     log_dir: Path
     """TensorBoard's event files and Aim's repository; W&B's local files. MLflow writes
-    where ``MLFLOW_TRACKING_URI`` points (its default: ``./mlruns``)."""
+    where ``MLFLOW_TRACKING_URI`` points (else its own default: ``./mlflow.db`` for
+    MLflow 3, ``./mlruns`` before)."""
 
     @classmethod
     def of(cls, names: Iterable[str] | None, log_dir: Path) -> Tracking | None:
