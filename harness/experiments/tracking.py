@@ -15,9 +15,9 @@ What a run logs, at the engine's logging points, on one step axis across its sta
 - ``final/<split>/<metric>`` for the best checkpoint's scores on every dev split (and
   ``final/pct_of_teacher``), at the run's last step.
 
-A general (corpus) stage shows up in the run that trains it; runs that find it cached
-start their task stages at step 0.  A run the store already has is skipped and logs
-nothing.  Only the main process of an ``accelerate launch`` logs.
+A general (corpus) stage shows up in the run that trains it; in runs that find it cached
+the step axis begins with the first task stage.  A run the store already has is skipped
+and logs nothing.  Only the main process of an ``accelerate launch`` logs.
 """
 
 from __future__ import annotations
