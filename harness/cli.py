@@ -501,7 +501,7 @@ def export(
     except (ExportError, ConfigError, FileNotFoundError) as error:
         fail(str(error))
         return
-    how = "trained again" if result.retrained else "kept"
+    how = "retrained" if result.retrained else "kept"
     echo(f"exported the {how} student (dev {result.kept_score:.4f}, as recorded) to "
          f"{result.folder}")
     echo(f"load it with: {result.loads_with.replace('folder', repr(str(result.folder)))}")
