@@ -370,8 +370,11 @@ def report(
     except (ConfigError, AnchorError, KeyError, FileNotFoundError, ValueError) as error:
         fail(str(error).strip("'\""))
         return
-    echo(f"report: {result.out / 'leaderboard.html'} ({len(result.files)} files, "
-          f"{len(result.figures)} figures)")
+    echo("")
+    for line in result.summary:
+        echo(line)
+    echo(f"\nreport: {result.out / 'leaderboard.html'} ({len(result.files)} files, "
+         f"{len(result.figures)} figures)")
 
 
 @app.command("list")
