@@ -36,6 +36,7 @@ RESULTS ?= results
 ARGS ?=
 run: $(STAMP)
 	$(BIN)/harness run --suite glue-cpu --results $(RESULTS) $(ARGS)
+	$(BIN)/harness report --suite glue-cpu --results $(RESULTS)
 
 # The import contracts (layers along the data flow, methods on the API; pyproject.toml),
 # then every test.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -18,6 +18,8 @@ from harness.common.cli_options import (
     REPO_ROOT,
     CacheOpt,
     DataDirOpt,
+    LogDirOpt,
+    LogWithOpt,
     ParamsOpt,
     ResultsOpt,
     SetOpt,
@@ -27,11 +29,15 @@ from harness.common.cli_options import (
     TeacherOpt,
     echo,
     fail,
+    log_dir_for,
     quiet_libraries,
     recipe_overrides,
     split_csv,
 )
 from harness.config.schema import ConfigError, available_suites, resolve_suite_path
+
+if TYPE_CHECKING:
+    from harness.experiments.tracking import Tracking
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Benchmark and ablation harness for knowledge distillation on GLUE.")
@@ -55,6 +61,10 @@ def run(
     cache_dir: CacheOpt = None,
     retry_failed: Annotated[bool, typer.Option(help="re-run configurations that failed")] = False,
     params: ParamsOpt = None,
+    save_students: Annotated[bool, typer.Option(
+        help="keep each trained student in the cache for `harness export`")] = False,
+    log_with: LogWithOpt = None,
+    log_dir: LogDirOpt = None,
 ) -> None:
     """Train and evaluate METHOD(s) on the suite's tasks; one record per run."""
     quiet_libraries()
@@ -62,6 +72,7 @@ def run(
     from harness.experiments.tuning import load_tuned
 
     try:
+        tracking = _tracking(log_with, log_dir, results)
         config = load_suite(suite, recipe_overrides(set_, data_dir, teacher))
         methods = method or config.default_methods()
         check_method_names(config, methods, "--method", str(resolve_suite_path(suite)))
@@ -70,7 +81,8 @@ def run(
         task_list = split_csv(tasks) or config.tasks
         seed_list = [int(s) for s in split_csv(seeds)] if seeds else config.seeds
         tuned = [load_tuned(reference, results) for reference in params or []]
-        runner = SuiteRunner(config, results, cache_dir, log=echo, retry_failed=retry_failed)
+        runner = SuiteRunner(config, results, cache_dir, log=echo, retry_failed=retry_failed,
+                             save_students=save_students, tracking=tracking)
         outcomes = runner.run(methods, task_list, seed_list, tuned=tuned)
     except (ConfigError, KeyError, FileNotFoundError, RuntimeError, ValueError) as error:
         fail(str(error).strip("'\""))
@@ -106,6 +118,8 @@ def tune(
     teacher: TeacherOpt = None,
     results: ResultsOpt = DEFAULT_RESULTS,
     cache_dir: CacheOpt = None,
+    log_with: LogWithOpt = None,
+    log_dir: LogDirOpt = None,
 ) -> None:
     """Create or resume the Optuna study of METHOD on TASK; write its best parameters."""
     quiet_libraries()
@@ -114,12 +128,13 @@ def tune(
     if pruner not in {"median", "halving", "none"}:
         fail(f"--pruner {pruner!r}: choose median, halving or none")
     try:
+        tracking = _tracking(log_with, log_dir, results)
         config = load_suite(suite, recipe_overrides(set_, data_dir, teacher))
         check_method_names(config, [method], "--method", str(resolve_suite_path(suite)))
         seed_list = [int(s) for s in split_csv(seeds)] if seeds else config.seeds[:1]
         target = TuningTarget(method=method, task=task, seeds=seed_list, student=student)
         tuner = Tuner(config, target, results, storage or default_storage(results), cache_dir,
-                      pruner=pruner, log=echo)
+                      pruner=pruner, log=echo, tracking=tracking)
         tuner.optimize(trials)
         if not tuner.runner.accelerator.is_main_process:
             return
@@ -130,6 +145,15 @@ def tune(
     _print_study(tuner)
     echo(f"\nbest parameters: {path}\nuse them: harness run --suite {suite} --method {method} "
           f"--tasks {task} --params {tuner.name}")
+
+
+def _tracking(log_with: list[str] | None, log_dir: Path | None, results: Path
+              ) -> Tracking | None:
+    """The checked ``--log-with`` trackers (None: none); an unknown name or a missing
+    package is an error before anything runs."""
+    from harness.experiments.tracking import Tracking
+
+    return Tracking.of(split_csv(log_with), log_dir_for(log_dir, results))
 
 
 def _print_study(tuner) -> None:
@@ -151,19 +175,22 @@ def _grid(suite: str, storage: str | None, results: Path, cache_dir: Path | None
           method: list[str] | None, tasks: list[str] | None, seeds: list[str] | None,
           set_: list[str] | None, data_dir: str | None, teacher: str | None,
           dry_run: bool, poll_seconds: float | None, reclaim_local: bool,
-          params: list[str] | None = None) -> None:
+          params: list[str] | None = None, log_with: list[str] | None = None,
+          log_dir: Path | None = None) -> None:
     quiet_libraries()
     from harness.experiments.grid import Grid
     from harness.experiments.tuning import default_storage, load_tuned
 
     try:
+        tracking = _tracking(log_with, log_dir, results)
         config = load_suite(suite, recipe_overrides(set_, data_dir, teacher))
         check_method_names(config, method or [], "--method", str(resolve_suite_path(suite)))
         grid = Grid(config, results, storage or default_storage(results), cache_dir,
                     log=echo, methods=method, tasks=split_csv(tasks),
                     seeds=[int(s) for s in split_csv(seeds)] if seeds else None,
                     poll_seconds=poll_seconds, reclaim_local=reclaim_local,
-                    tuned=[load_tuned(reference, results) for reference in params or []])
+                    tuned=[load_tuned(reference, results) for reference in params or []],
+                    tracking=tracking)
         planned = grid.plan()
         if dry_run or grid.runner.accelerator.is_main_process:
             for line in grid.describe(planned):
@@ -205,10 +232,12 @@ def grid(
     results: ResultsOpt = DEFAULT_RESULTS,
     cache_dir: CacheOpt = None,
     params: ParamsOpt = None,
+    log_with: LogWithOpt = None,
+    log_dir: LogDirOpt = None,
 ) -> None:
     """Run the suite's common grid (resumable: finished cells are skipped by config hash)."""
     _grid(suite, storage, results, cache_dir, method, tasks, seeds, set_, data_dir, teacher,
-          dry_run, None, reclaim_local=True, params=params)
+          dry_run, None, reclaim_local=True, params=params, log_with=log_with, log_dir=log_dir)
 
 
 @app.command()
@@ -227,11 +256,14 @@ def worker(
     results: ResultsOpt = DEFAULT_RESULTS,
     cache_dir: CacheOpt = None,
     params: ParamsOpt = None,
+    log_with: LogWithOpt = None,
+    log_dir: LogDirOpt = None,
 ) -> None:
     """Pull the grid's tuning trials and cells from a shared storage until none is left.
     Start one per machine (or per GPU); every worker must be given the same options."""
     _grid(suite, storage, results, cache_dir, method, tasks, seeds, set_, data_dir, teacher,
-          False, poll_seconds, reclaim_local=False, params=params)
+          False, poll_seconds, reclaim_local=False, params=params, log_with=log_with,
+          log_dir=log_dir)
 
 
 @app.command()
@@ -338,8 +370,11 @@ def report(
     except (ConfigError, AnchorError, KeyError, FileNotFoundError, ValueError) as error:
         fail(str(error).strip("'\""))
         return
-    echo(f"report: {result.out / 'leaderboard.html'} ({len(result.files)} files, "
-          f"{len(result.figures)} figures)")
+    echo("")
+    for line in result.summary:
+        echo(line)
+    echo(f"\nreport: {result.out / 'leaderboard.html'} ({len(result.files)} files, "
+         f"{len(result.figures)} figures)")
 
 
 @app.command("list")
@@ -442,3 +477,35 @@ def new_method(
 
 if __name__ == "__main__":
     app()
+
+
+@app.command()
+def export(
+    run_id: Annotated[str, typer.Argument(help="the run's id (at least its first 8 characters)")],
+    out_dir: Annotated[Path, typer.Argument(help="new folder for the Hugging Face model")],
+    results: ResultsOpt = DEFAULT_RESULTS,
+    cache_dir: CacheOpt = None,
+    suite: Annotated[str | None, typer.Option(
+        help="suite to retrain the run from when its student was not kept (default: the "
+        "one whose recipe resolves to the run id)")] = None,
+    set_: SetOpt = None,
+    data_dir: DataDirOpt = None,
+    teacher: TeacherOpt = None,
+) -> None:
+    """Write a run's trained student as a Hugging Face folder (config, safetensors weights,
+    tokenizer, model card); a student not kept by `run --save-students` is trained again
+    and must reproduce the record's dev score."""
+    quiet_libraries()
+    from harness.experiments.export import ExportError, export_run
+
+    try:
+        result = export_run(run_id, out_dir, results, cache_dir, suite,
+                            recipe_overrides(set_, data_dir, teacher) or None, log=echo)
+    except (ExportError, ConfigError, FileNotFoundError) as error:
+        fail(str(error))
+        return
+    how = "retrained" if result.retrained else "kept"
+    echo(f"exported the {how} student (dev {result.kept_score:.4f}, as recorded) to "
+         f"{result.folder}")
+    echo(f"load it with: {result.loads_with.replace('folder', repr(str(result.folder)))}")
+

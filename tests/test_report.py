@@ -25,6 +25,7 @@ from harness.reporting.report import (
     collect_runs,
     display_published,
     efficiency_table,
+    format_cell,
     leaderboard,
     published_board,
     task_baselines,
@@ -251,6 +252,16 @@ def test_cli_report_and_its_errors(store, tmp_path):
     assert (out / "leaderboard.html").exists() and not (out / "figures").exists()
     header = (out / "leaderboard.md").read_text().splitlines()[2]
     assert re.search(r"harness report --suite glue-cpu --results \S+ --out \S+", header)
+    # the terminal ends with the leaderboard, the tests' verdicts and the HTML report's path
+    lines = ok.output.splitlines()
+    start = lines.index("Leaderboard: glue-cpu (dev; mean ± std over seeds (seeds))")
+    rows = {line.split()[0]: line for line in lines[start + 3:start + 7]}
+    assert set(rows) == {"teacher", "kd", "bilstm", "finetune"}
+    assert "82.33 ± 1.25 (3)" in rows["kd"] and "83.00 ± 0.41 (3)" in rows["bilstm"]
+    assert "80.50 ± 0.41 (3)" in rows["finetune"]
+    assert "majority / mean baseline: MRPC 81.20, RTE 52.70" in lines
+    assert "Differences (paired sign-flip test over tasks x seeds, complete rows):" in lines
+    assert lines[-1] == f"report: {out / 'leaderboard.html'} (6 files, 0 figures)"
     (tmp_path / "nothing").mkdir()
     empty = runner.invoke(app, ["report", "--suite", "glue-cpu", "--results",
                                 str(tmp_path / "nothing"), "--out", str(tmp_path / "x")])
@@ -280,3 +291,11 @@ def test_baseline_check_lists_cells_under_the_margin_with_the_teachers_margin():
     records["c"] = run_record(task="rte", main_metric="accuracy",
                               teacher={"baseline": {"accuracy": 50.0}})  # disagreeing records
     assert task_baselines(records, ["mrpc", "rte"]) == {"mrpc": 81.2}
+
+
+def test_a_cell_of_one_seed_shows_no_spread():
+    row = pd.Series({"mrpc": 80.0, "mrpc_std": 0.0, "mrpc_n": 1, "is_teacher": False})
+    assert format_cell(row, "mrpc") == "80.00 (1)"
+    two = pd.Series({"mrpc": 80.0, "mrpc_std": 0.5, "mrpc_n": 2, "is_teacher": False})
+    assert format_cell(two, "mrpc") == "80.00 ± 0.50 (2)"
+

@@ -64,6 +64,19 @@ ParamsOpt = Annotated[list[str] | None, typer.Option(
 StorageOpt = Annotated[str | None, typer.Option(
     help="Optuna storage URL (default: SQLite at <results>/optuna.db; for many machines "
     "postgresql+psycopg2://user@host/db)")]
+LogWithOpt = Annotated[list[str] | None, typer.Option(
+    "--log-with", help="experiment trackers, comma-separated or repeated: tensorboard, wandb, "
+    "mlflow, aim (accelerate's; each trained run is one tracker run named like its record, "
+    "logging every loss term, the learning rate and every dev evaluation per stage)")]
+LogDirOpt = Annotated[Path | None, typer.Option(
+    help="where TensorBoard and Aim write (and W&B its local files; MLflow follows "
+    "MLFLOW_TRACKING_URI); default: runs/ beside the results store")]
+
+
+def log_dir_for(log_dir: Path | None, results: Path) -> Path:
+    """``--log-dir``, else ``runs/`` beside the results store (``<repo>/runs`` by
+    default, outside the store, whose every JSON file is a run record)."""
+    return log_dir if log_dir is not None else results.parent / "runs"
 
 
 def echo(message: str) -> None:

@@ -27,6 +27,7 @@ from harness.experiments.planner import Variation
 from harness.experiments.record import RunRecord
 from harness.experiments.runner import RunOutcome, SuiteRunner
 from harness.experiments.store import ResultsStore
+from harness.experiments.tracking import Tracking
 from harness.experiments.tuning import (
     TunedParams,
     Tuner,
@@ -139,11 +140,13 @@ class Grid:
                  cache_dir: Path | None = None, log: Callable[[str], None] = print,
                  methods: list[str] | None = None, tasks: list[str] | None = None,
                  seeds: list[int] | None = None, poll_seconds: float | None = None,
-                 reclaim_local: bool = True, tuned: list[TunedParams] | None = None) -> None:
+                 reclaim_local: bool = True, tuned: list[TunedParams] | None = None,
+                 tracking: Tracking | None = None) -> None:
         """``reclaim_local``: fail a dead local worker's running cell at once (see
         :func:`fail_dead_local_trials`) instead of after the heartbeat grace period.
         ``tuned``: parameter files (``--params``) for the cells of their method and task,
-        in place of the grid's own tuning."""
+        in place of the grid's own tuning.  ``tracking``: experiment trackers for every
+        run the grid trains, its tuning trials' included."""
         self.suite = suite
         self.config = grid_of(suite)
         self.results = results
@@ -153,7 +156,8 @@ class Grid:
         self.cells = grid_cells(suite, methods, tasks, seeds)
         self.poll_seconds = poll_seconds
         self.reclaim_local = reclaim_local
-        self.runner = SuiteRunner(suite, results, cache_dir, log=log)
+        self.tracking = tracking
+        self.runner = SuiteRunner(suite, results, cache_dir, log=log, tracking=tracking)
         self.tuned: dict[tuple[str, str], TunedParams] = {}
         for params in tuned or []:
             if params.suite and params.suite != suite.record_suite:
@@ -180,7 +184,7 @@ class Grid:
         if key not in self._tuners:
             self._tuners[key] = Tuner(self.suite, target, self.results, self.storage_url,
                                       self.cache_dir, pruner=self.config.budget.pruner,
-                                      log=self.log)
+                                      log=self.log, tracking=self.tracking)
         return self._tuners[key]
 
     def tuned_overrides(self, cell: GridCell) -> dict[str, Any] | None:

@@ -52,6 +52,8 @@ from harness.experiments.planner import (
 )
 from harness.experiments.record import RunRecord
 from harness.experiments.store import ResultsStore
+from harness.experiments.students import keep_student
+from harness.experiments.tracking import RunTracker, Tracking
 from harness.teacher.augmented import AugmentedSet, prepare_augmented
 from harness.teacher.finetune import (
     TeacherArtifacts,
@@ -133,10 +135,17 @@ class SuiteRunner(RunPlanner):
     task stages through the engine, evaluation and the record."""
 
     def __init__(self, suite: SuiteConfig, results_dir: Path, cache_dir: Path | None = None,
-                 log: Callable[[str], None] = print, retry_failed: bool = False) -> None:
+                 log: Callable[[str], None] = print, retry_failed: bool = False,
+                 save_students: bool = False, tracking: Tracking | None = None) -> None:
+        """``tracking``: the experiment trackers every run that trains logs to (see
+        :mod:`harness.experiments.tracking`)."""
         self.store = ResultsStore(results_dir)
+        self.results_root = Path(results_dir)
+        self.tracking = tracking
         self.cache = ArtifactCache(cache_dir or default_cache_dir(), log=log)
         self.retry_failed = retry_failed
+        self.save_students = save_students
+        """Keep each trained student in the cache (``students/<run id>``) for export."""
         # Stages that train part of the student (the intermediate and general stages leave
         # the classifier unused) would stop DDP's gradient reduction without this.
         self.accelerator = Accelerator(kwargs_handlers=[
@@ -247,17 +256,25 @@ class SuiteRunner(RunPlanner):
             **(annotations or {}),
         }
         self.log(f"[run] {method_name} on {task.name}, seed {seed} -> {path}")
+        tracker = self._start_tracker(path, {
+            "run_id": run_hash, "suite": self.suite.record_suite, "method": method_name,
+            "task": task.name, "seed": seed, "student": spec["student"]["name"],
+            "config": spec, **({"variation": departure} if departure else {}),
+            **(annotations or {})})
         started = time.perf_counter()
         try:
             fields.update(self._train(method, task, prepared, teacher, seed, spec,
-                                      stage_configs, on_evaluate))
+                                      stage_configs, on_evaluate, tracker, run_id=run_hash))
             fields["status"] = "finished"
+            tracker.log_final(fields["dev"], fields["pct_of_teacher"])
         except NonFiniteLossError as error:
             fields["status"] = "failed"
             fields["error"] = str(error)
             fields["failure"] = {"stage": error.stage, "step": error.step,
                                  "losses": error.values}
             self.log(f"[failed] {error}")
+        finally:  # a stopped run (a pruned trial) ends its tracker run too
+            tracker.finish()
         fields["wall_seconds"] = time.perf_counter() - started
         fields["memory"] = memory.read()  # a result: not in the config, not in the run id
         fields["finished_at"] = datetime.now(timezone.utc).isoformat()
@@ -273,6 +290,19 @@ class SuiteRunner(RunPlanner):
                      f"{record.main_score:.2f} ({share}) in {record.wall_seconds:.0f}s, "
                      f"peak RSS {record.peak_rss_mb:.0f} MB")
         return RunOutcome(method_name, task.name, seed, record.status, path, record.main_score)
+
+    def _start_tracker(self, record: Path, params: dict[str, Any]) -> RunTracker:
+        """The run's tracker runs, named like its record (relative to the results root,
+        without ``.json``), with ``params`` as hyper-parameters: none without trackers, and
+        none on processes other than the main one of a launch."""
+        if self.tracking is None or not self.accelerator.is_main_process:
+            return RunTracker()
+        root = self.results_root if record.is_relative_to(self.results_root) \
+            else self.store.root
+        name = record.relative_to(root).with_suffix("").as_posix()
+        tracker = self.tracking.start(name, params)
+        self.log(f"[track] {', '.join(self.tracking.backends)}: {tracker.name}")
+        return tracker
 
     def _departure(self, method_name: str, task_name: str, seed: int, variation: Variation,
                    spec: dict[str, Any]) -> dict[str, Any]:
@@ -295,7 +325,9 @@ class SuiteRunner(RunPlanner):
     def _train(self, method: Method, task: TaskSpec, prepared: PreparedTask,
                teacher: TeacherArtifacts, seed: int, spec: dict[str, Any],
                stage_configs: dict[str, TrainConfig],
-               on_evaluate: EvaluationCallback | None = None) -> dict[str, Any]:
+               on_evaluate: EvaluationCallback | None = None,
+               tracker: RunTracker | None = None, *, run_id: str) -> dict[str, Any]:
+        tracker = tracker or RunTracker()
         context = self._student_context(spec["student"]["name"], task)
         stages = method.stages(task)
         general = [stage for stage in stages if stage.is_general]
@@ -307,12 +339,12 @@ class SuiteRunner(RunPlanner):
         context.encoder = encoder
         if general:
             general_summary = self._general_distillation(method, context, general,
-                                                         stage_configs)
+                                                         stage_configs, tracker)
         elif "general" in spec:  # init_from: another method's general checkpoint
             source, source_stages, source_configs = self.general_source(
                 spec["general"]["from"], task, context.shape_name, where=spec["method"])
             general_summary = self._general_distillation(source, context, source_stages,
-                                                         source_configs)
+                                                         source_configs, tracker)
             general_summary["from"] = spec["general"]["from"]
         else:
             general_summary = None
@@ -337,6 +369,7 @@ class SuiteRunner(RunPlanner):
 
         def evaluated(evaluation: dict[str, Any]) -> None:
             nonlocal evaluations
+            tracker.log_evaluation(evaluation)  # before a pruning decision can stop the run
             if on_evaluate is not None:
                 on_evaluate(evaluations, evaluation)
             evaluations += 1
@@ -349,6 +382,7 @@ class SuiteRunner(RunPlanner):
                 train_split = for_student(augmented.split, f"augmented:{augmented.summary['key']}")
                 train_logits = augmented.teacher_logits
             runtime = self._teacher_runtime(stage, teacher, train_logits)
+            tracker.begin_stage(stage.name)
             result = train_stage(
                 method=method, stage=stage, student=student, extra=extra,
                 config=stage_configs[stage.name], train_split=train_split,
@@ -357,7 +391,9 @@ class SuiteRunner(RunPlanner):
                 evaluator=evaluator,
                 teacher=runtime, accelerator=self.accelerator, seed=seed,
                 description=f"{method.name} {task.name} s{seed} {stage.name}",
-                task_train_size=len(prepared.splits["train"]), on_evaluate=evaluated)
+                task_train_size=len(prepared.splits["train"]), on_evaluate=evaluated,
+                on_log=tracker.log_losses)
+            tracker.end_stage(result.steps)
             student = self.accelerator.unwrap_model(student)
             stage_results.append(result)
         final_stage = stages[-1]
@@ -373,6 +409,12 @@ class SuiteRunner(RunPlanner):
                 eval_batch_size, forward=forward)
             dev[split] = evaluator.score(logits, prepared.splits[split].labels)
         main_score = dev[task.selection_split][task.main_metric]
+        if self.save_students and self.accelerator.is_main_process:
+            kept = keep_student(self.cache, run_id, student,
+                                tokenizer=None if encoder is not None else self.tokenizer,
+                                task=task, max_length=prepared.max_length,
+                                method=spec["method"], main_score=main_score)
+            self.log(f"[student] kept in {kept}")
         inference = self._inference_speed(
             task.name, student, for_student(prepared.splits[task.selection_split],
                                             task.selection_split), forward, eval_batch_size)
@@ -493,10 +535,12 @@ class SuiteRunner(RunPlanner):
                               log=self.log)
 
     def _general_distillation(self, method: Method, context: StudentContext,
-                              stages: list[Stage], stage_configs: dict[str, TrainConfig]
-                              ) -> dict[str, Any]:
+                              stages: list[Stage], stage_configs: dict[str, TrainConfig],
+                              tracker: RunTracker | None = None) -> dict[str, Any]:
         """Run (or reuse) the method's corpus stages; the student body they produce is the
-        starting point of every task and seed."""
+        starting point of every task and seed.  ``tracker``: the run that needs them, which
+        logs their losses when they train here (a cached body logs nothing)."""
+        tracker = tracker or RunTracker()
         key = self.general_key(method, context.shape, stages, stage_configs)
         if any_process(not self.cache.has("general", key), self.accelerator):
             corpus = self.corpus()
@@ -516,13 +560,16 @@ class SuiteRunner(RunPlanner):
                        for stage in stages}
             for stage in stages:
                 runtime = self._teacher_runtime(stage, None, None)
+                tracker.begin_stage(stage.name)
                 results.append(train_stage(
                     method=method, stage=stage, student=student, extra=extra,
                     config=stage_configs[stage.name], train_split=split, eval_split=None,
                     evaluator=TaskEvaluator(context.task), teacher=runtime,
                     accelerator=self.accelerator, seed=seed,
                     description=f"{method.name} general {stage.name}",
-                    checkpoint=partial[stage.name], log=self.log))
+                    checkpoint=partial[stage.name], log=self.log,
+                    on_log=tracker.log_losses))
+                tracker.end_stage(results[-1].steps)
                 student = self.accelerator.unwrap_model(student)
             prefix = getattr(student, "base_model_prefix", "")
             body = {name: tensor for name, tensor in student.state_dict().items()

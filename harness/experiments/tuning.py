@@ -32,6 +32,7 @@ from harness.api.registry import instantiate
 from harness.common.cache import content_hash
 from harness.config.schema import ConfigError, SuiteConfig
 from harness.experiments.store import NESTED_STORES
+from harness.experiments.tracking import Tracking
 from harness.training.distributed import broadcast, gather
 
 HEARTBEAT_SECONDS = int(os.environ.get("HARNESS_HEARTBEAT_SECONDS", "30"))
@@ -137,6 +138,8 @@ class Tuner:
     cache_dir: Path | None = None
     pruner: str = "median"
     log: Callable[[str], None] = print
+    tracking: Tracking | None = None
+    """Experiment trackers for the trial runs (tracker runs under ``tuning/<study>/``)."""
     _runner: Any = field(default=None, init=False)
     _name: str | None = field(default=None, init=False)
 
@@ -146,7 +149,8 @@ class Tuner:
         if self._runner is None:
             from harness.experiments.runner import SuiteRunner
 
-            runner = SuiteRunner(self.suite, self.results, self.cache_dir, log=self.log)
+            runner = SuiteRunner(self.suite, self.results, self.cache_dir, log=self.log,
+                                 tracking=self.tracking)
             self._name = study_name(runner, self.target)
             runner.store.root = self.results / TUNING_DIR / self._name
             self._runner = runner

@@ -328,7 +328,10 @@ def format_cell(row: pd.Series, task: str, plus_minus: str = " ± ") -> str:
         return "-"
     if row.get("is_teacher"):
         return f"{mean:.2f}"
-    return f"{mean:.2f}{plus_minus}{row[f'{task}_std']:.2f} ({int(row[f'{task}_n'])})"
+    seeds = int(row[f"{task}_n"])
+    if seeds == 1:  # one seed has no spread to show
+        return f"{mean:.2f} (1)"
+    return f"{mean:.2f}{plus_minus}{row[f'{task}_std']:.2f} ({seeds})"
 
 
 def display_table(board: pd.DataFrame, tasks: list[str], plus_minus: str = " ± "
@@ -419,6 +422,8 @@ class ReportResult:
     files: list[Path]
     figures: list[Path]
     board: pd.DataFrame
+    summary: list[str]
+    """The leaderboard and the claims as terminal lines (what `make run` ends with)."""
 
 
 def _git_revision() -> str:
@@ -879,4 +884,34 @@ def build_report(config: SuiteConfig, results: Path, out: Path, *, grid: bool = 
         write("paper-orderings.csv",
               orderings_table(inputs.orderings, numbers=True).round(6).to_csv(index=False))
     return ReportResult(out=out, files=files, figures=[png for _, png in figure_list],
-                        board=board)
+                        board=board, summary=terminal_summary(inputs))
+
+
+def terminal_summary(inputs: ReportInputs) -> list[str]:
+    """The leaderboard (teacher and method rows: scores, GLUE average, % of teacher), the
+    majority baseline, and the differences the paired tests support, for a terminal."""
+    tasks = inputs.config.tasks
+    table = display_table(inputs.board, tasks, plus_minus=" ± ")
+    table = table[["method", "student", *(task_header(task) for task in tasks), "GLUE avg",
+                   "% of teacher"]]
+    lines = [f"Leaderboard: {inputs.config.name} (dev; mean ± std over seeds (seeds))", "",
+             *table.to_string(index=False).splitlines(), ""]
+    baselines = task_baselines(inputs.records, tasks)
+    if baselines:
+        lines += ["majority / mean baseline: " + ", ".join(
+            f"{get_task(task).display_name} {baselines[task]:.2f}" for task in tasks
+            if task in baselines), ""]
+    lines += ["Differences (paired sign-flip test over tasks x seeds, complete rows):"]
+    lines += [f"  {claim}" for claim in inputs.claims] or ["  fewer than two complete rows"]
+    if inputs.orderings:
+        lines += ["", "The papers' orderings on these runs:"]
+    for test in inputs.orderings:
+        row = test.row()
+        ordering = row["paper's ordering"]
+        if not row["pairs"]:
+            lines.append(f"  {ordering}: {row['verdict']}")
+            continue
+        lines.append(f"  {ordering}: {row['verdict']} (mean difference "
+                     f"{row['mean diff']:+.2f} over {row['pairs']} pairs, sign-flip p "
+                     f"{row['sign-flip p']})")
+    return lines

@@ -284,6 +284,7 @@ def train_stage(
     pad_token_id: int = 0,
     task_train_size: int | None = None,
     on_evaluate: Callable[[dict[str, Any]], None] | None = None,
+    on_log: Callable[[dict[str, float]], None] | None = None,
     checkpoint: StageCheckpoint | None = None,
     log: Callable[[str], None] = print,
 ) -> StageResult:
@@ -291,6 +292,9 @@ def train_stage(
 
     ``on_evaluate`` sees every dev evaluation (stage, step, epoch, metrics, ``main``) as it
     happens; an exception it raises (e.g. a pruned tuning trial) stops the stage.
+    ``on_log`` sees every entry of the loss history as it is added (every
+    ``log_every_steps`` and at the last step): step, epoch, lr, each loss term and ``loss``,
+    the weighted total (e.g. for an experiment tracker).
     ``checkpoint``: save the stage's progress there as it goes, and resume from it (one
     process only; the caller removes it once the stage's product is stored)."""
     result = StageResult(name=stage.name)
@@ -440,6 +444,8 @@ def train_stage(
                                            **means})
                     result.final_losses = {k: v for k, v in means.items() if k != "loss"}
                     result.final_losses["total"] = means["loss"]
+                    if on_log is not None:
+                        on_log(result.history[-1])
                     progress.set_postfix({k: f"{v:.3g}" for k, v in means.items()}, refresh=False)
                     window.clear()
                 if stage.evaluate and eval_split is not None and (

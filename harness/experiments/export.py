@@ -1,0 +1,288 @@
+"""Keeping a run's trained student, and exporting it as a Hugging Face folder.
+
+A run keeps its student only when asked (``harness run --save-students``): the best
+checkpoint of its last stage, the weights its dev score was measured on, goes into the
+artefact cache as ``students/<run id>`` with the score it reached. ``harness export RUN_ID
+OUT_DIR`` writes that student as a standard folder (config with the label names and the
+head's pooling, safetensors weights, the tokenizer truncating at the run's sequence length,
+and a model card). A run whose student was not kept is trained again from its resolved
+configuration, which must hash to the record's run id; the export is refused when the
+retrained student's dev score differs from the record's, so an exported folder always
+holds the model the record measured.
+
+A student whose head reads BERT's pooler is a stock ``BertForSequenceClassification``. One
+that reads the mean of its token states or the [CLS] state has no stock Transformers class:
+its folder carries the pooling head's code (``modeling_pooled_bert.py``, the harness's own
+module copied verbatim) under a model type of its own, so it loads only with
+``trust_remote_code=True`` and never silently as a stock BERT with a random pooler.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from harness.api import pooling as pooling_module
+from harness.api.pooling import CONFIG_KEY
+from harness.api.suites import load_suite
+from harness.common.cache import (
+    DESCRIPTION,
+    MARKER,
+    ArtifactCache,
+    content_hash,
+    default_cache_dir,
+)
+from harness.config.schema import ConfigError, SuiteConfig, available_suites
+from harness.data.tasks import get_task
+from harness.experiments.planner import RunPlanner, Variation
+from harness.experiments.record import RunRecord
+from harness.experiments.store import ResultsStore
+from harness.experiments.students import STUDENT_FILE, kept_student
+
+REMOTE_MODEL_TYPE = "pooled_bert"
+REMOTE_MODULE = "modeling_pooled_bert"
+
+
+class ExportError(RuntimeError):
+    """An export that cannot be written; the message says why and what to do."""
+
+
+# -- export ----------------------------------------------------------------------------
+@dataclass
+class ExportResult:
+    folder: Path
+    retrained: bool
+    kept_score: float
+    loads_with: str
+
+
+Retrain = Callable[[RunRecord], Path]
+"""Trains a record's configuration again with its student kept; returns the kept folder."""
+
+
+def export_student(record: RunRecord, out_dir: Path, cache: ArtifactCache,
+                   retrain: Retrain, command: str) -> ExportResult:
+    """Write ``record``'s student to ``out_dir`` (which must be absent or empty)."""
+    if not record.finished or record.main_score is None:
+        raise ExportError(f"run {record.run_id[:16]} did not finish ({record.status}); "
+                          "there is no student to export")
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise ExportError(f"{out_dir} is not empty; export into a new folder")
+    source = kept_student(cache, record.run_id)
+    retrained = source is None
+    if source is None:
+        source = retrain(record)
+    kept = json.loads((source / STUDENT_FILE).read_text())
+    if kept["main_score"] != record.main_score:
+        raise ExportError(
+            f"the student kept for run {record.run_id[:16]} scores {kept['main_score']!r} "
+            f"{record.main_metric} on dev, the record {record.main_score!r}: it is not the "
+            "model the record measured (training is not reproducible here: another "
+            "machine, thread count or library version?); nothing was written")
+    if kept["kind"] != "transformers":
+        raise ExportError(f"{record.method}'s student ({kept['class']}) is not a Transformers "
+                          "model; its export as a Hugging Face folder is not supported yet "
+                          f"(its weights are kept in {source})")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".export-", dir=out_dir))
+    try:
+        for path in source.iterdir():
+            if path.is_file() and not path.name.startswith(".") and path.name not in {
+                    STUDENT_FILE, DESCRIPTION, MARKER}:
+                shutil.copy2(path, scratch / path.name)
+        loads_with = _make_loadable(scratch)
+        (scratch / "README.md").write_text(model_card(record, loads_with, command))
+        for path in scratch.iterdir():
+            path.rename(out_dir / path.name)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return ExportResult(out_dir, retrained, kept["main_score"], loads_with)
+
+
+def _make_loadable(folder: Path) -> str:
+    """Give a mean- or [CLS]-pooled BERT its head's code and a model type of its own; a
+    pooler-reading one stays a stock BERT. Returns the loading call."""
+    config_path = folder / "config.json"
+    config = json.loads(config_path.read_text())
+    if config.get("model_type") != "bert" or config.get(CONFIG_KEY, "pooler") == "pooler":
+        config["architectures"] = ["BertForSequenceClassification"] \
+            if config.get("model_type") == "bert" else config.get("architectures")
+        config_path.write_text(json.dumps(config, indent=2))
+        return "AutoModelForSequenceClassification.from_pretrained(folder)"
+    source = Path(pooling_module.__file__).read_text()
+    (folder / f"{REMOTE_MODULE}.py").write_text(
+        source + "\n\nclass PooledBertConfig(BertConfig):\n"
+        f"    model_type = {REMOTE_MODEL_TYPE!r}\n\n\n"
+        "PooledBertForSequenceClassification.config_class = PooledBertConfig\n")
+    _import_bert_config(folder / f"{REMOTE_MODULE}.py")
+    config["model_type"] = REMOTE_MODEL_TYPE
+    config["architectures"] = ["PooledBertForSequenceClassification"]
+    config["auto_map"] = {
+        "AutoConfig": f"{REMOTE_MODULE}.PooledBertConfig",
+        "AutoModelForSequenceClassification":
+            f"{REMOTE_MODULE}.PooledBertForSequenceClassification"}
+    config_path.write_text(json.dumps(config, indent=2))
+    return ("AutoModelForSequenceClassification.from_pretrained(folder, "
+            "trust_remote_code=True)")
+
+
+def _import_bert_config(module: Path) -> None:
+    text = module.read_text()
+    anchor = "from transformers import ("
+    if anchor not in text:
+        raise ExportError(f"cannot add BertConfig to {module.name}: its imports changed")
+    module.write_text(text.replace(anchor, anchor + "\n    BertConfig,", 1))
+
+
+def model_card(record: RunRecord, loads_with: str, command: str) -> str:
+    task = get_task(record.task)
+    dev = record.dev or {}
+    metrics = ", ".join(f"{split} {name} {value:.2f}" for split, scores in dev.items()
+                        for name, value in scores.items())
+    parameters = record.parameters.total if record.parameters else None
+    labels = ", ".join(task.label_names) if not task.is_regression else "a score from 0 to 5"
+    lines = [
+        f"# {record.method} student for {task.display_name} (distill-bench)",
+        "",
+        f"A {record.student_shape} student distilled with **{record.method}** from "
+        f"`{record.teacher.checkpoint}` (fine-tuned on {task.display_name}, teacher dev "
+        f"{record.main_metric} {record.teacher_main_score:.2f}).",
+        "",
+        "| | |", "|---|---|",
+        f"| method | {record.method} |",
+        f"| suite | {record.suite} |",
+        f"| task | {task.display_name} ({record.task}); labels: {labels} |",
+        f"| seed | {record.seed} |",
+        f"| dev | {metrics} |",
+        f"| % of teacher | {record.pct_of_teacher:.1f} |" if record.pct_of_teacher else
+        "| % of teacher | - |",
+        f"| parameters | {parameters:,} |" if parameters else "| parameters | - |",
+        f"| data fingerprint | {record.data.fingerprint} ({record.data.source}) |",
+        f"| run id | {record.run_id} |",
+        f"| head pooling | {record.config.get('student', {}).get('pooling', '-')} |",
+        "",
+        "## Load it",
+        "",
+        "```python",
+        "from transformers import AutoModelForSequenceClassification, AutoTokenizer",
+        "",
+        "folder = '.'  # this folder",
+        f"model = {loads_with}",
+        "tokenizer = AutoTokenizer.from_pretrained(folder"
+        + (", trust_remote_code=True)" if "trust_remote_code" in loads_with else ")"),
+        "batch = tokenizer(" + ("['first sentence'], ['second sentence']" if task.is_pair
+                                else "['a sentence']")
+        + ", truncation=True, padding=True, return_tensors='pt')",
+        "logits = model(**batch).logits",
+        "```",
+        "",
+        "The tokenizer truncates at the run's sequence length; the dev score above was "
+        "measured on inputs made that way.",
+        "",
+        "## Reproduce it",
+        "",
+        "```bash",
+        command,
+        "```",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# -- finding and retraining a record's run ------------------------------------------------
+def find_record(store: ResultsStore, run_id: str) -> RunRecord:
+    """The record whose run id starts with ``run_id`` (at least 8 characters, unique)."""
+    if len(run_id) < 8:
+        raise ExportError(f"run id {run_id!r}: give at least its first 8 characters")
+    matches = [record for record in store.records() if record.run_id.startswith(run_id)]
+    if not matches:
+        raise ExportError(f"no record in {store.root} has a run id starting with {run_id!r}")
+    if len({record.run_id for record in matches}) > 1:
+        raise ExportError(f"run id {run_id!r} is ambiguous: "
+                          f"{sorted(record.run_id[:16] for record in matches)}")
+    return matches[0]
+
+
+def record_variation(record: RunRecord) -> Variation:
+    """The grid budget, student or overrides the run departed from its recipe by."""
+    departure = record.variation or {}
+    return Variation.of(departure.get("student"), departure.get("overrides"),
+                        departure.get("task_epochs"))
+
+
+def suite_for(record: RunRecord, suite_names: list[str] | None = None,
+              overrides: list[str] | None = None) -> SuiteConfig:
+    """The suite whose recipe resolves to ``record``'s configuration (its hash is the run
+    id): the record's own suite first, then the suites that record into it."""
+    names = suite_names or [record.suite, *(name for name in available_suites()
+                                            if name != record.suite)]
+    tried = []
+    for name in names:
+        try:
+            suite = load_suite(name, overrides)
+        except ConfigError as error:
+            tried.append(f"{name} ({str(error).splitlines()[0]})")
+            continue
+        if suite.record_suite != record.suite:
+            continue
+        planner = RunPlanner(suite, torch.device("cpu"), log=lambda message: None)
+        try:
+            _, spec, _ = planner.resolve(record.method, record.task, record.seed,
+                                         record_variation(record))
+        except (ConfigError, KeyError) as error:  # the method is not one of this suite's
+            tried.append(f"{name} ({str(error).splitlines()[0][:120]})")
+            continue
+        if content_hash(spec) == record.run_id:
+            return suite
+        tried.append(f"{name} (resolves to run id {content_hash(spec)[:16]})")
+    raise ExportError(
+        f"no suite here resolves {record.method} / {record.task} / seed {record.seed} to run "
+        f"id {record.run_id[:16]} (tried: {'; '.join(tried) or 'none'}): the recipe, data or "
+        "teacher changed since it ran, so it cannot be retrained as it was")
+
+
+def reproduce_command(record: RunRecord) -> str:
+    """The command that trains ``record``'s run again (the store skips it if present)."""
+    command = "grid" if record.grid else "run"
+    return (f"harness {command} --suite {record.suite} --method {record.method} "
+            f"--tasks {record.task} --seeds {record.seed}")
+
+
+def retrain_with_student(record: RunRecord, suite: SuiteConfig, cache_dir: Path,
+                         log: Callable[[str], None]) -> Path:
+    """Train ``record``'s run again (into a scratch store) keeping its student."""
+    from harness.experiments.runner import SuiteRunner
+
+    log(f"[export] the student of run {record.run_id[:16]} was not kept; training it again "
+        f"({record.method} / {record.task} / seed {record.seed}, suite {suite.name})")
+    with tempfile.TemporaryDirectory(prefix="export-retrain-") as scratch:
+        runner = SuiteRunner(suite, Path(scratch), cache_dir=cache_dir, log=log,
+                             save_students=True)
+        outcome = runner.run_one(record.method, record.task, record.seed,
+                                 record_variation(record))
+    folder = kept_student(runner.cache, record.run_id)
+    if outcome.status != "finished" or folder is None:
+        raise ExportError(f"training run {record.run_id[:16]} again did not finish "
+                          f"({outcome.status}); nothing was written")
+    return folder
+
+
+def export_run(run_id: str, out_dir: Path, results_dir: Path, cache_dir: Path | None = None,
+               suite: str | None = None, overrides: list[str] | None = None,
+               log: Callable[[str], None] = print) -> ExportResult:
+    """``harness export``: the record of ``run_id`` (a prefix) in ``results_dir``, its kept
+    student or one trained again, written to ``out_dir``."""
+    record = find_record(ResultsStore(results_dir), run_id)
+    cache = ArtifactCache(cache_dir or default_cache_dir(), log=log)
+
+    def retrain(record: RunRecord) -> Path:
+        chosen = suite_for(record, [suite] if suite else None, overrides)
+        return retrain_with_student(record, chosen, cache.root, log)
+
+    return export_student(record, out_dir, cache, retrain, reproduce_command(record))

@@ -1,0 +1,162 @@
+"""Export of a run's student as a Hugging Face folder: the folder loads with
+AutoModelForSequenceClassification in a fresh process and scores the record's dev metric;
+a student not kept is trained again and must reproduce the record."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from harness.api.suites import load_suite
+from harness.cli import app
+from harness.common.cache import ArtifactCache
+from harness.experiments.export import ExportError, export_run, export_student
+from harness.experiments.runner import SuiteRunner
+from harness.experiments.store import ResultsStore
+from harness.experiments.students import STUDENT_FILE, STUDENT_KIND
+from tests.conftest import tiny_suite_dict
+
+# Scores the exported folder on the task's dev file with nothing but transformers, torch and
+# the harness's metric, in a process of its own (no state shared with the training process).
+SCORE_SCRIPT = """
+import json, sys
+import numpy as np
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+from harness.data.loading import load_task
+from harness.data.metrics import TaskEvaluator
+from harness.data.tasks import get_task
+
+folder, task_name, data_dir, remote = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"
+task = get_task(task_name)
+dev = load_task(task_name, data_dir=data_dir).splits["dev"]
+code = {"trust_remote_code": True} if remote else {}
+model = AutoModelForSequenceClassification.from_pretrained(folder, **code).eval()
+tokenizer = AutoTokenizer.from_pretrained(folder, **code)
+logits = []
+with torch.no_grad():
+    for start in range(0, len(dev), 16):
+        rows = dev[start:start + 16]
+        batch = tokenizer(rows["text_a"], rows["text_b"] if task.is_pair else None,
+                          truncation=True, padding=True, return_tensors="pt")
+        logits.append(model(**batch).logits)
+scores = TaskEvaluator(task).score(torch.cat(logits).numpy(), np.asarray(dev["label"]))
+print(json.dumps({"score": scores[task.main_metric], "class": type(model).__name__}))
+"""
+
+
+def _suite_file(tmp_path: Path, data_dir: Path, teacher_dir: Path, pooling: str) -> Path:
+    suite = tiny_suite_dict(data_dir, teacher_dir, steps=6)
+    suite["students"]["tiny"]["pooling"] = pooling
+    path = tmp_path / f"tiny-{pooling}.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    return path
+
+
+def _score_in_fresh_process(folder: Path, task: str, data_dir: Path, remote: bool) -> dict:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path.cwd())}
+    done = subprocess.run([sys.executable, "-c", SCORE_SCRIPT, str(folder), task,
+                           str(data_dir), "1" if remote else "0"],
+                          capture_output=True, text=True, env=env, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("pooling, task", [("mean", "rte"), ("pooler", "stsb")])
+def test_an_exported_student_scores_the_record_in_a_fresh_process(
+        tmp_path, tiny_data_dir, tiny_teacher_dir, pooling, task):
+    suite = load_suite(str(_suite_file(tmp_path, tiny_data_dir, tiny_teacher_dir, pooling)))
+    runner = SuiteRunner(suite, tmp_path / "results", tmp_path / "cache", log=lambda _: None,
+                         save_students=True)
+    outcome = runner.run_one("kd", task, seed=1)
+    record = ResultsStore(tmp_path / "results").load(outcome.path)
+    out = tmp_path / "exported"
+    result = export_run(record.run_id[:12], out, tmp_path / "results", tmp_path / "cache",
+                        log=lambda _: None)
+    assert not result.retrained and result.kept_score == record.main_score
+    config = json.loads((out / "config.json").read_text())
+    assert config["classifier_pooling"] == pooling
+    assert (out / "model.safetensors").exists() and (out / "tokenizer.json").exists()
+    assert json.loads((out / "tokenizer_config.json").read_text())["model_max_length"] == 48
+    card = (out / "README.md").read_text()
+    assert record.run_id in card and record.data.fingerprint in card
+    assert f"harness run --suite tiny --method kd --tasks {task} --seeds 1" in card
+    if task == "rte":
+        assert config["id2label"] == {"0": "entailment", "1": "not_entailment"}
+    remote = pooling != "pooler"
+    scored = _score_in_fresh_process(out, task, tiny_data_dir, remote)
+    assert scored["score"] == pytest.approx(record.main_score, abs=1e-9)
+    if remote:
+        # a mean-pooled head is not a stock BERT: without its code the folder refuses to load
+        assert config["model_type"] == "pooled_bert" and scored["class"] == \
+            "PooledBertForSequenceClassification"
+        with pytest.raises(ValueError, match="trust_remote_code"):
+            from transformers import AutoModelForSequenceClassification
+
+            AutoModelForSequenceClassification.from_pretrained(out, trust_remote_code=False)
+    else:
+        assert scored["class"] == "BertForSequenceClassification"
+
+
+def test_a_student_not_kept_is_trained_again_and_must_match_the_record(
+        tmp_path, tiny_data_dir, tiny_teacher_dir):
+    suite_file = _suite_file(tmp_path, tiny_data_dir, tiny_teacher_dir, "mean")
+    runner = SuiteRunner(load_suite(str(suite_file)), tmp_path / "results", tmp_path / "cache",
+                         log=lambda _: None)
+    record = ResultsStore(tmp_path / "results").load(runner.run_one("kd", "rte", 1).path)
+    cache = ArtifactCache(tmp_path / "cache")
+    assert not cache.has(STUDENT_KIND, record.run_id)  # not kept by default
+    result = export_run(record.run_id, tmp_path / "a", tmp_path / "results",
+                        tmp_path / "cache", suite=str(suite_file), log=lambda _: None)
+    assert result.retrained and result.kept_score == record.main_score
+    assert (tmp_path / "a" / "model.safetensors").exists()
+    # A retrained student that does not reproduce the record's score is refused, and
+    # nothing is written.
+    differing = tmp_path / "differing"
+    shutil.copytree(cache.path(STUDENT_KIND, record.run_id), differing)
+    description = json.loads((differing / STUDENT_FILE).read_text())
+    description["main_score"] = record.main_score + 1.0
+    (differing / STUDENT_FILE).write_text(json.dumps(description))
+    with pytest.raises(ExportError, match="not the model the record measured"):
+        export_student(record, tmp_path / "b", ArtifactCache(tmp_path / "empty-cache"),
+                       retrain=lambda _: differing, command="harness run ...")
+    assert not (tmp_path / "b").exists()
+    # An altered kept student is caught by the cache's checksums and trained again.
+    kept = cache.path(STUDENT_KIND, record.run_id) / STUDENT_FILE
+    kept.write_text(kept.read_text().replace('"kd"', '"kx"'))
+    assert not ArtifactCache(tmp_path / "cache", log=lambda _: None).has(
+        STUDENT_KIND, record.run_id)
+
+
+def test_export_refuses_what_it_cannot_write(tmp_path, tiny_data_dir, tiny_teacher_dir):
+    suite_file = _suite_file(tmp_path, tiny_data_dir, tiny_teacher_dir, "mean")
+    runner = SuiteRunner(load_suite(str(suite_file)), tmp_path / "results", tmp_path / "cache",
+                         log=lambda _: None, save_students=True)
+    record = ResultsStore(tmp_path / "results").load(runner.run_one("kd", "rte", 1).path)
+    with pytest.raises(ExportError, match="at least its first 8"):
+        export_run("abc", tmp_path / "x", tmp_path / "results", tmp_path / "cache")
+    with pytest.raises(ExportError, match=r"no record .* starting with 'ffffffffff'"):
+        export_run("ffffffffff", tmp_path / "x", tmp_path / "results", tmp_path / "cache")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("mine")
+    with pytest.raises(ExportError, match="not empty"):
+        export_run(record.run_id, tmp_path / "full", tmp_path / "results", tmp_path / "cache")
+    # another suite's recipe does not resolve to the run id: no retraining from it
+    changed = _suite_file(tmp_path, tiny_data_dir, tiny_teacher_dir, "cls")
+    with pytest.raises(ExportError, match="resolves to run id"):
+        export_run(record.run_id, tmp_path / "y", tmp_path / "results", tmp_path / "nocache",
+                   suite=str(changed))
+    result = CliRunner().invoke(app, ["export", record.run_id[:10], str(tmp_path / "z"),
+                                      "--results", str(tmp_path / "results"),
+                                      "--cache-dir", str(tmp_path / "cache")])
+    assert result.exit_code == 0, result.output
+    assert "exported the kept student" in result.output
+    assert "trust_remote_code=True" in result.output
