@@ -67,36 +67,27 @@ def run(
     log_dir: LogDirOpt = None,
 ) -> None:
     """Train and evaluate METHOD(s) on the suite's tasks; one record per run."""
-    quiet_libraries()
-    from harness.experiments.runner import SuiteRunner
-    from harness.experiments.tuning import load_tuned
+    from harness.notebook import run_suite
 
     try:
-        tracking = _tracking(log_with, log_dir, results)
-        config = load_suite(suite, recipe_overrides(set_, data_dir, teacher))
-        methods = method or config.default_methods()
-        check_method_names(config, methods, "--method", str(resolve_suite_path(suite)))
-        if "all" in methods:
-            methods = config.method_names()
-        task_list = split_csv(tasks) or config.tasks
-        seed_list = [int(s) for s in split_csv(seeds)] if seeds else config.seeds
-        tuned = [load_tuned(reference, results) for reference in params or []]
-        runner = SuiteRunner(config, results, cache_dir, log=echo, retry_failed=retry_failed,
-                             save_students=save_students, tracking=tracking)
-        outcomes = runner.run(methods, task_list, seed_list, tuned=tuned)
+        done = run_suite(method, suite, tasks, seeds, results=results, cache_dir=cache_dir,
+                         overrides=set_, data_dir=data_dir, teacher=teacher, params=params,
+                         retry_failed=retry_failed, save_students=save_students,
+                         log_with=log_with, log_dir=log_dir, log=echo,
+                         method_option="--method")
     except (ConfigError, KeyError, FileNotFoundError, RuntimeError, ValueError) as error:
         fail(str(error).strip("'\""))
         return
-    if not runner.accelerator.is_main_process:  # one table per `accelerate launch`
+    if not done.main_process:  # one table per `accelerate launch`
         return
     echo("")
     echo(f"{'method':<12} {'task':<6} {'seed':>4} {'status':<9} {'score':>7}  record")
-    for outcome in outcomes:
+    for outcome in done.outcomes:
         score = f"{outcome.main_score:7.2f}" if outcome.main_score is not None else "      -"
         echo(f"{outcome.method:<12} {outcome.task:<6} {outcome.seed:>4} {outcome.status:<9} "
               f"{score}  {outcome.path}")
-    echo(f"\nrecords: {results / config.record_suite}")
-    if any(outcome.status == "failed" for outcome in outcomes):
+    echo(f"\nrecords: {results / done.suite.record_suite}")
+    if any(outcome.status == "failed" for outcome in done.outcomes):
         raise typer.Exit(1)
 
 

@@ -128,6 +128,8 @@ class RunOutcome:
     status: str  # "finished", "skipped", "failed"
     path: Path | None
     main_score: float | None = None
+    record: RunRecord | None = None
+    """The run's record: the one written, or the one found in the store (``skipped``)."""
 
 
 class SuiteRunner(RunPlanner):
@@ -208,15 +210,15 @@ class SuiteRunner(RunPlanner):
         if self.accelerator.is_main_process:
             existing = self.store.find(run_hash)
             if existing is not None:
-                recorded = self.store.load(existing)
-                found = (existing, recorded.status, recorded.main_score)
+                found = (existing, self.store.load(existing))
         found = broadcast(found, self.accelerator)
         if found is not None:
-            existing, status, score = found
-            if status == "finished" or not self.retry_failed:
+            existing, recorded = found
+            if recorded.finished or not self.retry_failed:
                 self.log(f"[skip] {method_name} {task_name} seed {seed}: already recorded "
-                         f"({status}) at {existing}")
-                return RunOutcome(method_name, task_name, seed, "skipped", existing, score)
+                         f"({recorded.status}) at {existing}")
+                return RunOutcome(method_name, task_name, seed, "skipped", existing,
+                                  recorded.main_score, recorded)
         # Peak memory from here (data, teacher, training, evaluation) to the record.
         memory = MemoryProbe(self.accelerator.device).start()
         task = get_task(task_name)
@@ -289,7 +291,8 @@ class SuiteRunner(RunPlanner):
             self.log(f"[done] {method_name} {task.name} seed {seed}: {task.main_metric} "
                      f"{record.main_score:.2f} ({share}) in {record.wall_seconds:.0f}s, "
                      f"peak RSS {record.peak_rss_mb:.0f} MB")
-        return RunOutcome(method_name, task.name, seed, record.status, path, record.main_score)
+        return RunOutcome(method_name, task.name, seed, record.status, path, record.main_score,
+                          record)
 
     def _start_tracker(self, record: Path, params: dict[str, Any]) -> RunTracker:
         """The run's tracker runs, named like its record (relative to the results root,

@@ -9,18 +9,16 @@ from pathlib import Path
 import pandas as pd
 
 from harness.experiments.store import ResultsStore
+from harness.reporting.frame import records_to_frame
 
 
 def finished_records(results: Path, suite: str) -> pd.DataFrame:
     """One row per finished run of ``suite``: method (its row label, see
     :meth:`~harness.experiments.record.RunRecord.label`), task, seed, main score, seconds."""
-    rows = []
-    for record in ResultsStore(results / suite).records():
-        if not record.finished:
-            continue
-        rows.append({"method": record.label(), "task": record.task, "seed": record.seed,
-                     "score": record.main_score, "seconds": record.wall_seconds})
-    return pd.DataFrame(rows, columns=["method", "task", "seed", "score", "seconds"])
+    runs = records_to_frame(ResultsStore(results / suite).records())
+    finished = runs[runs["status"] == "finished"]
+    return finished[["label", "task", "seed", "main_score", "wall_seconds"]].set_axis(
+        ["method", "task", "seed", "score", "seconds"], axis=1).reset_index(drop=True)
 
 
 def score_table(records: pd.DataFrame, tasks: list[str], methods: list[str] | None = None
