@@ -1,7 +1,7 @@
 """distill-bench: a benchmark and ablation harness for knowledge distillation on GLUE.
 
 The Python API (:mod:`harness.notebook`) is importable from here: ``from harness import
-run, load_records, records_frame``. It is imported on first use, so that importing any
+run, load_records, records_frame, load_student``. It is imported on first use, so that importing any
 part of the package does not import the runner and torch with it.
 """
 
@@ -11,10 +11,17 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from harness.notebook import SuiteRun, load_records, records_frame, run, run_suite
+    from harness.notebook import (
+        SuiteRun,
+        load_records,
+        load_student,
+        records_frame,
+        run,
+        run_suite,
+    )
 
 __version__ = "0.1.0"
-__all__ = ["SuiteRun", "load_records", "records_frame", "run", "run_suite"]
+__all__ = ["SuiteRun", "load_records", "load_student", "records_frame", "run", "run_suite"]
 
 
 def __getattr__(name: str) -> Any:

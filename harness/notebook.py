@@ -37,10 +37,11 @@ from harness.experiments.store import ResultsStore
 from harness.reporting.frame import records_to_frame
 
 if TYPE_CHECKING:
+    from harness.api.context import ExportedStudent
     from harness.config.schema import SuiteConfig
     from harness.experiments.runner import RunOutcome
 
-__all__ = ["SuiteRun", "load_records", "records_frame", "run", "run_suite"]
+__all__ = ["SuiteRun", "load_records", "load_student", "records_frame", "run", "run_suite"]
 
 Names = str | Sequence[str]
 """One name, comma-separated names (``"rte,stsb"``), or a list of them."""
@@ -190,6 +191,16 @@ def records_frame(source: str | Path | Iterable[RunRecord] = DEFAULT_RESULTS,
     else:
         records = [record for record in source if suite is None or record.suite == suite]
     return records_to_frame(records)
+
+
+def load_student(folder: str | Path) -> ExportedStudent:
+    """A student that ``harness export`` wrote in its method's own format (a BiLSTM; a
+    Transformers student loads with ``AutoModelForSequenceClassification`` instead):
+    ``student.predict(texts_a, texts_b)`` gives its logits, ``student.id2label`` their
+    names."""
+    from harness.experiments.export import load_student as load
+
+    return load(folder)
 
 
 def _names(value: Names | None) -> list[str] | None:

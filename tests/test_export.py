@@ -160,3 +160,65 @@ def test_export_refuses_what_it_cannot_write(tmp_path, tiny_data_dir, tiny_teach
     assert result.exit_code == 0, result.output
     assert "exported the kept student" in result.output
     assert "trust_remote_code=True" in result.output
+
+
+# Scores a student exported in its method's own format with the harness's documented loader,
+# in a process of its own.
+SCORE_OWN_FORMAT_SCRIPT = """
+import json, sys
+import numpy as np
+from harness import load_student
+from harness.data.loading import load_task
+from harness.data.metrics import TaskEvaluator
+from harness.data.tasks import get_task
+
+folder, task_name, data_dir = sys.argv[1], sys.argv[2], sys.argv[3]
+task = get_task(task_name)
+dev = load_task(task_name, data_dir=data_dir).splits["dev"]
+student = load_student(folder)
+logits = student.predict(dev["text_a"], dev["text_b"] if task.is_pair else None, batch_size=16)
+scores = TaskEvaluator(task).score(logits, np.asarray(dev["label"]))
+print(json.dumps({"score": scores[task.main_metric], "labels": student.id2label,
+                  "class": type(student).__name__}))
+"""
+
+
+@pytest.mark.parametrize("task", ["rte", "stsb"])
+def test_a_bilstm_student_exports_in_its_own_format_and_scores_the_record(
+        tmp_path, tiny_data_dir, tiny_teacher_dir, task):
+    suite = load_suite(str(_suite_file(tmp_path, tiny_data_dir, tiny_teacher_dir, "mean")))
+    runner = SuiteRunner(suite, tmp_path / "results", tmp_path / "cache", log=lambda _: None,
+                         save_students=True)
+    record = ResultsStore(tmp_path / "results").load(
+        runner.run_one("bilstm-soft", task, seed=1).path)
+    kept = json.loads((ArtifactCache(tmp_path / "cache").path(STUDENT_KIND, record.run_id)
+                       / STUDENT_FILE).read_text())
+    assert (kept["kind"], kept["plugin"]) == ("plugin", "bilstm-soft")
+    out = tmp_path / "exported"
+    result = export_run(record.run_id, out, tmp_path / "results", tmp_path / "cache",
+                        log=lambda _: None)
+    assert not result.retrained and result.loads_with == "load_student(folder)"
+    assert {path.name for path in out.iterdir()} == {
+        "config.json", "vocabulary.json", "model.safetensors", "harness_student.json",
+        "README.md"}
+    card = (out / "README.md").read_text()
+    assert "from harness import load_student" in card and record.run_id in card
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path.cwd())}
+    done = subprocess.run([sys.executable, "-c", SCORE_OWN_FORMAT_SCRIPT, str(out), task,
+                           str(tiny_data_dir)], capture_output=True, text=True, env=env,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    scored = json.loads(done.stdout.strip().splitlines()[-1])
+    assert scored["class"] == "ExportedBiLSTM"
+    assert scored["score"] == pytest.approx(record.main_score, abs=1e-9)
+    assert scored["labels"] == ({"0": "score"} if task == "stsb" else
+                                {"0": "entailment", "1": "not_entailment"})
+
+    # the loader names what it cannot read
+    from harness import load_student
+
+    with pytest.raises(ExportError, match="not a student exported"):
+        load_student(tmp_path / "results")
+    student = load_student(out)
+    with pytest.raises(ValueError, match="reads sentence pairs"):
+        student.predict(["only one sentence"])

@@ -10,6 +10,7 @@ from harness.api.capture import capture_attention_scores, token_pair_mask
 from harness.api.context import (
     AugmentContext,
     Augmenter,
+    ExportedStudent,
     StudentContext,
     StudentEncoder,
     StudentKindConfig,
@@ -53,6 +54,7 @@ __all__ = [
     "AugmentContext",
     "Augmenter",
     "ConfigError",
+    "ExportedStudent",
     "LossTerm",
     "Method",
     "MethodParams",

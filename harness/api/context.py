@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -85,3 +86,17 @@ class Augmenter(Protocol):
 
     def augment(self, examples: Sequence[tuple[str, ...]], seed: int,
                 progress: bool = True) -> list[tuple[int, tuple[str, ...]]]: ...
+
+
+class ExportedStudent(Protocol):
+    """A student loaded back from an exported folder (:meth:`Method.load_student`), for
+    students that are not Transformers models: it reads raw texts, as a Hugging Face
+    folder's model and tokenizer do together."""
+
+    id2label: dict[int, str]
+    """The label names, in logit order (``{0: "score"}`` for a regression task)."""
+
+    def predict(self, texts_a: Sequence[str], texts_b: Sequence[str] | None = None,
+                batch_size: int = 64) -> np.ndarray:
+        """Logits, one row per text (or pair), in the order given: (n, num_labels)."""
+        ...

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import torch
@@ -31,6 +32,7 @@ from torch import nn
 from harness.api.context import (
     AugmentContext,
     Augmenter,
+    ExportedStudent,
     StudentContext,
     StudentEncoder,
     StudentKindConfig,
@@ -282,6 +284,21 @@ class Method:
             out.attentions if "attentions" in outputs else None,
             **{name: captured.by_layer("scores" if name == "attention_scores" else name)
                for name in outputs & SELF_ATTENTION_OUTPUTS})
+
+    def save_student(self, student: nn.Module, encoder: StudentEncoder | None,
+                     task: TaskSpec, folder: Path) -> bool:
+        """Write a trained student that is not a Transformers model into ``folder`` (weights
+        as safetensors, its configuration and its tokenisation) so that
+        :meth:`load_student` rebuilds it from the folder alone, for ``harness export``.
+        Returns False (the default) when the method has no such format: the run then keeps
+        the student's state dict only, and exporting it is refused. Transformers students
+        are saved by the harness itself and never reach this hook."""
+        return False
+
+    @classmethod
+    def load_student(cls, folder: Path) -> ExportedStudent:
+        """The student :meth:`save_student` wrote into ``folder``, ready to predict."""
+        raise NotImplementedError(f"{cls.name} does not export its students")
 
     def search_space(self, trial: optuna.Trial) -> dict[str, Any]:
         """Optuna search space as dotted recipe overrides, e.g. ``{"params.alpha": 0.5}``."""

@@ -29,7 +29,9 @@ from pathlib import Path
 import torch
 
 from harness.api import pooling as pooling_module
+from harness.api.context import ExportedStudent
 from harness.api.pooling import CONFIG_KEY
+from harness.api.registry import registry
 from harness.api.suites import load_suite
 from harness.common.cache import (
     DESCRIPTION,
@@ -45,6 +47,8 @@ from harness.experiments.record import RunRecord
 from harness.experiments.store import ResultsStore
 from harness.experiments.students import STUDENT_FILE, kept_student
 
+EXPORTED_FILE = "harness_student.json"
+"""In an exported student that is not a Transformers model: the plugin that loads it."""
 REMOTE_MODEL_TYPE = "pooled_bert"
 REMOTE_MODULE = "modeling_pooled_bert"
 
@@ -85,10 +89,10 @@ def export_student(record: RunRecord, out_dir: Path, cache: ArtifactCache,
             f"{record.main_metric} on dev, the record {record.main_score!r}: it is not the "
             "model the record measured (training is not reproducible here: another "
             "machine, thread count or library version?); nothing was written")
-    if kept["kind"] != "transformers":
+    if kept["kind"] not in ("transformers", "plugin"):
         raise ExportError(f"{record.method}'s student ({kept['class']}) is not a Transformers "
-                          "model; its export as a Hugging Face folder is not supported yet "
-                          f"(its weights are kept in {source})")
+                          "model and its method writes no export format of its own "
+                          f"(Method.save_student); its weights are kept in {source}")
     out_dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=".export-", dir=out_dir))
     try:
@@ -96,13 +100,36 @@ def export_student(record: RunRecord, out_dir: Path, cache: ArtifactCache,
             if path.is_file() and not path.name.startswith(".") and path.name not in {
                     STUDENT_FILE, DESCRIPTION, MARKER}:
                 shutil.copy2(path, scratch / path.name)
-        loads_with = _make_loadable(scratch)
+        if kept["kind"] == "plugin":
+            (scratch / EXPORTED_FILE).write_text(json.dumps({
+                "plugin": kept["plugin"], "method": record.method, "task": record.task,
+                "run_id": record.run_id}, indent=2))
+            loads_with = "load_student(folder)"
+        else:
+            loads_with = _make_loadable(scratch)
         (scratch / "README.md").write_text(model_card(record, loads_with, command))
         for path in scratch.iterdir():
             path.rename(out_dir / path.name)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return ExportResult(out_dir, retrained, kept["main_score"], loads_with)
+
+
+def load_student(folder: str | Path) -> ExportedStudent:
+    """A student exported by ``harness export`` that is not a Transformers model (a
+    BiLSTM), rebuilt by the method that trained it: ``student.predict(texts_a, texts_b)``
+    gives its logits and ``student.id2label`` their names. A Transformers student loads
+    with ``AutoModelForSequenceClassification.from_pretrained(folder)`` instead."""
+    folder = Path(folder)
+    marker = folder / EXPORTED_FILE
+    if not marker.is_file():
+        hint = (" it is a Transformers folder: load it with "
+                "AutoModelForSequenceClassification.from_pretrained") \
+            if (folder / "config.json").is_file() else ""
+        raise ExportError(f"{folder}: no {EXPORTED_FILE}, so not a student exported by "
+                          f"harness export from a method's own format;{hint}")
+    plugin = json.loads(marker.read_text())["plugin"]
+    return registry.get(plugin).load_student(folder)
 
 
 def _make_loadable(folder: Path) -> str:
@@ -169,21 +196,8 @@ def model_card(record: RunRecord, loads_with: str, command: str) -> str:
         "",
         "## Load it",
         "",
-        "```python",
-        "from transformers import AutoModelForSequenceClassification, AutoTokenizer",
-        "",
-        "folder = '.'  # this folder",
-        f"model = {loads_with}",
-        "tokenizer = AutoTokenizer.from_pretrained(folder"
-        + (", trust_remote_code=True)" if "trust_remote_code" in loads_with else ")"),
-        "batch = tokenizer(" + ("['first sentence'], ['second sentence']" if task.is_pair
-                                else "['a sentence']")
-        + ", truncation=True, padding=True, return_tensors='pt')",
-        "logits = model(**batch).logits",
-        "```",
-        "",
-        "The tokenizer truncates at the run's sequence length; the dev score above was "
-        "measured on inputs made that way.",
+        *(_plugin_loading(task.is_pair) if loads_with.startswith("load_student") else
+          _transformers_loading(loads_with, task.is_pair)),
         "",
         "## Reproduce it",
         "",
@@ -193,6 +207,45 @@ def model_card(record: RunRecord, loads_with: str, command: str) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _texts(is_pair: bool) -> str:
+    return "['first sentence'], ['second sentence']" if is_pair else "['a sentence']"
+
+
+def _transformers_loading(loads_with: str, is_pair: bool) -> list[str]:
+    return [
+        "```python",
+        "from transformers import AutoModelForSequenceClassification, AutoTokenizer",
+        "",
+        "folder = '.'  # this folder",
+        f"model = {loads_with}",
+        "tokenizer = AutoTokenizer.from_pretrained(folder"
+        + (", trust_remote_code=True)" if "trust_remote_code" in loads_with else ")"),
+        f"batch = tokenizer({_texts(is_pair)}, truncation=True, padding=True, "
+        "return_tensors='pt')",
+        "logits = model(**batch).logits",
+        "```",
+        "",
+        "The tokenizer truncates at the run's sequence length; the dev score above was "
+        "measured on inputs made that way.",
+    ]
+
+
+def _plugin_loading(is_pair: bool) -> list[str]:
+    return [
+        "This student is not a Transformers model: the harness (distill-bench) rebuilds it "
+        "with the method that trained it, and it reads raw texts with its own tokenisation "
+        "(the files beside its weights).",
+        "",
+        "```python",
+        "from harness import load_student",
+        "",
+        "student = load_student('.')  # this folder",
+        f"logits = student.predict({_texts(is_pair)})",
+        "labels = [student.id2label[i] for i in logits.argmax(-1)]",
+        "```",
+    ]
 
 
 # -- finding and retraining a record's run ------------------------------------------------

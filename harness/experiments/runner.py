@@ -416,7 +416,10 @@ class SuiteRunner(RunPlanner):
             kept = keep_student(self.cache, run_id, student,
                                 tokenizer=None if encoder is not None else self.tokenizer,
                                 task=task, max_length=prepared.max_length,
-                                method=spec["method"], main_score=main_score)
+                                method=spec["method"], main_score=main_score,
+                                plugin=type(method).name,
+                                save=lambda folder: method.save_student(
+                                    student, encoder, task, folder))
             self.log(f"[student] kept in {kept}")
         inference = self._inference_speed(
             task.name, student, for_student(prepared.splits[task.selection_split],

@@ -5,6 +5,7 @@ in the artefact cache as ``students/<run id>`` with the score it reached."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +23,12 @@ STUDENT_FILE = "student.json"
 
 def keep_student(cache: ArtifactCache, run_id: str, student: torch.nn.Module, *,
                  tokenizer: PreTrainedTokenizerBase | None, task: TaskSpec, max_length: int,
-                 method: str, main_score: float) -> Path:
+                 method: str, main_score: float, plugin: str | None = None,
+                 save: Callable[[Path], bool] | None = None) -> Path:
     """Put the trained ``student`` in the cache as ``students/<run_id>`` with the score it
-    reached; a Transformers student with its tokenizer, any other as a state dict."""
+    reached: a Transformers student with its tokenizer; any other in its method's own
+    format when ``save`` (the plugin's :meth:`~harness.api.Method.save_student`, bound to
+    the student) writes one, whose ``plugin`` then loads it back; else as a state dict."""
     with cache.build(STUDENT_KIND, run_id, {"run_id": run_id, "method": method,
                                              "task": task.name}) as folder:
         if isinstance(student, PreTrainedModel) and tokenizer is not None:
@@ -33,6 +37,8 @@ def keep_student(cache: ArtifactCache, run_id: str, student: torch.nn.Module, *,
             tokenizer.save_pretrained(folder)
             _truncate_at(folder, max_length)
             kind = "transformers"
+        elif save is not None and save(folder):
+            kind = "plugin"
         else:
             state = {name: tensor.detach().contiguous()
                      for name, tensor in student.state_dict().items()}
@@ -40,7 +46,7 @@ def keep_student(cache: ArtifactCache, run_id: str, student: torch.nn.Module, *,
             kind = "state_dict"
         (folder / STUDENT_FILE).write_text(json.dumps({
             "kind": kind, "class": f"{type(student).__module__}.{type(student).__qualname__}",
-            "run_id": run_id, "method": method, "task": task.name,
+            "run_id": run_id, "method": method, "plugin": plugin, "task": task.name,
             "max_length": max_length, "main_score": main_score}, indent=2))
     return cache.path(STUDENT_KIND, run_id)
 

@@ -51,6 +51,7 @@ from harness.api import (
     teacher_regression_loss,
 )
 from harness.assets.glove import GloveVectors
+from methods.bilstm_soft.export import ExportedBiLSTM, load_bilstm, save_bilstm
 from methods.bilstm_soft.pos import DEFAULT_POS_MODEL, TaggedText, model_identity, tag_texts_cached
 from methods.bilstm_soft.words import MASK, WordVocabulary, embedding_matrix, tokenize
 
@@ -391,6 +392,17 @@ class BiLSTMSoft(Method):
                         stage: Stage) -> BiLSTMOutput:
         return student(batch["words_a"], batch["words_a_lengths"], batch.get("words_b"),
                        batch.get("words_b_lengths"))
+
+    def save_student(self, student: nn.Module, encoder: Any, task: TaskSpec,
+                     folder: Path) -> bool:
+        if not isinstance(student, BiLSTMClassifier) or not isinstance(encoder, WordEncoder):
+            return False
+        save_bilstm(student, encoder, task, folder)
+        return True
+
+    @classmethod
+    def load_student(cls, folder: Path) -> ExportedBiLSTM:
+        return load_bilstm(folder)
 
     def augmenter(self, context: AugmentContext) -> TangAugmenter:
         return TangAugmenter(self.params.augmentation, context.cache, context.log)
