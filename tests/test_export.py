@@ -93,7 +93,9 @@ def test_an_exported_student_scores_the_record_in_a_fresh_process(
         assert config["id2label"] == {"0": "entailment", "1": "not_entailment"}
     remote = pooling != "pooler"
     scored = _score_in_fresh_process(out, task, tiny_data_dir, remote)
-    assert scored["score"] == pytest.approx(record.main_score, abs=1e-9)
+    # float32 logits from other batch compositions differ in the last bits; a Pearson score
+    # moves by ~1e-7 with them, a wrong model by far more
+    assert scored["score"] == pytest.approx(record.main_score, rel=1e-6, abs=1e-6)
     if remote:
         # a mean-pooled head is not a stock BERT: without its code the folder refuses to load
         assert config["model_type"] == "pooled_bert" and scored["class"] == \
@@ -210,7 +212,9 @@ def test_a_bilstm_student_exports_in_its_own_format_and_scores_the_record(
     assert done.returncode == 0, done.stderr[-2000:]
     scored = json.loads(done.stdout.strip().splitlines()[-1])
     assert scored["class"] == "ExportedBiLSTM"
-    assert scored["score"] == pytest.approx(record.main_score, abs=1e-9)
+    # float32 logits from other batch compositions differ in the last bits; a Pearson score
+    # moves by ~1e-7 with them, a wrong model by far more
+    assert scored["score"] == pytest.approx(record.main_score, rel=1e-6, abs=1e-6)
     assert scored["labels"] == ({"0": "score"} if task == "stsb" else
                                 {"0": "entailment", "1": "not_entailment"})
 
