@@ -498,5 +498,8 @@ def export(
     how = "retrained" if result.retrained else "kept"
     echo(f"exported the {how} student (dev {result.kept_score:.4f}, as recorded) to "
          f"{result.folder}")
-    echo(f"load it with: {result.loads_with.replace('folder', repr(str(result.folder)))}")
+    loader = result.loads_with.split("(")[0].split(".")[0]
+    module = "harness" if loader == "load_student" else "transformers"
+    call = result.loads_with.replace("folder", repr(str(result.folder)))
+    echo(f"load it with: from {module} import {loader}; {call}")
 

@@ -162,6 +162,7 @@ def test_export_refuses_what_it_cannot_write(tmp_path, tiny_data_dir, tiny_teach
     assert result.exit_code == 0, result.output
     assert "exported the kept student" in result.output
     assert "trust_remote_code=True" in result.output
+    assert "from transformers import AutoModelForSequenceClassification;" in result.output
 
 
 # Scores a student exported in its method's own format with the harness's documented loader,
