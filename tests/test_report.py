@@ -192,8 +192,13 @@ def test_ablation_frame_puts_our_change_beside_the_papers(tmp_path):
 
 def test_report_writes_every_format_and_opens_in_headless_chromium(store, tmp_path):
     out = tmp_path / "report"
+    # a figure an earlier build wrote (a row that was complete then) is not left behind
+    (out / "figures").mkdir(parents=True)
+    for suffix in (".png", ".svg"):
+        (out / "figures" / f"curves-gone-4l-192-sst2-seed1{suffix}").write_bytes(b"old")
     result = build_report(suite(), store, out, command="harness report --suite glue-cpu",
                           log=lambda _: None)
+    assert not list((out / "figures").glob("curves-gone-*"))
     names = {path.name for path in result.files}
     assert names == {"leaderboard.md", "leaderboard.html", "leaderboard.tex",
                      "leaderboard.csv", "runs.csv", "comparisons.csv", "paper-orderings.csv"}

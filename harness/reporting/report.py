@@ -642,7 +642,19 @@ def make_figures(inputs: ReportInputs, results: Path, out: Path,
                      importances, directory, f"optuna-importance-{study}",
                      title=f"parameter importance: {tuned['method']} on "
                            f"{get_task(tuned['task']).display_name}"))
+    _remove_stale_figures(directory, {png.stem for _, png in made})
     return made
+
+
+def _remove_stale_figures(directory: Path, current: set[str]) -> None:
+    """Delete the figures an earlier build of this report wrote and this one did not (a row's
+    curves once it is no longer complete, a study that was removed): the folder then shows
+    exactly what the report links to."""
+    if not directory.is_dir():
+        return
+    for path in directory.iterdir():
+        if path.suffix in (".png", ".svg") and path.stem not in current:
+            path.unlink()
 
 
 def _bench_device(bench: dict[str, Any] | None) -> str:
