@@ -45,10 +45,12 @@ test: $(STAMP)
 	$(BIN)/pytest -q
 
 # The reference reports in reports/ (regenerate when a method or its records land; a test
-# checks they match results/): the glue-cpu grid's leaderboard and every glue-cpu run.
+# checks they match results/): the glue-cpu grid's leaderboard and every glue-cpu run, and the
+# README's leaderboard table from the grid's.
 report: $(STAMP)
 	$(BIN)/harness report --suite glue-cpu --grid
 	$(BIN)/harness report --suite glue-cpu
+	$(BIN)/python scripts/readme_leaderboard.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

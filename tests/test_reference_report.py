@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -79,3 +81,12 @@ def test_every_row_by_hand_from_the_record_files():
                                                           rel=1e-6)
         else:
             assert pd.isna(row["pct_of_teacher"])
+
+
+@pytest.mark.integration
+def test_readme_leaderboard_is_the_grid_report():
+    """The README's table is rewritten from the grid report by `make report`; a record that
+    lands without it leaves the front page behind its own report."""
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "readme_leaderboard.py"),
+                           "--check"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
