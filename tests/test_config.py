@@ -212,6 +212,17 @@ def test_hidden_size_not_divisible_by_heads(tmp_path: Path) -> None:
     assert "divisible" in line
 
 
+def test_data_dir_reads_the_local_folder_in_place_of_the_hub(tmp_path: Path) -> None:
+    """``--data-dir`` makes the hub suite (glue) read the named folder."""
+    from harness.common.cli_options import recipe_overrides
+
+    assert load_suite("glue").data.source == "hub"
+    data = load_suite("glue", recipe_overrides(None, str(tmp_path), None)).data
+    assert (data.source, data.dir) == ("local", str(tmp_path))
+    local = load_suite("glue-cpu", recipe_overrides(None, str(tmp_path), None)).data
+    assert (local.source, local.dir) == ("local", str(tmp_path))
+
+
 def test_teacher_layers_count_must_match(tmp_path: Path) -> None:
     path = write_suite(tmp_path, _set("students", "4L-192", "teacher_layers", value=[0, 1]))
     line = error_line(config_error(path), "students.4L-192")

@@ -177,13 +177,12 @@ def build_setup(settings: TrainBenchSettings, overrides: list[str] | None = None
     from harness.api.students import classifier_config
     from harness.api.suites import load_suite
     from harness.assets.checkpoints import load_base_config, load_tokenizer, resolve_checkpoint
+    from harness.common.cli_options import recipe_overrides
     from harness.data.features import encode_split
     from harness.data.loading import load_task
     from harness.data.tasks import get_task
 
-    suite = load_suite(settings.suite, [*(overrides or []),
-                                        *([f"data.dir={settings.data_dir}"]
-                                          if settings.data_dir else [])])
+    suite = load_suite(settings.suite, recipe_overrides(overrides, settings.data_dir, None))
     task = get_task(settings.task)
     recipe = suite.recipe(METHOD)
     method = instantiate(METHOD, recipe, task.name)
