@@ -212,6 +212,41 @@ def test_hidden_size_not_divisible_by_heads(tmp_path: Path) -> None:
     assert "divisible" in line
 
 
+def test_sizes_may_be_the_teachers(tmp_path: Path) -> None:
+    """``teacher`` sizes validate as written and take the teacher config's values; the
+    heads-divide-width check runs on the resolved numbers."""
+    from transformers import BertConfig
+
+    def teacher_sized(tree: dict[str, Any]) -> None:
+        for key in ("hidden_size", "num_heads", "intermediate_size"):
+            tree["students"]["4L-192"][key] = "teacher"
+
+    shape = load_suite(str(write_suite(tmp_path, teacher_sized))).students["4L-192"]
+    assert shape.teacher_sizes == ["hidden_size", "num_heads", "intermediate_size"]
+    teacher = BertConfig(hidden_size=48, num_attention_heads=12, intermediate_size=96)
+    resolved = shape.with_teacher_sizes(teacher)
+    assert (resolved.hidden_size, resolved.num_heads, resolved.intermediate_size) == (48, 12, 96)
+    assert resolved.teacher_sizes == [] and resolved.embedding_init == "teacher_pca"
+    assert resolved.with_teacher_sizes(teacher) == resolved
+    path = write_suite(tmp_path, _set("students", "4L-192", "num_heads", value="teacher"))
+    odd = load_suite(str(path)).students["4L-192"]  # 192 wide
+    with pytest.raises(ValueError, match="not divisible"):
+        odd.with_teacher_sizes(BertConfig(hidden_size=48, num_attention_heads=5))
+    path = write_suite(tmp_path, _set("students", "4L-192", "hidden_size", value="student"))
+    assert "students.4L-192.hidden_size" in config_error(path)
+
+
+def test_data_dir_reads_the_local_folder_in_place_of_the_hub(tmp_path: Path) -> None:
+    """``--data-dir`` makes the hub suite (glue) read the named folder."""
+    from harness.common.cli_options import recipe_overrides
+
+    assert load_suite("glue").data.source == "hub"
+    data = load_suite("glue", recipe_overrides(None, str(tmp_path), None)).data
+    assert (data.source, data.dir) == ("local", str(tmp_path))
+    local = load_suite("glue-cpu", recipe_overrides(None, str(tmp_path), None)).data
+    assert (local.source, local.dir) == ("local", str(tmp_path))
+
+
 def test_teacher_layers_count_must_match(tmp_path: Path) -> None:
     path = write_suite(tmp_path, _set("students", "4L-192", "teacher_layers", value=[0, 1]))
     line = error_line(config_error(path), "students.4L-192")

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import torch
+from pydantic import ValidationError
 from torch import nn
 from transformers import BertConfig, PretrainedConfig
 
 from harness.api.context import StudentContext
 from harness.api.pooling import PooledBertForSequenceClassification, with_pooling
-from harness.config.schema import StudentConfig
+from harness.config.schema import ConfigError, StudentConfig
 from harness.data.tasks import TaskSpec
 
 
@@ -41,8 +42,21 @@ def student_pooling(shape: StudentConfig, teacher_pooling: str) -> str:
     return teacher_pooling if shape.pooling == "auto" else shape.pooling
 
 
+def resolve_teacher_sizes(shape: StudentConfig, teacher_config: PretrainedConfig,
+                          name: str = "(student)") -> StudentConfig:
+    """``shape`` (the suite's ``students.<name>``) with its ``teacher`` sizes (hidden,
+    heads, intermediate) set to the teacher's; a shape without them comes back as it is."""
+    try:
+        return shape.with_teacher_sizes(teacher_config)
+    except ValidationError as error:
+        problems = "; ".join(item["msg"] for item in error.errors())
+        raise ConfigError(f"students.{name} with the teacher's sizes "
+                          f"({', '.join(shape.teacher_sizes)}): {problems}") from None
+
+
 def student_bert_config(shape: StudentConfig, teacher_config: PretrainedConfig,
                         task: TaskSpec, pooling: str = "pooler") -> PretrainedConfig:
+    shape = resolve_teacher_sizes(shape, teacher_config)
     config = BertConfig(
         vocab_size=teacher_config.vocab_size,
         hidden_size=shape.hidden_size,

@@ -29,12 +29,12 @@ def run_precision_benchmark(*, suite: str = "glue-cpu", tasks: Iterable[str] = (
     from datetime import datetime, timezone
 
     from harness.api.suites import load_suite
+    from harness.common.cli_options import recipe_overrides
     from harness.data.metrics import TaskEvaluator
     from harness.experiments.runner import SuiteRunner
     from harness.training.engine import predict_logits
 
-    overrides = [f"data.dir={data_dir}"] if data_dir else []
-    config = load_suite(suite, overrides)
+    config = load_suite(suite, recipe_overrides(None, data_dir, None))
     precisions = list(precisions)
     if precisions[0] != "fp32":
         precisions = ["fp32", *[p for p in precisions if p != "fp32"]]

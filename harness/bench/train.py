@@ -57,7 +57,7 @@ from torch import nn
 
 from harness.api.capture import capture_attention_scores
 from harness.api.method import Method, Stage
-from harness.config.schema import TrainConfig
+from harness.config.schema import StudentConfig, TrainConfig
 from harness.data.features import EncodedSplit
 from harness.training.engine import parameter_groups
 
@@ -174,16 +174,15 @@ def build_setup(settings: TrainBenchSettings, overrides: list[str] | None = None
 
     from harness.api.context import StudentContext
     from harness.api.registry import instantiate, typed_student_shape
-    from harness.api.students import classifier_config
+    from harness.api.students import classifier_config, resolve_teacher_sizes
     from harness.api.suites import load_suite
     from harness.assets.checkpoints import load_base_config, load_tokenizer, resolve_checkpoint
+    from harness.common.cli_options import recipe_overrides
     from harness.data.features import encode_split
     from harness.data.loading import load_task
     from harness.data.tasks import get_task
 
-    suite = load_suite(settings.suite, [*(overrides or []),
-                                        *([f"data.dir={settings.data_dir}"]
-                                          if settings.data_dir else [])])
+    suite = load_suite(settings.suite, recipe_overrides(overrides, settings.data_dir, None))
     task = get_task(settings.task)
     recipe = suite.recipe(METHOD)
     method = instantiate(METHOD, recipe, task.name)
@@ -217,8 +216,10 @@ def build_setup(settings: TrainBenchSettings, overrides: list[str] | None = None
     teacher = AutoModelForSequenceClassification.from_pretrained(
         checkpoint.location, config=classifier_config(base, task))
     shape_name = recipe.student or suite.default_student
-    context = StudentContext(task=task, shape_name=shape_name,
-                             shape=typed_student_shape(shape_name, suite.students[shape_name]),
+    shape = typed_student_shape(shape_name, suite.students[shape_name])
+    if isinstance(shape, StudentConfig):
+        shape = resolve_teacher_sizes(shape, base, shape_name)
+    context = StudentContext(task=task, shape_name=shape_name, shape=shape,
                              teacher_config=base,
                              teacher_state=teacher.state_dict())
     set_seed(settings.seed)

