@@ -11,12 +11,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from transformers import PretrainedConfig
 
+from harness.api.compatibility import check_method_architecture
 from harness.api.context import StudentKindConfig
 from harness.api.method import Method, Stage
 from harness.api.registry import instantiate, typed_student_shape
 from harness.api.students import student_pooling
-from harness.assets.checkpoints import Checkpoint, load_tokenizer, resolve_checkpoint
+from harness.assets.checkpoints import (
+    Checkpoint,
+    load_base_config,
+    load_tokenizer,
+    resolve_checkpoint,
+)
 from harness.common.cache import content_hash
 from harness.common.precision import auto_precision
 from harness.config.schema import (
@@ -101,6 +108,7 @@ class RunPlanner:
         self._tasks: dict[str, PreparedTask] = {}
         self._corpus: Corpus | None = None
         self._teacher_pooling: str | None = None
+        self._teacher_config: PretrainedConfig | None = None
 
     # -- preparation ---------------------------------------------------------------------
     @property
@@ -127,6 +135,13 @@ class RunPlanner:
         return teacher_key(self.checkpoint, prepared.task, prepared.data.fingerprint,
                            self.suite.teacher, self.suite.teacher_train_config(prepared.task.name),
                            prepared.max_length)
+
+    @property
+    def teacher_config(self) -> PretrainedConfig:
+        """The pre-trained teacher's config (its architecture decides what methods can run)."""
+        if self._teacher_config is None:
+            self._teacher_config = load_base_config(self.checkpoint)
+        return self._teacher_config
 
     @property
     def teacher_pooling(self) -> str:
@@ -195,6 +210,10 @@ class RunPlanner:
             raise ConfigError(f"methods.{method_name}: student {shape_name!r} is of kind "
                               f"{student_kind(shape)!r}; {plugin} builds "
                               f"{' or '.join(method.student_kinds)} students")
+        # A method that cannot work with the teacher's architecture stops here, before any
+        # data, teacher or student is touched.
+        check_method_architecture(method_name, method, stages, self.teacher_config,
+                                  student_kind(shape))
         spec = {
             "record_version": RECORD_VERSION,
             "suite": self.suite.record_suite,
