@@ -68,6 +68,7 @@ from harness.api import (
     StudentContext,
     TaskSpec,
     TeacherLayers,
+    dimensions,
     register_method,
     soft_target_loss,
 )
@@ -211,15 +212,16 @@ class BertPKD(Method):
         """The suite's shape, with its Transformer layers copied from the teacher's first k
         (or ``params.teacher_layers``) and its embeddings from the teacher's, after checking
         shapes and the mapping, so a bad recipe fails before training."""
-        from harness.api.students import build_bert_student
+        from harness.api.students import build_encoder_student
 
         shape, teacher = context.shape, context.teacher_config
+        dims = dimensions(teacher)
         where = f"methods.{self.name}"
-        num_student, num_teacher = shape.num_layers, teacher.num_hidden_layers
+        num_student, num_teacher = shape.num_layers, dims.layers
         for field, student_value, teacher_value in (
-                ("hidden_size", shape.hidden_size, teacher.hidden_size),
-                ("intermediate_size", shape.intermediate_size, teacher.intermediate_size),
-                ("num_heads", shape.num_heads, teacher.num_attention_heads)):
+                ("hidden_size", shape.hidden_size, dims.hidden),
+                ("intermediate_size", shape.intermediate_size, dims.intermediate),
+                ("num_heads", shape.num_heads, dims.heads)):
             if student_value != teacher_value:
                 raise ConfigError(
                     f"{where}: the student is built from copies of teacher layers, so its "
@@ -248,7 +250,7 @@ class BertPKD(Method):
                               "teacher's state_dict as StudentContext.teacher_state")
         shape = shape.model_copy(update={"init": "teacher_layers", "teacher_layers": layers,
                                          "embedding_init": "teacher"})
-        return build_bert_student(replace(context, shape=shape, teacher_config=teacher))
+        return build_encoder_student(replace(context, shape=shape, teacher_config=teacher))
 
     def teacher_layers(self, stage: Stage, num_teacher_layers: int,
                        student: nn.Module) -> TeacherLayers | None:

@@ -30,7 +30,10 @@ its embeddings (:func:`harness.assets.mlm.load_masked_lm`, the one TinyBERT's au
 its held-out recall is in the cache summary and the log).  ``vocabulary_terms: false``
 drops ``ce`` and ``mlm`` instead (the general stage then distils with ``cos`` alone).
 
-Where this differs from the released code: the student keeps BERT's token-type
+The student is of the teacher's architecture (:mod:`harness.api.architectures`): a BERT
+teacher gives a BERT student, a DistilBERT teacher a DistilBERT one, and so on.
+
+Where this differs from the released code: a BERT student keeps BERT's token-type
 embeddings (theirs drops them; GLUE pairs need them here); masking is uniform over real
 tokens (theirs smooths the masking probability by token frequency, ``mlm_smoothing``);
 the corpus and budget are the suite's, not BookCorpus + Wikipedia for 90 GPU-hours.
@@ -55,7 +58,7 @@ from harness.api import (
     StepInputs,
     StudentContext,
     TaskSpec,
-    build_bert_student,
+    build_encoder_student,
     register_method,
     soft_kl,
     soft_target_loss,
@@ -261,7 +264,7 @@ class DistilBERT(Method):
             self._vocabulary = _Vocabulary(teacher.vocab_size, tokenizer.mask_token_id,
                                            tuple(tokenizer.all_special_ids))
             self._assets = context.assets
-        return build_bert_student(replace(context, shape=shape, teacher_config=teacher))
+        return build_encoder_student(replace(context, shape=shape, teacher_config=teacher))
 
     def extra_modules(self, context: StudentContext) -> nn.ModuleDict:
         """The student's MLM head (general distillation), started from the teacher's head
@@ -365,7 +368,7 @@ def _head_state(head: nn.Module) -> dict[str, torch.Tensor] | None:
     """A teacher MLM head's transform and bias in :class:`StudentMLMHead`'s names (a fitted
     :class:`~harness.assets.mlm.TiedMLMHead` or BERT's ``cls`` head); None for other heads."""
     state = head.state_dict()
-    if "dense.weight" in state:  # TiedMLMHead
+    if "dense.weight" in state:  # TiedMLMHead, RoBERTa's lm_head (same names)
         names = {"dense.weight": "dense.weight", "dense.bias": "dense.bias",
                  "layer_norm.weight": "layer_norm.weight", "layer_norm.bias": "layer_norm.bias",
                  "bias": "bias"}

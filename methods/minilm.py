@@ -36,7 +36,7 @@ from harness.api import (
     StudentContext,
     TaskSpec,
     TeacherLayers,
-    build_bert_student,
+    build_encoder_student,
     register_method,
     soft_target_loss,
     token_pair_mask,
@@ -115,7 +115,7 @@ class MiniLM(Method):
             raise ConfigError(f"minilm: student {context.shape_name!r} has "
                               f"{context.shape.num_heads} heads, the teacher {heads}; MiniLM "
                               "compares attention head by head, so they must match")
-        return build_bert_student(context)
+        return build_encoder_student(context)
 
     def teacher_layers(self, stage: Stage, num_teacher_layers: int,
                        student: nn.Module) -> TeacherLayers | None:

@@ -215,7 +215,9 @@ def test_hidden_size_not_divisible_by_heads(tmp_path: Path) -> None:
 def test_sizes_may_be_the_teachers(tmp_path: Path) -> None:
     """``teacher`` sizes validate as written and take the teacher config's values; the
     heads-divide-width check runs on the resolved numbers."""
-    from transformers import BertConfig
+    from transformers import BertConfig, DistilBertConfig
+
+    from harness.api.students import resolve_teacher_sizes
 
     def teacher_sized(tree: dict[str, Any]) -> None:
         for key in ("hidden_size", "num_heads", "intermediate_size"):
@@ -224,14 +226,17 @@ def test_sizes_may_be_the_teachers(tmp_path: Path) -> None:
     shape = load_suite(str(write_suite(tmp_path, teacher_sized))).students["4L-192"]
     assert shape.teacher_sizes == ["hidden_size", "num_heads", "intermediate_size"]
     teacher = BertConfig(hidden_size=48, num_attention_heads=12, intermediate_size=96)
-    resolved = shape.with_teacher_sizes(teacher)
+    resolved = resolve_teacher_sizes(shape, teacher)
     assert (resolved.hidden_size, resolved.num_heads, resolved.intermediate_size) == (48, 12, 96)
     assert resolved.teacher_sizes == [] and resolved.embedding_init == "teacher_pca"
-    assert resolved.with_teacher_sizes(teacher) == resolved
+    assert resolve_teacher_sizes(resolved, teacher) == resolved
+    # DistilBERT calls them dim, n_heads and hidden_dim
+    distil = DistilBertConfig(dim=48, n_heads=12, hidden_dim=96)
+    assert resolve_teacher_sizes(shape, distil) == resolved
     path = write_suite(tmp_path, _set("students", "4L-192", "num_heads", value="teacher"))
     odd = load_suite(str(path)).students["4L-192"]  # 192 wide
-    with pytest.raises(ValueError, match="not divisible"):
-        odd.with_teacher_sizes(BertConfig(hidden_size=48, num_attention_heads=5))
+    with pytest.raises(ConfigError, match="not divisible"):
+        resolve_teacher_sizes(odd, BertConfig(hidden_size=48, num_attention_heads=5))
     path = write_suite(tmp_path, _set("students", "4L-192", "hidden_size", value="student"))
     assert "students.4L-192.hidden_size" in config_error(path)
 

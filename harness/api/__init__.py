@@ -6,6 +6,7 @@ import contracts in ``pyproject.toml`` keep ``methods/`` on this side of the cor
 shared assets of :mod:`harness.assets`).
 """
 
+from harness.api.architectures import Dimensions, dimensions
 from harness.api.capture import capture_attention_scores, token_pair_mask
 from harness.api.context import (
     AugmentContext,
@@ -40,7 +41,7 @@ from harness.api.method import (
     TeacherView,
 )
 from harness.api.registry import register_method
-from harness.api.students import build_bert_student, evenly_spaced_layers
+from harness.api.students import build_bert_student, build_encoder_student, evenly_spaced_layers
 from harness.common.cache import ArtifactCache, content_hash
 from harness.common.progress import progress_bar
 from harness.config.schema import ConfigError, StudentConfig
@@ -54,6 +55,7 @@ __all__ = [
     "AugmentContext",
     "Augmenter",
     "ConfigError",
+    "Dimensions",
     "ExportedStudent",
     "LossTerm",
     "Method",
@@ -70,8 +72,10 @@ __all__ = [
     "TeacherView",
     "attention_score_loss",
     "build_bert_student",
+    "build_encoder_student",
     "capture_attention_scores",
     "content_hash",
+    "dimensions",
     "embedding_loss",
     "evenly_spaced_layers",
     "gold_loss",

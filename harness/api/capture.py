@@ -192,15 +192,25 @@ def _self_attention_class(model: nn.Module) -> type[nn.Module]:
 
 def transformer_layers(model: nn.Module) -> list[nn.Module]:
     """The model's Transformer layer modules in forward order (layer n is index n - 1), as
-    declared for transformers' hidden-state recording (``_can_record_outputs``)."""
+    declared for transformers' hidden-state recording (``_can_record_outputs``), or, for a
+    model that declares none (DeBERTa-v2), its encoder's ``layer`` list.  Hooks on them see
+    what ``output_hidden_states`` returns, which a model that transforms a layer's output
+    outside the layer (DeBERTa-v2's convolution after layer 1) would break: it is refused."""
+    config = getattr(model, "config", None)
     recordable = getattr(model, "_can_record_outputs", None) or {}
     target = recordable.get("hidden_states")
     target = getattr(target, "target_class", target)
-    if not isinstance(target, type):
-        raise TypeError(f"{type(model).__name__} declares no Transformer layer module "
-                        "(_can_record_outputs['hidden_states'])")
-    layers = [module for module in model.modules() if isinstance(module, target)]
-    expected = getattr(getattr(model, "config", None), "num_hidden_layers", len(layers))
+    if isinstance(target, type):
+        layers = [module for module in model.modules() if isinstance(module, target)]
+    else:
+        encoder = getattr(getattr(model, "base_model", model), "encoder", None)
+        found = getattr(encoder, "layer", None)
+        if not isinstance(found, nn.ModuleList) or getattr(encoder, "conv", None) is not None:
+            raise TypeError(f"{type(model).__name__} declares no Transformer layer module "
+                            "(_can_record_outputs['hidden_states']) and has no plain "
+                            "encoder.layer list whose outputs are its hidden states")
+        layers = list(found)
+    expected = getattr(config, "num_hidden_layers", len(layers))
     if len(layers) != expected:
         raise TypeError(f"{type(model).__name__}: found {len(layers)} {target.__name__} "
                         f"modules, expected {expected}")

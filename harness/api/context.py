@@ -46,7 +46,7 @@ class StudentContext:
     """The method's own student encoder (:meth:`Method.student_encoder`), fitted on the
     task's training texts, e.g. to size a word-embedding table."""
     pooling: str = "pooler"
-    """What a BERT-family student's classification head reads (``cls``, ``pooler`` or
+    """What a Transformer student's classification head reads (``cls``, ``pooler`` or
     ``mean``), resolved from the shape's ``pooling`` and the teacher's."""
 
 

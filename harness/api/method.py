@@ -41,6 +41,7 @@ from harness.data.tasks import TaskSpec
 
 if TYPE_CHECKING:
     import optuna
+    from transformers import PretrainedConfig
 
 SELF_ATTENTION_OUTPUTS = frozenset({"attention_scores", "queries", "keys", "values"})
 """Read from inside every self-attention layer (:func:`harness.api.capture.
@@ -55,7 +56,7 @@ is ``hidden_states[0]``), outside autograd: they are constants of the loss, usab
 graph."""
 
 STUDENT_OUTPUTS = frozenset({"hidden_states", "attentions"}) | SELF_ATTENTION_OUTPUTS
-"""What a stage may ask of a BERT-family student's forward (:meth:`Method.forward_student`
+"""What a stage may ask of a Transformer student's forward (:meth:`Method.forward_student`
 returns them in a :class:`StudentOutputs`, with their autograd graph).  ``attentions`` (the
 softmax distributions) makes the engine build the student with eager attention, the one
 implementation that returns them."""
@@ -197,7 +198,7 @@ class StepInputs:
 
     batch: dict[str, torch.Tensor]
     student: Any
-    """The student's forward output (a transformers ModelOutput for BERT students)."""
+    """The student's forward output (a transformers ModelOutput for Transformer students)."""
     teacher: TeacherView
     task: TaskSpec
     stage: Stage
@@ -239,9 +240,9 @@ class Method:
     def build_student(self, context: StudentContext) -> nn.Module:
         """The student, ready to train.  A dict set as ``student.init_summary`` (e.g. word
         vector coverage) goes into the run record."""
-        from harness.api.students import build_bert_student
+        from harness.api.students import build_encoder_student
 
-        return build_bert_student(context)
+        return build_encoder_student(context)
 
     def extra_modules(self, context: StudentContext) -> nn.ModuleDict:
         """Learnable modules trained with the student (projections); not part of it."""
@@ -284,6 +285,14 @@ class Method:
             out.attentions if "attentions" in outputs else None,
             **{name: captured.by_layer("scores" if name == "attention_scores" else name)
                for name in outputs & SELF_ATTENTION_OUTPUTS})
+
+    def architecture_problem(self, teacher_config: PretrainedConfig) -> str | None:
+        """Why the method cannot distil a teacher of this architecture (its student being of
+        the same architecture), beyond what the core checks itself (stages that read
+        attention scores, queries, keys or values from an architecture whose self-attention
+        cannot be captured, :func:`harness.api.compatibility.method_architecture_problem`);
+        None (the default): it can.  Asked when a run is resolved, before anything trains."""
+        return None
 
     def save_student(self, student: nn.Module, encoder: StudentEncoder | None,
                      task: TaskSpec, folder: Path) -> bool:

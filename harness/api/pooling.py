@@ -16,10 +16,20 @@ Modes:
 The mode is stored in the model config as ``classifier_pooling`` (the name ModernBERT's
 config uses for the same choice), so a saved model reloads with its head through
 :func:`load_sequence_classifier`.
+
+Other encoder architectures (:mod:`harness.api.architectures`): ``pooler`` is the
+architecture's own classification head, its stock ``*ForSequenceClassification`` (RoBERTa
+and ELECTRA read the first token through a dense layer in their head, DeBERTa-v2 through its
+ContextPooler, DistilBERT through its pre-classifier); ``cls`` and ``mean`` are the same
+heads as BERT's (a dropout and a linear classifier on the first token's or the mean state,
+no dense layer), :func:`pooled_classifier_class`.  ``auto`` reads a sentence-transformers
+folder's pooling as for BERT, else ``pooler`` (the architecture's own head).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 from pathlib import Path
 from typing import Literal
@@ -116,9 +126,6 @@ def with_pooling(config: PretrainedConfig, pooling: str) -> PretrainedConfig:
     if pooling not in POOLING_MODES:
         raise PoolingError(f"pooling {pooling!r} is not resolved; expected one of "
                            f"{POOLING_MODES}")
-    if pooling != "pooler" and config.model_type != "bert":
-        raise PoolingError(f"pooling {pooling!r} is implemented for BERT-family models; "
-                           f"{config.model_type!r} keeps its own head (pooling: pooler)")
     setattr(config, CONFIG_KEY, pooling)
     return config
 
@@ -175,14 +182,93 @@ class PooledBertForSequenceClassification(BertForSequenceClassification):
                                         attentions=outputs.attentions)
 
 
+class _PooledEncoderMixin:
+    """A sequence classifier over any encoder whose head reads the [CLS] (first) state or the
+    mean of the last layer's states: dropout, then one linear layer, as BERT's ``cls`` and
+    ``mean`` heads.  Mixed into the architecture's ``*PreTrainedModel`` by
+    :func:`pooled_classifier_class`, so the encoder sits under the architecture's own
+    ``base_model_prefix`` and loads from (and saves as) its checkpoints."""
+
+    def __init__(self, config: PretrainedConfig) -> None:
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.pooling = config_pooling(config)
+        if self.pooling not in ("cls", "mean"):
+            raise PoolingError(f"{type(self).__name__} reads cls or mean, not "
+                               f"{self.pooling!r}")
+        encoder_class = self._encoder_class
+        options = ({"add_pooling_layer": False}
+                   if "add_pooling_layer" in inspect.signature(encoder_class).parameters
+                   else {})
+        setattr(self, self.base_model_prefix, encoder_class(config, **options))
+        self._forwards_token_types = "token_type_ids" in inspect.signature(
+            encoder_class.forward).parameters
+        width = int(getattr(config, "hidden_size", None) or config.dim)
+        dropout = next((value for value in (
+            getattr(config, "classifier_dropout", None),
+            getattr(config, "hidden_dropout_prob", None),
+            getattr(config, "seq_classif_dropout", None)) if value is not None), 0.1)
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(width, config.num_labels)
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None,
+                position_ids=None, inputs_embeds=None, labels=None, **kwargs):
+        kwargs.pop("return_dict", None)
+        if token_type_ids is not None and self._forwards_token_types:
+            kwargs["token_type_ids"] = token_type_ids
+        if position_ids is not None:
+            kwargs["position_ids"] = position_ids
+        outputs = getattr(self, self.base_model_prefix)(
+            input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds,
+            return_dict=True, **kwargs)
+        hidden = outputs.last_hidden_state
+        pooled = hidden[:, 0] if self.pooling == "cls" else mean_pool(hidden, attention_mask)
+        logits = self.classifier(self.dropout(pooled))
+        loss = None
+        if labels is not None:
+            if self.num_labels == 1:
+                loss = nn.functional.mse_loss(logits.squeeze(-1), labels.to(logits.dtype))
+            else:
+                loss = nn.functional.cross_entropy(logits.view(-1, self.num_labels),
+                                                   labels.view(-1))
+        return SequenceClassifierOutput(loss=loss, logits=logits,
+                                        hidden_states=outputs.hidden_states,
+                                        attentions=outputs.attentions)
+
+
+@functools.cache
+def _pooled_class_for(config_class: type) -> type:
+    from transformers import PreTrainedModel
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING
+
+    encoder_class = MODEL_MAPPING[config_class]
+    pretrained = next((base for base in encoder_class.__mro__[1:]
+                       if issubclass(base, PreTrainedModel) and base is not PreTrainedModel),
+                      None)
+    if pretrained is None:
+        raise PoolingError(f"{encoder_class.__name__} has no pre-trained base class to "
+                           "build a pooled classifier on")
+    name = encoder_class.__name__.removesuffix("Model")
+    return type(f"Pooled{name}ForSequenceClassification", (_PooledEncoderMixin, pretrained),
+                {"_encoder_class": encoder_class, "__module__": __name__})
+
+
+def pooled_classifier_class(config: PretrainedConfig) -> type:
+    """The ``cls`` / ``mean`` sequence classifier of ``config``'s architecture (BERT's is
+    :class:`PooledBertForSequenceClassification`)."""
+    if config.model_type == "bert":
+        return PooledBertForSequenceClassification
+    return _pooled_class_for(type(config))
+
+
 def sequence_classifier_class(config: PretrainedConfig) -> type:
     """The class that builds ``config``'s model with the head its pooling names."""
     if config.model_type == "bert":
         return PooledBertForSequenceClassification
-    if config_pooling(config) != "pooler":
-        raise PoolingError(f"{CONFIG_KEY} {config_pooling(config)!r} is implemented for "
-                           f"BERT-family models, not {config.model_type!r}")
-    return AutoModelForSequenceClassification
+    if config_pooling(config) == "pooler":
+        return AutoModelForSequenceClassification
+    return pooled_classifier_class(config)
 
 
 def load_sequence_classifier(location: str | Path, config: PretrainedConfig | None = None,

@@ -1,14 +1,17 @@
-"""BERT-family students built from a shape config, optionally initialised from the teacher."""
+"""Transformer students of the teacher's architecture, built from a shape config, optionally
+initialised from the teacher."""
 
 from __future__ import annotations
 
 import torch
 from pydantic import ValidationError
 from torch import nn
-from transformers import BertConfig, PretrainedConfig
+from transformers import AutoModelForSequenceClassification, BertConfig, PretrainedConfig
 
+from harness.api.architectures import architecture, dimensions
+from harness.api.capture import transformer_layers
 from harness.api.context import StudentContext
-from harness.api.pooling import PooledBertForSequenceClassification, with_pooling
+from harness.api.pooling import sequence_classifier_class, with_pooling
 from harness.config.schema import ConfigError, StudentConfig
 from harness.data.tasks import TaskSpec
 
@@ -46,8 +49,10 @@ def resolve_teacher_sizes(shape: StudentConfig, teacher_config: PretrainedConfig
                           name: str = "(student)") -> StudentConfig:
     """``shape`` (the suite's ``students.<name>``) with its ``teacher`` sizes (hidden,
     heads, intermediate) set to the teacher's; a shape without them comes back as it is."""
+    sizes = dimensions(teacher_config)
     try:
-        return shape.with_teacher_sizes(teacher_config)
+        return shape.with_teacher_sizes({"hidden_size": sizes.hidden, "num_heads": sizes.heads,
+                                         "intermediate_size": sizes.intermediate})
     except ValidationError as error:
         problems = "; ".join(item["msg"] for item in error.errors())
         raise ConfigError(f"students.{name} with the teacher's sizes "
@@ -70,6 +75,30 @@ def student_bert_config(shape: StudentConfig, teacher_config: PretrainedConfig,
     return with_pooling(classifier_config(config, task), pooling)
 
 
+def student_config(shape: StudentConfig, teacher_config: PretrainedConfig, task: TaskSpec,
+                   pooling: str = "pooler") -> PretrainedConfig:
+    """The student's config: the teacher's architecture with the shape's depth, width, heads
+    and feed-forward size (under that config class's own field names), for ``task``'s
+    labels and with the head's ``pooling``.  A BERT student is a fresh ``BertConfig``
+    (:func:`student_bert_config`); another architecture keeps the rest of the teacher's
+    config (activation, dropout, position scheme, DeBERTa-v2's relative attention...)."""
+    if teacher_config.model_type == "bert":
+        return student_bert_config(shape, teacher_config, task, pooling)
+    shape = resolve_teacher_sizes(shape, teacher_config)
+    arch = architecture(teacher_config)
+    teacher = teacher_config.to_dict()
+    changes = {arch.layers: shape.num_layers, arch.hidden: shape.hidden_size,
+               arch.heads: shape.num_heads, arch.intermediate: shape.intermediate_size,
+               "architectures": None}
+    # ELECTRA / DeBERTa-v2 may embed narrower than they compute: a separate embedding width
+    # is kept (its projection is the student's own), an equal one follows the student.
+    if teacher.get("embedding_size") == dimensions(teacher_config).hidden:
+        changes["embedding_size"] = shape.hidden_size
+    if "pooler_hidden_size" in teacher:  # DeBERTa-v2's ContextPooler reads the last layer
+        changes["pooler_hidden_size"] = shape.hidden_size
+    return with_pooling(classifier_config(teacher_config, task, **changes), pooling)
+
+
 def _principal_projection(matrix: torch.Tensor, dim: int) -> torch.Tensor:
     """(d_teacher, dim) projection on the top principal directions of ``matrix``'s rows."""
     centred = matrix.float() - matrix.float().mean(dim=0, keepdim=True)
@@ -77,41 +106,67 @@ def _principal_projection(matrix: torch.Tensor, dim: int) -> torch.Tensor:
     return right[:dim].T.contiguous()
 
 
-def _init_embeddings(student: PooledBertForSequenceClassification, shape: StudentConfig,
+def _teacher_prefix(student: nn.Module, teacher_state: dict[str, torch.Tensor], path: str
+                    ) -> str:
+    """How ``teacher_state`` names the base model's ``path``: with the architecture's
+    ``base_model_prefix`` (a task model's state) or without (a bare encoder's)."""
+    prefixed = f"{student.base_model_prefix}."
+    return prefixed if any(key.startswith(prefixed + path) for key in teacher_state) else ""
+
+
+def _init_embeddings(student: nn.Module, shape: StudentConfig,
                      teacher_state: dict[str, torch.Tensor]) -> None:
-    prefix = "bert.embeddings." if "bert.embeddings.word_embeddings.weight" in teacher_state \
-        else "embeddings."
-    embeddings = student.bert.embeddings
+    """The embedding tables from the teacher's: copied (``teacher``), or projected on the
+    principal directions of its word embeddings (``teacher_pca``); with ``teacher`` the
+    embeddings' other weights (LayerNorm, a projection) are copied too."""
+    prefix = _teacher_prefix(student, teacher_state, "embeddings.") + "embeddings."
+    embeddings = student.base_model.embeddings
     teacher_word = teacher_state[prefix + "word_embeddings.weight"]
+    width = embeddings.word_embeddings.weight.shape[1]
     if shape.embedding_init == "teacher":
-        if teacher_word.shape[1] != shape.hidden_size:
+        if teacher_word.shape[1] != width:
             raise ValueError("embedding_init: teacher needs the teacher's hidden size "
                              f"({teacher_word.shape[1]}), got {shape.hidden_size}; "
                              "use teacher_pca")
-        projection = torch.eye(shape.hidden_size)
+        projection = torch.eye(width)
     else:
-        projection = _principal_projection(teacher_word, shape.hidden_size)
+        projection = _principal_projection(teacher_word, width)
+    tables = [name for name in ("word_embeddings", "position_embeddings",
+                                "token_type_embeddings")
+              if isinstance(getattr(embeddings, name, None), nn.Embedding)
+              and f"{prefix}{name}.weight" in teacher_state]
     with torch.no_grad():
-        for name in ("word_embeddings", "position_embeddings", "token_type_embeddings"):
+        for name in tables:
             source = teacher_state[f"{prefix}{name}.weight"].float()
             getattr(embeddings, name).weight.copy_(source @ projection)
         if shape.embedding_init == "teacher":  # a copy keeps the teacher's normalisation too
-            embeddings.LayerNorm.weight.copy_(teacher_state[prefix + "LayerNorm.weight"])
-            embeddings.LayerNorm.bias.copy_(teacher_state[prefix + "LayerNorm.bias"])
+            copied = {f"{name}.weight" for name in tables}
+            for name, parameter in embeddings.named_parameters():
+                source = teacher_state.get(prefix + name)
+                if name not in copied and source is not None \
+                        and source.shape == parameter.shape:
+                    parameter.copy_(source)
 
 
-def _init_layers(student: PooledBertForSequenceClassification, shape: StudentConfig,
+def _init_layers(student: nn.Module, shape: StudentConfig,
                  teacher_state: dict[str, torch.Tensor], num_teacher_layers: int) -> None:
+    """The chosen teacher layers copied into the student's, found through the architecture's
+    layer list (``encoder.layer``, DistilBERT's ``transformer.layer``...); the base model's
+    weights outside the embeddings and the layers (BERT's pooler, DeBERTa-v2's relative
+    position embeddings) come along where the shapes agree."""
     layers = shape.teacher_layers or evenly_spaced_layers(num_teacher_layers, shape.num_layers)
-    prefix = "bert.encoder.layer." if any(k.startswith("bert.encoder.") for k in teacher_state) \
-        else "encoder.layer."
+    base = student.base_model
+    names = {id(module): name for name, module in base.named_modules()}
+    layer_list = names[id(transformer_layers(base)[0])].rsplit(".", 1)[0]
+    source_root = _teacher_prefix(student, teacher_state, layer_list + ".")
+    target_root = f"{student.base_model_prefix}."
     student_state = student.state_dict()
     for student_index, teacher_index in enumerate(layers):
         if not 0 <= teacher_index < num_teacher_layers:
             raise ValueError(f"teacher layer {teacher_index} does not exist "
                              f"(teacher has {num_teacher_layers})")
-        source_prefix = f"{prefix}{teacher_index}."
-        target_prefix = f"bert.encoder.layer.{student_index}."
+        source_prefix = f"{source_root}{layer_list}.{teacher_index}."
+        target_prefix = f"{target_root}{layer_list}.{student_index}."
         for key, value in teacher_state.items():
             if key.startswith(source_prefix):
                 target = target_prefix + key[len(source_prefix):]
@@ -121,22 +176,32 @@ def _init_layers(student: PooledBertForSequenceClassification, shape: StudentCon
                                      f"{target} is {tuple(student_state[target].shape)}")
                 student_state[target] = value.clone()
     # The pooler (when the head reads it) comes along when the widths agree.
-    pooler_prefix = prefix.replace("encoder.layer.", "pooler.")
     for key, value in teacher_state.items():
-        target = "bert.pooler." + key[len(pooler_prefix):]
-        if key.startswith(pooler_prefix) and target in student_state \
-                and student_state[target].shape == value.shape:
+        if not key.startswith(source_root):
+            continue
+        rest = key[len(source_root):]
+        if rest.startswith(("embeddings.", f"{layer_list}.")):
+            continue
+        target = target_root + rest
+        if target in student_state and student_state[target].shape == value.shape:
             student_state[target] = value.clone()
     student.load_state_dict(student_state)
 
 
-def build_bert_student(context: StudentContext) -> nn.Module:
-    """The suite's student shape as a BERT sequence classifier with the context's pooling,
-    initialised as asked."""
+def new_sequence_classifier(config: PretrainedConfig) -> nn.Module:
+    """A randomly initialised sequence classifier with the head ``config``'s pooling names."""
+    model_class = sequence_classifier_class(config)
+    if model_class is AutoModelForSequenceClassification:
+        return model_class.from_config(config)
+    return model_class(config)
+
+
+def build_encoder_student(context: StudentContext) -> nn.Module:
+    """The suite's student shape as a sequence classifier of the teacher's architecture
+    (:mod:`harness.api.architectures`) with the context's pooling, initialised as asked."""
     shape = context.shape
-    student = PooledBertForSequenceClassification(
-        student_bert_config(shape, context.teacher_config, context.task, context.pooling)
-    )
+    student = new_sequence_classifier(
+        student_config(shape, context.teacher_config, context.task, context.pooling))
     needs_teacher = shape.init == "teacher_layers" or shape.embedding_init != "random"
     if needs_teacher:
         if context.teacher_state is None:
@@ -146,8 +211,12 @@ def build_bert_student(context: StudentContext) -> nn.Module:
             _init_embeddings(student, shape, context.teacher_state)
         if shape.init == "teacher_layers":
             _init_layers(student, shape, context.teacher_state,
-                         context.teacher_config.num_hidden_layers)
+                         dimensions(context.teacher_config).layers)
     return student
+
+
+build_bert_student = build_encoder_student
+"""The name :func:`build_encoder_student` had when students were BERT only."""
 
 
 def count_parameters(model: nn.Module) -> dict[str, int]:

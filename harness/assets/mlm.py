@@ -1,6 +1,7 @@
 """Masked-LM word candidates for a checkpoint, with or without its own MLM head.
 
-A checkpoint that ships a masked-LM head (``cls.predictions.*`` for BERT) uses it.  One
+A checkpoint that ships a masked-LM head (``cls.predictions.*`` for BERT, ``lm_head`` for
+RoBERTa, DistilBERT's ``vocab_*`` layers) uses it.  One
 that does not (the offline MiniLM teacher is a bare ``BertModel``) gets a head FITTED on
 top of its frozen encoder: the BERT head shape (dense d->d, GELU, LayerNorm) and a
 decoder whose weight is the checkpoint's own word-embedding matrix (tied, frozen) plus a
@@ -108,8 +109,13 @@ class _DistilBertHead(nn.Module):
 
 
 def _checkpoint_head(model: nn.Module) -> nn.Module | None:
+    """A ``*ForMaskedLM`` model's head as one hidden -> logits module: BERT's (and
+    DeBERTa-v2's legacy) ``cls``, RoBERTa's ``lm_head``, DistilBERT's layers; None for
+    another (ELECTRA's generator head, DeBERTa-v2's ``lm_predictions``: a head is fitted)."""
     if hasattr(model, "cls"):
         return model.cls
+    if model.config.model_type == "roberta" and hasattr(model, "lm_head"):
+        return model.lm_head
     if all(hasattr(model, name) for name in ("vocab_transform", "vocab_layer_norm",
                                               "vocab_projector", "activation")):
         return _DistilBertHead(model)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -172,9 +173,8 @@ class TeacherConfig(StrictModel):
 TEACHER_SIZE = "teacher"
 """A student size that takes the teacher's value (``hidden_size: teacher``)."""
 
-TEACHER_SIZE_FIELDS = {"hidden_size": "hidden_size", "num_heads": "num_attention_heads",
-                       "intermediate_size": "intermediate_size"}
-"""Student sizes that may be ``teacher``, with the teacher config's attribute for each."""
+TEACHER_SIZE_FIELDS = ("hidden_size", "num_heads", "intermediate_size")
+"""Student sizes that may be ``teacher``."""
 
 
 def _size(value: Any) -> int | str:
@@ -217,14 +217,14 @@ class StudentConfig(StrictModel):
         """The fields that take the teacher's value (``teacher``), to resolve."""
         return [name for name in TEACHER_SIZE_FIELDS if getattr(self, name) == TEACHER_SIZE]
 
-    def with_teacher_sizes(self, teacher: Any) -> StudentConfig:
-        """The shape with each ``teacher`` size replaced by ``teacher``'s (a transformers
-        config: ``hidden_size``, ``num_attention_heads``, ``intermediate_size``)."""
+    def with_teacher_sizes(self, teacher: Mapping[str, int]) -> StudentConfig:
+        """The shape with each ``teacher`` size replaced by ``teacher[name]`` (the teacher
+        config's numbers under these fields' names, whatever its class calls them)."""
         if not self.teacher_sizes:
             return self
         values = self.model_dump()
         for name in self.teacher_sizes:
-            values[name] = getattr(teacher, TEACHER_SIZE_FIELDS[name])
+            values[name] = teacher[name]
         return StudentConfig.model_validate(values)
 
     @model_validator(mode="after")

@@ -137,6 +137,12 @@ def _make_loadable(folder: Path) -> str:
     pooler-reading one stays a stock BERT. Returns the loading call."""
     config_path = folder / "config.json"
     config = json.loads(config_path.read_text())
+    if config.get("model_type") != "bert" and config.get(CONFIG_KEY, "pooler") != "pooler":
+        # The stock class of the architecture would load with a random head of its own.
+        raise ExportError(f"a {config.get('model_type')} student whose head reads "
+                          f"{config[CONFIG_KEY]} has no loadable Hugging Face folder yet (only "
+                          "BERT's cls / mean heads ship their code); train it with pooling: "
+                          "pooler (the architecture's own head) to export it")
     if config.get("model_type") != "bert" or config.get(CONFIG_KEY, "pooler") == "pooler":
         config["architectures"] = ["BertForSequenceClassification"] \
             if config.get("model_type") == "bert" else config.get("architectures")

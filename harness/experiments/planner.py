@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from transformers import PretrainedConfig
 
+from harness.api.compatibility import check_method_architecture
 from harness.api.context import StudentKindConfig
 from harness.api.method import Method, Stage
 from harness.api.registry import instantiate, typed_student_shape
@@ -136,18 +137,18 @@ class RunPlanner:
                            prepared.max_length)
 
     @property
+    def teacher_config(self) -> PretrainedConfig:
+        """The pre-trained teacher's config (its architecture decides what methods can run)."""
+        if self._teacher_config is None:
+            self._teacher_config = load_base_config(self.checkpoint)
+        return self._teacher_config
+
+    @property
     def teacher_pooling(self) -> str:
         """The teacher head's pooling, ``auto`` resolved from the checkpoint."""
         if self._teacher_pooling is None:
             self._teacher_pooling = teacher_pooling(self.checkpoint, self.suite.teacher)
         return self._teacher_pooling
-
-    @property
-    def teacher_config(self) -> PretrainedConfig:
-        """The teacher checkpoint's model config (read once)."""
-        if self._teacher_config is None:
-            self._teacher_config = load_base_config(self.checkpoint)
-        return self._teacher_config
 
     def student_shape(self, shape_name: str) -> StudentConfig | StudentKindConfig:
         """The suite's shape ``shape_name``, validated against its kind's schema; a BERT
@@ -213,6 +214,10 @@ class RunPlanner:
             raise ConfigError(f"methods.{method_name}: student {shape_name!r} is of kind "
                               f"{student_kind(shape)!r}; {plugin} builds "
                               f"{' or '.join(method.student_kinds)} students")
+        # A method that cannot work with the teacher's architecture stops here, before any
+        # data, teacher or student is touched.
+        check_method_architecture(method_name, method, stages, self.teacher_config,
+                                  student_kind(shape))
         spec = {
             "record_version": RECORD_VERSION,
             "suite": self.suite.record_suite,

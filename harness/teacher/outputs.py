@@ -129,6 +129,16 @@ def forward_to_depth(model: nn.Module, batch: dict[str, torch.Tensor], hidden: I
     return found
 
 
+def stops_early(model: nn.Module) -> bool:
+    """Whether :func:`forward_to_depth` can stop ``model`` after a layer (its layers' outputs
+    are its hidden states); otherwise the whole model runs."""
+    try:
+        transformer_layers(model)
+    except TypeError:
+        return False
+    return True
+
+
 def live_teacher_outputs(model: nn.Module, batch: dict[str, torch.Tensor], stage: Stage,
                          view: TeacherView, layers: TeacherLayers | None,
                          scores: ScoreCapture | None, need_logits: bool) -> None:
@@ -137,7 +147,7 @@ def live_teacher_outputs(model: nn.Module, batch: dict[str, torch.Tensor], stage
     come from this forward, the whole model runs; otherwise the forward stops after
     ``layers.depth`` and only the declared entries are filled."""
     outputs = stage.teacher_outputs
-    if layers is None or need_logits or "attentions" in outputs:
+    if layers is None or need_logits or "attentions" in outputs or not stops_early(model):
         out = model(**_model_inputs(batch),
                     output_hidden_states="hidden_states" in outputs,
                     output_attentions="attentions" in outputs)

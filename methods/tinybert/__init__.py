@@ -195,7 +195,8 @@ class TinyBERT(Method):
                                context.cache, self.params.augmentation, context.log)
 
     def build_student(self, context: StudentContext) -> nn.Module:
-        """The default BERT student, after checking the mapping, lambdas and head counts
+        """The default student (of the teacher's architecture), after checking the mapping,
+        lambdas and head counts
         against the shapes, so a bad recipe stops before any training."""
         student = super().build_student(context)
         teacher = context.teacher_config

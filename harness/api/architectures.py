@@ -1,0 +1,109 @@
+"""The Hugging Face encoder architectures a teacher (and so a Transformer student) may have,
+and what each can give the methods.
+
+A Transformer student is built "of the teacher's architecture": the teacher's config class
+with the student shape's depth, width, heads and feed-forward size written under that
+class's own field names (:data:`ARCHITECTURES`).  What a method reads from inside the
+self-attention (pre-softmax scores, queries, keys, values) is captured through transformers'
+``AttentionInterface`` (:mod:`harness.api.capture`), which only some architectures route
+their attention through; :func:`self_attention_problem` says when one does not, and
+:mod:`harness.api.compatibility` turns that into the refusal of a method whose stages
+need it, before anything trains.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from harness.config.schema import ConfigError
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """One supported encoder architecture: its config's field names for a student shape,
+    and its own classification head (what ``pooling: pooler`` means for it)."""
+
+    model_type: str
+    name: str
+    layers: str = "num_hidden_layers"
+    hidden: str = "hidden_size"
+    heads: str = "num_attention_heads"
+    intermediate: str = "intermediate_size"
+    own_head: str = ""
+    """What the architecture's stock ``*ForSequenceClassification`` reads: ``pooling:
+    pooler`` trains that head."""
+    scores: str | None = None
+    """Why attention scores cannot be captured from it (None: they can)."""
+
+
+ARCHITECTURES: dict[str, Architecture] = {arch.model_type: arch for arch in (
+    Architecture("bert", "BERT",
+                 own_head="the pooler (dense + tanh over [CLS], pre-trained by next-sentence "
+                 "prediction), then the classifier"),
+    Architecture("roberta", "RoBERTa",
+                 own_head="RobertaClassificationHead: dense + tanh over `<s>`, then the output "
+                 "projection (no pre-trained pooler)"),
+    Architecture("electra", "ELECTRA",
+                 own_head="ElectraClassificationHead: dense + GELU over [CLS], then the "
+                 "output projection"),
+    Architecture("deberta-v2", "DeBERTa-v2",
+                 own_head="ContextPooler (dense + activation over [CLS]), then the "
+                 "classifier",
+                 scores="its disentangled attention adds content-to-position and "
+                 "position-to-content terms to QK^T inside DisentangledSelfAttention, which "
+                 "does not go through transformers' AttentionInterface, so its pre-softmax "
+                 "scores (and queries, keys, values) cannot be captured without forking its "
+                 "modelling code"),
+    Architecture("distilbert", "DistilBERT", layers="n_layers", hidden="dim", heads="n_heads",
+                 intermediate="hidden_dim",
+                 own_head="pre_classifier (dense + ReLU over [CLS]), then the classifier"),
+)}
+
+
+def architecture(config: PretrainedConfig) -> Architecture:
+    """The supported architecture of ``config``; a clear error for any other."""
+    found = ARCHITECTURES.get(config.model_type)
+    if found is None:
+        raise ConfigError(f"the teacher is a {config.model_type!r} model; supported encoder "
+                          f"architectures: {', '.join(ARCHITECTURES)}")
+    return found
+
+
+@dataclass(frozen=True)
+class Dimensions:
+    layers: int
+    hidden: int
+    heads: int
+    intermediate: int
+
+
+def dimensions(config: PretrainedConfig) -> Dimensions:
+    """Depth, width, heads and feed-forward size of a supported config, whatever its
+    class calls them (DistilBERT: ``n_layers``, ``dim``, ``n_heads``, ``hidden_dim``)."""
+    arch = architecture(config)
+    return Dimensions(*(int(getattr(config, field)) for field in (
+        arch.layers, arch.hidden, arch.heads, arch.intermediate)))
+
+
+def self_attention_problem(config: PretrainedConfig) -> str | None:
+    """Why the self-attention of ``config``'s architecture cannot be captured (None: it can).
+
+    Read from the modelling class itself: it must declare its self-attention module for
+    output recording and support attention backends (``AttentionInterface``); the reason
+    given for a known architecture that does not is :attr:`Architecture.scores`."""
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING
+
+    arch = ARCHITECTURES.get(config.model_type)
+    model_class = MODEL_MAPPING[type(config)]
+    recordable = getattr(model_class, "_can_record_outputs", None) or {}
+    if "attentions" in recordable and getattr(model_class, "_supports_attention_backend",
+                                              False):
+        return None
+    if arch is not None and arch.scores:
+        return arch.scores
+    return (f"{model_class.__name__} does not route its self-attention through transformers' "
+            "AttentionInterface, so its pre-softmax scores cannot be captured")
