@@ -18,7 +18,14 @@ from harness.api.suites import load_suite
 from harness.cli import app
 from harness.config.schema import ConfigError
 from harness.experiments.grid import Grid
-from harness.experiments.tuning import Tuner, TuningTarget, load_tuned, open_storage, study_name
+from harness.experiments.tuning import (
+    Tuner,
+    TuningTarget,
+    load_tuned,
+    open_storage,
+    study_name,
+    tuned_path,
+)
 from tests.test_grid import (
     _check_every_cell_once,
     _harness,
@@ -139,6 +146,37 @@ def test_parameter_files_are_checked(tmp_path):
     bad.write_text("method: kd\ntask: rte\noverrides: [1, 2]\n")
     with pytest.raises(ConfigError, match="overrides: expected a mapping"):
         load_tuned(str(bad), tmp_path)
+
+
+def test_a_grid_queue_has_one_name_before_and_after_its_tuning(tmp_path, tiny_data_dir,
+                                                              tiny_teacher_dir):
+    """A worker plans as it starts, before the tuning; one started later plans after it:
+    both must join one queue whichever trial won (the recipe's own or another), while each
+    cell runs with the tuned parameters."""
+    path = grid_suite(tmp_path, tiny_data_dir, tiny_teacher_dir,
+                      {"methods": ["kd"], "tasks": ["stsb"], "seeds": [1],
+                       "budget": {"task_epochs": 2, "tuning_trials": 2,
+                                  "tuning_seeds": [1]}})
+    results = tmp_path / "results"
+    suite = load_suite(str(path))
+
+    def fresh() -> Grid:
+        return Grid(suite, results, f"sqlite:///{tmp_path / 'optuna.db'}", tmp_path / "cache",
+                    log=lambda _: None)
+
+    before = fresh()
+    [untuned] = before.plan()
+    assert untuned.status == "tune"
+    tuner = before.tuner(before.cells[0])
+    tuned = tuned_path(results, tuner.name)
+    tuned.parent.mkdir(parents=True, exist_ok=True)
+    tuned.write_text(yaml.safe_dump({"study": tuner.name, "method": "kd", "task": "stsb",
+                                     "overrides": {"params.alpha": 0.25,
+                                                   "params.temperature": 3.0}}))
+    after = fresh()
+    [planned] = after.plan()
+    assert planned.status == "todo" and planned.run_id is not None
+    assert after.study_name == before.study_name
 
 
 def test_grid_tunes_then_runs_and_a_worker_killed_mid_trial_is_retried(

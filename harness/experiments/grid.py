@@ -226,8 +226,12 @@ class Grid:
                           else self.runner.store.load(existing).status)
                 status = {"finished": "done"}.get(status, status)
             self._estimates[cell] = estimate
-            # Cells still to be tuned count by their untuned configuration: every worker
-            # names the same queue, before and after the tuning.
+            # The queue is named by the cells' untuned configurations, so that a worker
+            # started before the tuning (which plans at once) and one started after it name
+            # the same queue; each cell reads its tuned parameters when it runs.
+            if overrides:
+                _, spec, _ = self.runner.resolve(cell.method, cell.task, cell.seed,
+                                                 self.variation(cell, {}))
             self._run_ids[cell] = content_hash(spec)
             if status in {"done", "failed"}:
                 self._recorded.add(cell)
