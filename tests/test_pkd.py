@@ -15,7 +15,7 @@ import harness.experiments.runner
 from harness.api.context import StudentContext
 from harness.api.method import Method, StepInputs, TeacherView
 from harness.api.registry import instantiate
-from harness.api.students import classifier_config
+from harness.api.students import classifier_config, resolve_teacher_sizes
 from harness.api.suites import load_suite
 from harness.config.schema import ConfigError, MethodRecipe, StudentConfig
 from harness.data.tasks import TaskSpec, get_task
@@ -358,6 +358,8 @@ def test_glue_pkd_recipes_use_the_papers_students():
     suite = load_suite("glue")
     for name, layers, mapping in (("bert-pkd", 6, [2, 4, 6, 8, 10]), ("bert-pkd-3L", 3, [4, 8])):
         shape = suite.student_for(name)[1]
+        assert shape.teacher_sizes  # widths follow the teacher, bert-base's here
+        shape = resolve_teacher_sizes(shape, BertConfig())
         assert (shape.num_layers, shape.hidden_size, shape.num_heads) == (layers, 768, 12)
         method = instantiate(suite.plugin(name), suite.recipe(name), "rte")
         assert patient_layers(layers, 12, method.params.mapping) == mapping
