@@ -389,7 +389,7 @@ class SuiteRunner(RunPlanner):
                                        task.selection_split),
                 evaluator=evaluator,
                 teacher=runtime, accelerator=self.accelerator, seed=seed,
-                description=f"{method.name} {task.name} s{seed} {stage.name}",
+                description=f"{spec['method']} {task.name} s{seed} {stage.name}",
                 task_train_size=len(prepared.splits["train"]), on_evaluate=evaluated,
                 on_log=tracker.log_losses)
             tracker.end_stage(result.steps)
