@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import torch
@@ -64,3 +65,60 @@ def test_a_resolved_auto_suite_is_the_explicit_suite(tiny_data_dir, tiny_teacher
             f"methods.kd.stages.task.mixed_precision='{expected[0]}'"])
         resolved = with_resolved_precision(auto, auto_precision(CPU, flags))
         assert content_hash(resolved.model_dump()) == content_hash(explicit.model_dump())
+
+
+def test_a_bare_no_in_a_recipe_or_set_is_the_setting_no(tiny_data_dir, tiny_teacher_dir,
+                                                        tmp_path: Path) -> None:
+    """YAML reads a bare `no` as false; `--set training.mixed_precision=no` means fp32."""
+    suite_file = tmp_path / "tiny.yaml"
+    suite_file.write_text(yaml.safe_dump(tiny_suite_dict(tiny_data_dir, tiny_teacher_dir))
+                          + "\n")
+    suite = load_suite(str(suite_file), ["training.mixed_precision=no",
+                                         "teacher.training.mixed_precision=no"])
+    assert suite.training.mixed_precision == "no"
+    assert suite.teacher.training.mixed_precision == "no"
+    text = re.sub(r"(?m)^training:\n", "training:\n  mixed_precision: no\n",
+                  suite_file.read_text())
+    assert "  mixed_precision: no\n" in text
+    suite_file.write_text(text)
+    assert load_suite(str(suite_file)).training.mixed_precision == "no"
+
+
+FP32 = {"mixed_precision": "no", "inference_precision": "fp32"}
+BF16 = {"mixed_precision": "bf16", "inference_precision": "bf16"}
+
+
+def test_a_record_made_where_auto_meant_fp32_is_the_recipes_run_where_it_means_bf16(
+        tiny_data_dir, tiny_teacher_dir, tmp_path: Path) -> None:
+    """The committed records were made where `auto` is fp32; on a CPU with native bf16 the
+    same recipe has another run id, and the store's record of it is still its run: `run`
+    skips it (the grid and the report find it the same way), while a recipe that names its
+    precision has no other id."""
+    from harness.experiments.runner import SuiteRunner
+
+    suite_file = tmp_path / "tiny.yaml"
+    suite_file.write_text(yaml.safe_dump(tiny_suite_dict(tiny_data_dir, tiny_teacher_dir)))
+    auto = load_suite(str(suite_file), ["training.mixed_precision=auto",
+                                        "teacher.inference_precision=auto"])
+    results, cache = tmp_path / "results", tmp_path / "cache"
+    on_avx2 = SuiteRunner(auto, results, cache, log=lambda _: None, precision=FP32)
+    messages: list[str] = []
+    on_amx = SuiteRunner(auto, results, cache, log=messages.append, precision=BF16)
+    fp32_id, bf16_id = on_avx2.run_id("kd", "rte", 1), on_amx.run_id("kd", "rte", 1)
+    assert fp32_id != bf16_id
+    assert on_avx2.equivalent_run_ids("kd", "rte", 1) == [bf16_id]
+    assert on_amx.equivalent_run_ids("kd", "rte", 1) == [fp32_id]
+
+    made = on_avx2.run_one("kd", "rte", 1)
+    assert made.status == "finished" and made.record.run_id == fp32_id
+    assert made.record.precisions == ["no"]
+    found = on_amx.run_one("kd", "rte", 1)
+    assert found.status == "skipped" and found.path == made.path
+    assert found.main_score == made.main_score
+    assert "trained in no" in messages[-1] and fp32_id[:16] in messages[-1]
+
+    explicit = load_suite(str(suite_file), ["training.mixed_precision=bf16",
+                                            "teacher.inference_precision=bf16"])
+    pinned = SuiteRunner(explicit, results, cache, log=lambda _: None, precision=FP32)
+    assert pinned.equivalent_run_ids("kd", "rte", 1) == []
+    assert pinned.run_id("kd", "rte", 1) == bf16_id

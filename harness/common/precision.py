@@ -56,6 +56,14 @@ def auto_precision(device: torch.device, flags: set[str] | None = None) -> dict[
     return {"mixed_precision": "no", "inference_precision": "fp32"}
 
 
+AUTO_RESOLUTIONS: tuple[dict[str, str], ...] = (
+    {"mixed_precision": "no", "inference_precision": "fp32"},
+    {"mixed_precision": "bf16", "inference_precision": "bf16"},
+)
+"""Every value :func:`auto_precision` can give: a recipe that says ``auto`` ran in one of
+these, whichever machine made its record."""
+
+
 def resolve_auto_precision(tree: Any, resolved: dict[str, str]) -> Any:
     """``tree`` (a suite as plain data) with every ``mixed_precision: auto`` and
     ``inference_precision: auto`` replaced by ``resolved``'s value."""

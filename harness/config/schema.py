@@ -17,6 +17,7 @@ import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Discriminator,
     Field,
@@ -37,6 +38,15 @@ def _known_task(name: str) -> str:
 
 TaskName = Annotated[str, AfterValidator(_known_task)]
 """A GLUE task name, checked where it is written (the error's key path ends at it)."""
+
+
+def _yaml_no(value: Any) -> Any:
+    # YAML 1.1 reads a bare `no` as false, so `mixed_precision: no` (in a suite or a --set)
+    # arrives as False; it means the setting "no".
+    return "no" if value is False else value
+
+
+MixedPrecision = Annotated[Literal["no", "bf16", "fp16", "auto"], BeforeValidator(_yaml_no)]
 
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 SUITES_DIR = Path(__file__).resolve().parents[2] / "suites"
@@ -63,7 +73,7 @@ class TrainConfig(StrictModel):
     max_grad_norm: float | None = Field(1.0, gt=0)
     eval_every_steps: int | None = Field(None, gt=0, description="None: evaluate once per epoch")
     eval_batch_size: int = Field(128, gt=0)
-    mixed_precision: Literal["no", "bf16", "fp16", "auto"] = Field(
+    mixed_precision: MixedPrecision = Field(
         "no", description="autocast of training steps; auto: bf16 where the device computes "
         "it natively (CPU flags avx512_bf16 / amx_bf16, or CUDA bf16), else no. Resolved "
         "before run ids are computed, so a record holds the precision it ran in")

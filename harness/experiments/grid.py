@@ -221,9 +221,12 @@ class Grid:
                 status, run_id = "tune", None
             else:
                 run_id = content_hash(spec)
-                existing = self.runner.store.find(run_id)
-                status = ("todo" if existing is None
-                          else self.runner.store.load(existing).status)
+                existing = self.runner.recorded(run_id, cell.method, cell.task, cell.seed,
+                                                variation)
+                if existing is not None:  # its id may be that of the other precision
+                    record = self.runner.store.load(existing)
+                    run_id = record.run_id
+                status = "todo" if existing is None else record.status
                 status = {"finished": "done"}.get(status, status)
             self._estimates[cell] = estimate
             # The queue is named by the cells' untuned configurations, so that a worker

@@ -25,7 +25,7 @@ from harness.assets.checkpoints import (
     resolve_checkpoint,
 )
 from harness.common.cache import content_hash
-from harness.common.precision import auto_precision
+from harness.common.precision import AUTO_RESOLUTIONS, auto_precision
 from harness.config.schema import (
     ConfigError,
     MethodRecipe,
@@ -100,8 +100,15 @@ class RunPlanner:
     their fingerprints; trains nothing."""
 
     def __init__(self, suite: SuiteConfig, device: torch.device,
-                 log: Callable[[str], None] = print) -> None:
-        self.suite = with_resolved_precision(suite, auto_precision(device))
+                 log: Callable[[str], None] = print,
+                 precision: dict[str, str] | None = None) -> None:
+        """``precision``: what ``auto`` resolves to (default: what ``device`` computes
+        natively)."""
+        self.declared_suite = suite
+        self.device = device
+        self.precision = precision or auto_precision(device)
+        self.suite = with_resolved_precision(suite, self.precision)
+        self._other_precisions: list[RunPlanner] | None = None
         self.log = log
         self.checkpoint: Checkpoint = resolve_checkpoint(suite.teacher.checkpoint)
         self._tokenizer = None
@@ -278,6 +285,34 @@ class RunPlanner:
                variation: Variation = Variation()) -> str:
         """The run's id: the hash of its resolved configuration."""
         return content_hash(self.resolve(method_name, task_name, seed, variation)[1])
+
+    def equivalent_run_ids(self, method_name: str, task_name: str, seed: int,
+                           variation: Variation = Variation()) -> list[str]:
+        """The ids this run has where the recipe's ``auto`` precisions resolve otherwise.
+
+        A run's id hashes the precision it trains in, so a record made on a machine without
+        native bf16 (``auto`` -> fp32) has another id than the same recipe run where bf16 is
+        native.  Both are records of the recipe as written: a store that holds either has
+        the run, and the record says which precision it ran in.  Empty when the recipe has
+        no ``auto`` precision."""
+        if self._other_precisions is None:
+            self._other_precisions = []
+            for resolution in AUTO_RESOLUTIONS:
+                if resolution == self.precision:
+                    continue
+                other = RunPlanner(self.declared_suite, self.device, self.log, resolution)
+                if other.suite == self.suite:  # nothing in the recipe says auto
+                    continue
+                other._tasks = self._tasks  # the same data, prepared once
+                self._other_precisions.append(other)
+        ids = []
+        for other in self._other_precisions:
+            other._tokenizer = self._tokenizer
+            other._corpus = other._corpus or self._corpus
+            ids.append(other.run_id(method_name, task_name, seed, variation))
+            self._corpus = self._corpus or other._corpus
+            self._tokenizer = self._tokenizer or other._tokenizer
+        return ids
 
     # -- general distillation ------------------------------------------------------------
     def corpus(self) -> Corpus:

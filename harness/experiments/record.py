@@ -151,6 +151,12 @@ class RunRecord(_Part):
         return str(self.config.get("plugin", self.method))
 
     @property
+    def precisions(self) -> list[str]:
+        """The autocast settings its stages trained in (``no``: fp32), from its config."""
+        return sorted({str(stage.get("mixed_precision", "no"))
+                       for stage in self.config.get("stages", {}).values()})
+
+    @property
     def examples_seen(self) -> int:
         return sum(stage.examples_seen for stage in self.stages)
 

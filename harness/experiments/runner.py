@@ -134,9 +134,11 @@ class SuiteRunner(RunPlanner):
 
     def __init__(self, suite: SuiteConfig, results_dir: Path, cache_dir: Path | None = None,
                  log: Callable[[str], None] = print, retry_failed: bool = False,
-                 save_students: bool = False, tracking: Tracking | None = None) -> None:
+                 save_students: bool = False, tracking: Tracking | None = None,
+                 precision: dict[str, str] | None = None) -> None:
         """``tracking``: the experiment trackers every run that trains logs to (see
-        :mod:`harness.experiments.tracking`)."""
+        :mod:`harness.experiments.tracking`).  ``precision``: what the recipe's ``auto``
+        precisions resolve to (default: what the device computes natively)."""
         self.store = ResultsStore(results_dir)
         self.results_root = Path(results_dir)
         self.tracking = tracking
@@ -159,7 +161,7 @@ class SuiteRunner(RunPlanner):
                 "--cpu starts one process)")
         # Under `accelerate launch` every process runs the same cells: one of them talks.
         super().__init__(suite, self.accelerator.device,
-                         log if self.accelerator.is_main_process else _silent)
+                         log if self.accelerator.is_main_process else _silent, precision)
         if not self.accelerator.is_local_main_process:
             import datasets
             import transformers
@@ -191,6 +193,19 @@ class SuiteRunner(RunPlanner):
             self._teacher_state = {k: v.detach().clone() for k, v in encoder.state_dict().items()}
         return self._teacher_state
 
+    def recorded(self, run_hash: str, method_name: str, task_name: str, seed: int,
+                 variation: Variation = Variation()) -> Path | None:
+        """The run's record in the store, if any: under its id, or under the id the same
+        recipe has where its ``auto`` precisions resolve otherwise (a record made on a
+        machine with or without native bf16; :meth:`equivalent_run_ids`)."""
+        existing = self.store.find(run_hash)
+        if existing is None:
+            for other_id in self.equivalent_run_ids(method_name, task_name, seed, variation):
+                existing = self.store.find(other_id)
+                if existing is not None:
+                    break
+        return existing
+
     def run_one(self, method_name: str, task_name: str, seed: int,
                 variation: Variation = Variation(), *,
                 on_evaluate: EvaluationCallback | None = None,
@@ -204,15 +219,19 @@ class SuiteRunner(RunPlanner):
         # every process of a launch skips or trains alike.
         found = None
         if self.accelerator.is_main_process:
-            existing = self.store.find(run_hash)
+            existing = self.recorded(run_hash, method_name, task_name, seed, variation)
             if existing is not None:
                 found = (existing, self.store.load(existing))
         found = broadcast(found, self.accelerator)
         if found is not None:
             existing, recorded = found
             if recorded.finished or not self.retry_failed:
+                other = ("" if recorded.run_id == run_hash else
+                         " (made where the recipe's auto precision resolves otherwise: "
+                         f"trained in {'/'.join(recorded.precisions)}, run id "
+                         f"{recorded.run_id[:16]})")
                 self.log(f"[skip] {method_name} {task_name} seed {seed}: already recorded "
-                         f"({recorded.status}) at {existing}")
+                         f"({recorded.status}) at {existing}{other}")
                 return RunOutcome(method_name, task_name, seed, "skipped", existing,
                                   recorded.main_score, recorded)
         # Peak memory from here (data, teacher, training, evaluation) to the record.
