@@ -350,3 +350,48 @@ def test_a_cache_entry_that_fails_part_way_leaves_the_previous_entry(tmp_path: P
     assert ArtifactCache(tmp_path).has("teachers", key)
     assert json.loads((entry / "key.json").read_text())["files"] == before
     assert files_in(tmp_path / "teachers") == [key]
+
+
+def test_a_second_process_waits_for_an_entry_being_made_and_does_not_make_it_again(
+        tmp_path: Path) -> None:
+    """Two grid workers that need the same teacher or general checkpoint: the first makes
+    it, the second waits for it (saying so) and then finds it made, instead of spending the
+    same hour a second time."""
+    import threading
+
+    first_log: list[str] = []
+    second_log: list[str] = []
+    first = ArtifactCache(tmp_path, log=first_log.append)
+    second = ArtifactCache(tmp_path, log=second_log.append)
+    made: list[str] = []
+    first_holds, second_done = threading.Event(), threading.Event()
+
+    def make(cache: ArtifactCache, name: str, hold: threading.Event | None) -> None:
+        with cache.producing("general", "k" * 64):
+            if hold is not None:
+                hold.set()
+                # Released only once the second process is seen waiting.
+                for _ in range(500):
+                    if second_log:
+                        break
+                    threading.Event().wait(0.01)
+            if not cache.has("general", "k" * 64):
+                with cache.build("general", "k" * 64, {"by": name}) as scratch:
+                    (scratch / "body.pt").write_text(name)
+                made.append(name)
+
+    one = threading.Thread(target=make, args=(first, "first", first_holds))
+    one.start()
+    first_holds.wait(5)
+    two = threading.Thread(target=lambda: (make(second, "second", None), second_done.set()))
+    two.start()
+    one.join(10)
+    two.join(10)
+    assert second_done.is_set()
+    assert made == ["first"]
+    assert second_log and "is being made by another process; waiting for it" in second_log[0]
+    assert (tmp_path / "general" / ("k" * 64) / "body.pt").read_text() == "first"
+    # Within one distributed launch every process makes the entry together: nobody waits.
+    with first.producing("general", "k" * 64), \
+            second.producing("general", "k" * 64, exclusive=False):
+        pass

@@ -149,6 +149,28 @@ class ArtifactCache:
             yield
 
     @contextmanager
+    def producing(self, kind: str, key: str, exclusive: bool = True) -> Iterator[None]:
+        """Held while a process makes the entry ``kind/key`` (a teacher, a general
+        checkpoint: minutes to hours).  Another process that needs the same entry (a
+        second grid worker) waits here instead of making it a second time, and then finds
+        it made.  ``exclusive=False`` holds nothing: the processes of one distributed
+        launch make an entry together, so none of them may wait for another."""
+        if not exclusive:
+            yield
+            return
+        locks = self.root / ".locks"
+        locks.mkdir(parents=True, exist_ok=True)
+        # Its own lock file: build() takes the entry's lock to put it in place.
+        with open(locks / f"producing-{kind}-{key}", "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self.log(f"[cache] {kind}/{key[:16]} is being made by another process; "
+                         "waiting for it")
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    @contextmanager
     def build(self, kind: str, key: str, description: dict[str, Any]) -> Iterator[Path]:
         """Yield a scratch directory; on success it becomes the entry ``kind/key``, unless
         another process completed that entry meanwhile: then the scratch copy is dropped

@@ -563,60 +563,63 @@ class SuiteRunner(RunPlanner):
         logs their losses when they train here (a cached body logs nothing)."""
         tracker = tracker or RunTracker()
         key = self.general_key(method, context.shape, stages, stage_configs)
-        if any_process(not self.cache.has("general", key), self.accelerator):
-            corpus = self.corpus()
-            self.log(f"[general] {method.name}: general distillation on {len(corpus)} "
-                     f"unlabeled sentences ({', '.join(corpus.sources)})")
-            split = encode_corpus(corpus, self.tokenizer, self.suite.corpus.max_seq_length,
-                                  self.suite.corpus.long_lines)
-            seed = self.suite.corpus.seed
-            set_seed(seed)
-            student, extra = self._build_student(method, context)
-            results = []
-            # General distillation is the longest job there is: it saves its progress as
-            # it goes, and a process killed meanwhile resumes it where it was.
-            partial = {stage.name: StageCheckpoint(self.cache.root / "partial" /
-                                                   f"general-{key}-{stage.name}.pt",
-                                                   every_seconds=GENERAL_SAVE_SECONDS)
-                       for stage in stages}
-            for stage in stages:
-                runtime = self._teacher_runtime(stage, None, None)
-                tracker.begin_stage(stage.name)
-                results.append(train_stage(
-                    method=method, stage=stage, student=student, extra=extra,
-                    config=stage_configs[stage.name], train_split=split, eval_split=None,
-                    evaluator=TaskEvaluator(context.task), teacher=runtime,
-                    accelerator=self.accelerator, seed=seed,
-                    description=f"{method.name} general {stage.name}",
-                    checkpoint=partial[stage.name], log=self.log,
-                    on_log=tracker.log_losses))
-                tracker.end_stage(results[-1].steps)
-                student = self.accelerator.unwrap_model(student)
-            prefix = getattr(student, "base_model_prefix", "")
-            body = {name: tensor for name, tensor in student.state_dict().items()
-                    if not prefix or name.startswith(f"{prefix}.")}
-            summary = {
-                "corpus_sentences": len(corpus), "corpus_sequences": len(split),
-                "corpus_tokens": int(split.lengths.sum()), "corpus_sources": corpus.sources,
-                "corpus_fingerprint": corpus.fingerprint,
-                "stages": [{"name": r.name, "steps": r.steps, "examples_seen": r.examples_seen,
-                            "seconds": r.seconds, "examples_per_second": r.examples_per_second,
-                            "final_losses": r.final_losses, "history": r.history}
-                           for r in results],
-                "seconds": sum(r.seconds for r in results),
-            }
-            if self.accelerator.is_local_main_process:
-                with self.cache.build("general", key, {"method": method.name,
-                                                       "student": context.shape_name}
-                                      ) as scratch:
-                    torch.save(body, scratch / "student_body.pt")
-                    torch.save(self.accelerator.unwrap_model(extra).state_dict(),
-                               scratch / "extra.pt")
-                    (scratch / "summary.json").write_text(json.dumps(summary, indent=2))
-                for checkpoint in partial.values():
-                    checkpoint.path.unlink(missing_ok=True)
-            self.accelerator.wait_for_everyone()
-            self.log(f"[general] done in {summary['seconds']:.0f}s: {results[-1].final_losses}")
+        # A second worker that needs the same checkpoint waits for this one's.
+        with self.cache.producing("general", key,
+                                  exclusive=self.accelerator.num_processes == 1):
+            if any_process(not self.cache.has("general", key), self.accelerator):
+                corpus = self.corpus()
+                self.log(f"[general] {method.name}: general distillation on {len(corpus)} "
+                         f"unlabeled sentences ({', '.join(corpus.sources)})")
+                split = encode_corpus(corpus, self.tokenizer, self.suite.corpus.max_seq_length,
+                                      self.suite.corpus.long_lines)
+                seed = self.suite.corpus.seed
+                set_seed(seed)
+                student, extra = self._build_student(method, context)
+                results = []
+                # General distillation is the longest job there is: it saves its progress as
+                # it goes, and a process killed meanwhile resumes it where it was.
+                partial = {stage.name: StageCheckpoint(self.cache.root / "partial" /
+                                                       f"general-{key}-{stage.name}.pt",
+                                                       every_seconds=GENERAL_SAVE_SECONDS)
+                           for stage in stages}
+                for stage in stages:
+                    runtime = self._teacher_runtime(stage, None, None)
+                    tracker.begin_stage(stage.name)
+                    results.append(train_stage(
+                        method=method, stage=stage, student=student, extra=extra,
+                        config=stage_configs[stage.name], train_split=split, eval_split=None,
+                        evaluator=TaskEvaluator(context.task), teacher=runtime,
+                        accelerator=self.accelerator, seed=seed,
+                        description=f"{method.name} general {stage.name}",
+                        checkpoint=partial[stage.name], log=self.log,
+                        on_log=tracker.log_losses))
+                    tracker.end_stage(results[-1].steps)
+                    student = self.accelerator.unwrap_model(student)
+                prefix = getattr(student, "base_model_prefix", "")
+                body = {name: tensor for name, tensor in student.state_dict().items()
+                        if not prefix or name.startswith(f"{prefix}.")}
+                summary = {
+                    "corpus_sentences": len(corpus), "corpus_sequences": len(split),
+                    "corpus_tokens": int(split.lengths.sum()), "corpus_sources": corpus.sources,
+                    "corpus_fingerprint": corpus.fingerprint,
+                    "stages": [{"name": r.name, "steps": r.steps, "examples_seen": r.examples_seen,
+                                "seconds": r.seconds, "examples_per_second": r.examples_per_second,
+                                "final_losses": r.final_losses, "history": r.history}
+                               for r in results],
+                    "seconds": sum(r.seconds for r in results),
+                }
+                if self.accelerator.is_local_main_process:
+                    with self.cache.build("general", key, {"method": method.name,
+                                                           "student": context.shape_name}
+                                          ) as scratch:
+                        torch.save(body, scratch / "student_body.pt")
+                        torch.save(self.accelerator.unwrap_model(extra).state_dict(),
+                                   scratch / "extra.pt")
+                        (scratch / "summary.json").write_text(json.dumps(summary, indent=2))
+                    for checkpoint in partial.values():
+                        checkpoint.path.unlink(missing_ok=True)
+                self.accelerator.wait_for_everyone()
+                self.log(f"[general] done in {summary['seconds']:.0f}s: {results[-1].final_losses}")
         path = self.cache.path("general", key)
         summary = json.loads((path / "summary.json").read_text())
         return {"key": key, "path": str(path), "corpus_sentences": summary["corpus_sentences"],

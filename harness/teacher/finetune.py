@@ -167,11 +167,13 @@ def prepare_teacher(
             log(f"[teacher] {task.name}: {teacher.inference_precision} logits of the cached "
                 "teacher")
             _relabel(key, base, splits, teacher, cache, accelerator, log)
-    elif any_process(not cache.has("teachers", key), accelerator):
-        log(f"[teacher] {task.name}: no cached teacher; "
-            f"{'fine-tuning' if teacher.finetune else 'scoring'} {checkpoint.spec}")
-        _build_teacher(key, task, splits, data_fingerprint, checkpoint, teacher, training,
-                       max_length, cache, accelerator, log)
+    else:
+        with cache.producing("teachers", key, exclusive=accelerator.num_processes == 1):
+            if any_process(not cache.has("teachers", key), accelerator):
+                log(f"[teacher] {task.name}: no cached teacher; "
+                    f"{'fine-tuning' if teacher.finetune else 'scoring'} {checkpoint.spec}")
+                _build_teacher(key, task, splits, data_fingerprint, checkpoint, teacher,
+                               training, max_length, cache, accelerator, log)
     path = cache.path("teachers", key)
     summary = json.loads((path / "summary.json").read_text())
     artifacts = TeacherArtifacts(key, path, checkpoint, task, summary, model_dir)
