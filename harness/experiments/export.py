@@ -40,6 +40,7 @@ from harness.common.cache import (
     content_hash,
     default_cache_dir,
 )
+from harness.common.precision import AUTO_RESOLUTIONS
 from harness.config.schema import ConfigError, SuiteConfig, available_suites
 from harness.data.tasks import get_task
 from harness.experiments.planner import RunPlanner, Variation
@@ -276,9 +277,11 @@ def record_variation(record: RunRecord) -> Variation:
 
 
 def suite_for(record: RunRecord, suite_names: list[str] | None = None,
-              overrides: list[str] | None = None) -> SuiteConfig:
+              overrides: list[str] | None = None) -> tuple[SuiteConfig, dict[str, str]]:
     """The suite whose recipe resolves to ``record``'s configuration (its hash is the run
-    id): the record's own suite first, then the suites that record into it."""
+    id): the record's own suite first, then the suites that record into it; with what the
+    recipe's ``auto`` precisions resolved to where the record was made (on another machine
+    they may resolve otherwise)."""
     names = suite_names or [record.suite, *(name for name in available_suites()
                                             if name != record.suite)]
     tried = []
@@ -290,16 +293,22 @@ def suite_for(record: RunRecord, suite_names: list[str] | None = None,
             continue
         if suite.record_suite != record.suite:
             continue
-        planner = RunPlanner(suite, torch.device("cpu"), log=lambda message: None)
-        try:
-            _, spec, _ = planner.resolve(record.method, record.task, record.seed,
-                                         record_variation(record))
-        except (ConfigError, KeyError) as error:  # the method is not one of this suite's
-            tried.append(f"{name} ({str(error).splitlines()[0][:120]})")
-            continue
-        if content_hash(spec) == record.run_id:
-            return suite
-        tried.append(f"{name} (resolves to run id {content_hash(spec)[:16]})")
+        ids = []
+        for precision in AUTO_RESOLUTIONS:
+            planner = RunPlanner(suite, torch.device("cpu"), log=lambda message: None,
+                                 precision=precision)
+            try:
+                _, spec, _ = planner.resolve(record.method, record.task, record.seed,
+                                             record_variation(record))
+            except (ConfigError, KeyError) as error:  # the method is not one of this suite's
+                tried.append(f"{name} ({str(error).splitlines()[0][:120]})")
+                break
+            if content_hash(spec) == record.run_id:
+                return suite, precision
+            if content_hash(spec) not in ids:
+                ids.append(content_hash(spec))
+        else:
+            tried.append(f"{name} (resolves to run id {' or '.join(i[:16] for i in ids)})")
     raise ExportError(
         f"no suite here resolves {record.method} / {record.task} / seed {record.seed} to run "
         f"id {record.run_id[:16]} (tried: {'; '.join(tried) or 'none'}): the recipe, data or "
@@ -314,15 +323,17 @@ def reproduce_command(record: RunRecord) -> str:
 
 
 def retrain_with_student(record: RunRecord, suite: SuiteConfig, cache_dir: Path,
-                         log: Callable[[str], None]) -> Path:
-    """Train ``record``'s run again (into a scratch store) keeping its student."""
+                         log: Callable[[str], None],
+                         precision: dict[str, str] | None = None) -> Path:
+    """Train ``record``'s run again (into a scratch store) keeping its student, with the
+    recipe's ``auto`` precisions resolved to ``precision`` (the record's)."""
     from harness.experiments.runner import SuiteRunner
 
     log(f"[export] the student of run {record.run_id[:16]} was not kept; training it again "
         f"({record.method} / {record.task} / seed {record.seed}, suite {suite.name})")
     with tempfile.TemporaryDirectory(prefix="export-retrain-") as scratch:
         runner = SuiteRunner(suite, Path(scratch), cache_dir=cache_dir, log=log,
-                             save_students=True)
+                             save_students=True, precision=precision)
         outcome = runner.run_one(record.method, record.task, record.seed,
                                  record_variation(record))
     folder = kept_student(runner.cache, record.run_id)
@@ -341,7 +352,7 @@ def export_run(run_id: str, out_dir: Path, results_dir: Path, cache_dir: Path | 
     cache = ArtifactCache(cache_dir or default_cache_dir(), log=log)
 
     def retrain(record: RunRecord) -> Path:
-        chosen = suite_for(record, [suite] if suite else None, overrides)
-        return retrain_with_student(record, chosen, cache.root, log)
+        chosen, precision = suite_for(record, [suite] if suite else None, overrides)
+        return retrain_with_student(record, chosen, cache.root, log, precision)
 
     return export_student(record, out_dir, cache, retrain, reproduce_command(record))
