@@ -164,26 +164,22 @@ def test_committed_reference_records_keep_their_run_ids():
     `auto` precisions resolved as where the record was made (fp32 on a CPU without native
     bf16), whatever this machine's CPU."""
     from harness.common.cache import content_hash
-    from harness.common.precision import AUTO_RESOLUTIONS
+    from harness.common.precision import BF16, FP32
     from harness.experiments.store import ResultsStore
 
     store = ResultsStore(Path(__file__).resolve().parent.parent / "results" / "glue-cpu")
     records = list(store.records())
     assert len(records) >= 20  # the grid's committed records, however far it has got
-    runners = {(name, index): SuiteRunner(load_suite(name), store.root.parent,
-                                          log=lambda _: None, precision=precision)
-               for name in ("glue-cpu", "tinybert-ablation")
-               for index, precision in enumerate(AUTO_RESOLUTIONS)}
-    fp32, bf16 = (AUTO_RESOLUTIONS.index(resolution) for resolution in (
-        {"mixed_precision": "no", "inference_precision": "fp32"},
-        {"mixed_precision": "bf16", "inference_precision": "bf16"}))
+    runners = {(name, precision["mixed_precision"]): SuiteRunner(
+                   load_suite(name), store.root.parent, log=lambda _: None, precision=precision)
+               for name in ("glue-cpu", "tinybert-ablation") for precision in (FP32, BF16)}
     for record in records:
-        suite = "glue-cpu" if record.method in runners["glue-cpu", 0].suite.methods else (
+        suite = "glue-cpu" if record.method in runners["glue-cpu", "no"].suite.methods else (
             "tinybert-ablation")
         departure = record.variation or {}  # grid budgets, tuned parameters
         variation = Variation.of(departure.get("student"), departure.get("overrides"),
                                  departure.get("task_epochs"))
-        made_in = bf16 if "bf16" in record.precisions else fp32
+        made_in = "bf16" if "bf16" in record.precisions else "no"
         _, spec, _ = runners[suite, made_in].resolve(record.method, record.task, record.seed,
                                                      variation)
         assert content_hash(spec) == record.config_hash == record.run_id, record.run_id

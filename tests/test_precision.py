@@ -10,7 +10,14 @@ import yaml
 
 from harness.api.suites import load_suite
 from harness.common.cache import content_hash
-from harness.common.precision import auto_precision, cpu_flags, native_bf16, resolve_auto_precision
+from harness.common.precision import (
+    BF16,
+    FP32,
+    auto_precision,
+    cpu_flags,
+    native_bf16,
+    resolve_auto_precision,
+)
 from harness.config.schema import with_resolved_precision
 from tests.conftest import tiny_suite_dict
 
@@ -82,10 +89,6 @@ def test_a_bare_no_in_a_recipe_or_set_is_the_setting_no(tiny_data_dir, tiny_teac
     assert "  mixed_precision: no\n" in text
     suite_file.write_text(text)
     assert load_suite(str(suite_file)).training.mixed_precision == "no"
-
-
-FP32 = {"mixed_precision": "no", "inference_precision": "fp32"}
-BF16 = {"mixed_precision": "bf16", "inference_precision": "bf16"}
 
 
 def test_a_record_made_where_auto_meant_fp32_is_the_recipes_run_where_it_means_bf16(

@@ -48,20 +48,17 @@ def native_bf16(device: torch.device, flags: set[str] | None = None) -> bool:
     return False
 
 
+FP32 = {"mixed_precision": "no", "inference_precision": "fp32"}
+BF16 = {"mixed_precision": "bf16", "inference_precision": "bf16"}
+AUTO_RESOLUTIONS: tuple[dict[str, str], ...] = (FP32, BF16)
+"""Every value :func:`auto_precision` can give: a recipe that says ``auto`` ran in one of
+these, whichever machine made its record."""
+
+
 def auto_precision(device: torch.device, flags: set[str] | None = None) -> dict[str, str]:
     """What ``auto`` resolves to on ``device``: the training autocast setting
     (``mixed_precision``) and the teacher's inference precision."""
-    if native_bf16(device, flags):
-        return {"mixed_precision": "bf16", "inference_precision": "bf16"}
-    return {"mixed_precision": "no", "inference_precision": "fp32"}
-
-
-AUTO_RESOLUTIONS: tuple[dict[str, str], ...] = (
-    {"mixed_precision": "no", "inference_precision": "fp32"},
-    {"mixed_precision": "bf16", "inference_precision": "bf16"},
-)
-"""Every value :func:`auto_precision` can give: a recipe that says ``auto`` ran in one of
-these, whichever machine made its record."""
+    return dict(BF16 if native_bf16(device, flags) else FP32)
 
 
 def resolve_auto_precision(tree: Any, resolved: dict[str, str]) -> Any:
