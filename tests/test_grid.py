@@ -343,3 +343,27 @@ def test_a_grid_whose_run_ids_change_is_a_new_queue(tmp_path, tiny_data_dir,
     changed = grid("training.lr=2e-4")
     assert changed.cells == same.cells
     assert changed.study_name != same.study_name
+
+
+def test_workers_with_and_without_native_bf16_share_one_queue(tmp_path, tiny_data_dir,
+                                                               tiny_teacher_dir):
+    """A recipe whose precision is ``auto`` trains in bf16 on a CPU with AMX and in fp32 on
+    one without (other run ids), but it is one grid: workers on both kinds of CPU pop its
+    cells from the same queue instead of each running all of them."""
+    from harness.common.precision import BF16, FP32
+
+    path = grid_suite(tmp_path, tiny_data_dir, tiny_teacher_dir,
+                      {"methods": ["finetune"], "tasks": ["rte"], "seeds": [1]},
+                      training={"epochs": 1, "batch_size": 8, "lr": 1e-3,
+                                "mixed_precision": "auto"})
+    results, cache = tmp_path / "results", tmp_path / "cache"
+
+    def grid(precision: dict[str, str]) -> Grid:
+        return Grid(load_suite(str(path)), results,
+                    f"sqlite:///{results / 'optuna.db'}", cache, log=lambda _: None,
+                    precision=precision)
+
+    on_avx2, on_amx = grid(FP32), grid(BF16)
+    assert on_avx2.runner.run_id("finetune", "rte", 1) != on_amx.runner.run_id(
+        "finetune", "rte", 1)
+    assert on_avx2.study_name == on_amx.study_name

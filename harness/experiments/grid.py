@@ -141,12 +141,14 @@ class Grid:
                  methods: list[str] | None = None, tasks: list[str] | None = None,
                  seeds: list[int] | None = None, poll_seconds: float | None = None,
                  reclaim_local: bool = True, tuned: list[TunedParams] | None = None,
-                 tracking: Tracking | None = None) -> None:
+                 tracking: Tracking | None = None,
+                 precision: dict[str, str] | None = None) -> None:
         """``reclaim_local``: fail a dead local worker's running cell at once (see
         :func:`fail_dead_local_trials`) instead of after the heartbeat grace period.
         ``tuned``: parameter files (``--params``) for the cells of their method and task,
         in place of the grid's own tuning.  ``tracking``: experiment trackers for every
-        run the grid trains, its tuning trials' included."""
+        run the grid trains, its tuning trials' included.  ``precision``: what the
+        suite's ``auto`` precisions resolve to (default: this machine's CPU flags)."""
         self.suite = suite
         self.config = grid_of(suite)
         self.results = results
@@ -157,7 +159,8 @@ class Grid:
         self.poll_seconds = poll_seconds
         self.reclaim_local = reclaim_local
         self.tracking = tracking
-        self.runner = SuiteRunner(suite, results, cache_dir, log=log, tracking=tracking)
+        self.runner = SuiteRunner(suite, results, cache_dir, log=log, tracking=tracking,
+                                  precision=precision)
         self.tuned: dict[tuple[str, str], TunedParams] = {}
         for params in tuned or []:
             if params.suite and params.suite != suite.record_suite:
@@ -232,10 +235,14 @@ class Grid:
             # The queue is named by the cells' untuned configurations, so that a worker
             # started before the tuning (which plans at once) and one started after it name
             # the same queue; each cell reads its tuned parameters when it runs.
+            untuned = self.variation(cell, {})
             if overrides:
-                _, spec, _ = self.runner.resolve(cell.method, cell.task, cell.seed,
-                                                 self.variation(cell, {}))
-            self._run_ids[cell] = content_hash(spec)
+                _, spec, _ = self.runner.resolve(cell.method, cell.task, cell.seed, untuned)
+            # ... and by the smallest of the ids its ``auto`` precisions give, so that workers
+            # on CPUs with and without native bf16 share one queue rather than each planning
+            # (and running) the whole grid; each cell trains in its worker's precision.
+            self._run_ids[cell] = min([content_hash(spec), *self.runner.equivalent_run_ids(
+                cell.method, cell.task, cell.seed, untuned)])
             if status in {"done", "failed"}:
                 self._recorded.add(cell)
             planned.append(PlannedCell(cell, run_id, status, task_epochs, examples, estimate))
