@@ -287,15 +287,15 @@ def table(
     suite: SuiteOpt = "glue-cpu",
     results: ResultsOpt = DEFAULT_RESULTS,
     method: Annotated[list[str] | None, typer.Option(
-        "--method", "-m", help="rows to show (default: every method with records)")] = None,
+        "--method", "-m", help="rows to show (default: an ablation suite's (anchor_groups) "
+        "own variants, every method with records otherwise)")] = None,
     grid: Annotated[bool, typer.Option(
         "--grid", help="the suite's common grid only: its cells' runs, on its budget")] = False,
 ) -> None:
     """Print method x task scores (mean over seeds) with the suite's paper anchors beside."""
     import pandas as pd
 
-    from harness.config.published import ablation_columns, load_published
-    from harness.reporting.tables import finished_records, markdown, score_table, with_anchors
+    from harness.reporting.tables import finished_records, markdown, suite_table
 
     try:
         config = load_suite(suite)
@@ -315,18 +315,7 @@ def table(
         return
     if records.empty:
         fail(f"no finished records for suite {config.name} under {results}")
-    declared = config.method_names()
-
-    def base(label: str) -> str:  # "kd [tuned]" -> "kd"
-        return label.split(" [", 1)[0]
-
-    labels = sorted(set(records["method"]), key=lambda label: (
-        declared.index(base(label)) if base(label) in declared else len(declared), label))
-    order = [label for label in labels if not method or base(label) in method] or None
-    scores = score_table(records, config.tasks, order)
-    paper = (ablation_columns(load_published(), config.anchor_groups) if config.anchor_groups
-             else pd.DataFrame())
-    echo(markdown(with_anchors(scores, paper)))
+    echo(markdown(suite_table(config, records, method)))
 
 
 @app.command()

@@ -58,3 +58,29 @@ def test_runs_off_their_recipe_get_rows_of_their_own(tmp_path):
     table = score_table(finished_records(tmp_path, "s"), ["mrpc"])
     assert table.loc["kd", "mrpc"] == 80.0
     assert sorted(table.index) == ["kd", "kd [grid budget]", "kd [tuned]", "kd [wide]"]
+
+
+def test_ablation_changes_compare_the_same_tasks_ours_and_the_papers(tmp_path):
+    """``change`` is against the full model on our tasks; ``paper_change`` on the paper's
+    values of those same tasks, not on the paper's average over tasks we do not have."""
+    from harness.reporting.tables import with_changes
+
+    store = ResultsStore(tmp_path)
+    for method, (mrpc, cola) in {"full": (80.0, 20.0), "no-x": (78.0, 10.0),
+                                 "no-y": (81.0, 0.0)}.items():
+        write(store, method, "mrpc", 1, mrpc)
+        write(store, method, "cola", 1, cola)
+    write(store, "partial", "mrpc", 1, 90.0)
+    table = score_table(finished_records(tmp_path, "s"), ["mrpc", "cola"],
+                        ["full", "no-x", "no-y", "partial"])
+    paper = pd.DataFrame({"paper_mrpc": [86.0, 84.0], "paper_cola": [50.0, 40.0],
+                          "paper_mnli": [83.0, 70.0], "paper_average": [73.0, 64.7]},
+                         index=["full", "no-x"])
+    changed = with_changes(with_anchors(table, paper), "full", ["mrpc", "cola"])
+    assert changed.loc["full", "change"] == 0.0
+    assert changed.loc["no-x", "change"] == pytest.approx(-6.0)   # (78+10)/2 - (80+20)/2
+    assert changed.loc["no-y", "change"] == pytest.approx(-9.5)
+    assert changed.loc["no-x", "paper_change"] == pytest.approx(-6.0)  # MNLI left out
+    assert pd.isna(changed.loc["no-y", "paper_change"])  # no paper row
+    assert pd.isna(changed.loc["partial", "change"])  # no CoLA
+    assert with_changes(table, "absent", ["mrpc"]).equals(table)

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.config.published import ablation_columns, load_published
+from harness.config.schema import SuiteConfig
 from harness.experiments.store import ResultsStore
 from harness.reporting.frame import records_to_frame
 
@@ -44,5 +46,44 @@ def with_anchors(table: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
     return table.join(paper, how="left")
 
 
+def with_changes(table: pd.DataFrame, full: str, tasks: list[str]) -> pd.DataFrame:
+    """An ablation table's changes against its full model ``full``: ``change`` is our mean
+    over ``tasks`` minus the full model's, ``paper_change`` the same on the paper's values
+    of those tasks (``paper_<task>``), so both compare the same tasks whatever else the
+    paper's own average covers.  Rows without every task (ours or the paper's) get none."""
+    if full not in table.index:
+        return table
+    changed = table.copy()
+    ours = changed[tasks].mean(axis=1, skipna=False)
+    changed["change"] = ours - ours[full]
+    paper_columns = [f"paper_{task}" for task in tasks]
+    if all(column in changed.columns for column in paper_columns):
+        paper = changed[paper_columns].mean(axis=1, skipna=False)
+        changed["paper_change"] = paper - paper[full]
+    return changed
+
+
 def markdown(table: pd.DataFrame) -> str:
     return table.to_markdown(floatfmt=".2f")
+
+
+def suite_table(config: SuiteConfig, records: pd.DataFrame,
+                methods: list[str] | None = None) -> pd.DataFrame:
+    """``harness table``: the suite's method x task table from ``records`` (as
+    :func:`finished_records` gives them), rows in the suite's method order.  An ablation
+    suite (``anchor_groups``) is a view of its protocol's store: by default it shows its own
+    variants (full model first), with the paper's values and both changes beside."""
+    declared = config.method_names()
+
+    def base(label: str) -> str:  # "kd [tuned]" -> "kd"
+        return label.split(" [", 1)[0]
+
+    labels = sorted(set(records["method"]), key=lambda label: (
+        declared.index(base(label)) if base(label) in declared else len(declared), label))
+    shown = methods or (config.default_methods() if config.anchor_groups else None)
+    order = [label for label in labels if not shown or base(label) in shown] or None
+    scores = score_table(records, config.tasks, order)
+    if not config.anchor_groups:
+        return scores
+    table = with_anchors(scores, ablation_columns(load_published(), config.anchor_groups))
+    return with_changes(table, config.default_methods()[0], config.tasks)
