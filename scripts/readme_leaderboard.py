@@ -1,10 +1,12 @@
-"""Rewrite the README's glue-cpu leaderboard table from the committed grid report.
+"""Rewrite the README's glue-cpu leaderboard and TinyBERT ablation tables from the records.
 
 `make report` runs this after `harness report --suite glue-cpu --grid`: the table between the
 README's ``<!-- leaderboard:start -->`` and ``<!-- leaderboard:end -->`` markers then shows the
 same means, seed counts and % of teacher as ``reports/glue-cpu-grid/leaderboard.csv``, with the
-majority / mean baselines the records' teacher stage measured. ``--check`` exits 1 when the
-README differs from what it would write (tests/test_reference_report.py uses it).
+majority / mean baselines the records' teacher stage measured; the one between
+``<!-- ablation:start -->`` and ``<!-- ablation:end -->`` is `harness table --suite
+tinybert-ablation` (ours beside the paper's). ``--check`` exits 1 when the README differs from
+what it would write (tests/test_reference_report.py uses it).
 """
 
 from __future__ import annotations
@@ -16,12 +18,15 @@ from pathlib import Path
 import pandas as pd
 
 from harness.api.suites import load_suite
+from harness.config.published import load_published
 from harness.data.tasks import get_task
 from harness.reporting.figures import METRIC_NAMES
 from harness.reporting.report import collect_runs, task_baselines
+from harness.reporting.tables import finished_records, suite_table
 
 REPO = Path(__file__).resolve().parent.parent
-START, END = "<!-- leaderboard:start -->", "<!-- leaderboard:end -->"
+LEADERBOARD = "<!-- leaderboard:start -->", "<!-- leaderboard:end -->"
+ABLATION = "<!-- ablation:start -->", "<!-- ablation:end -->"
 
 
 def _cell(value: float, seeds: float | None = None) -> str:
@@ -38,10 +43,7 @@ def leaderboard_table(suite: str = "glue-cpu", repo: Path = REPO) -> str:
     board = pd.read_csv(repo / "reports" / f"{suite}-grid" / "leaderboard.csv")
     _, records = collect_runs(config, repo / "results", grid=True)
     baselines = task_baselines(records, tasks)
-    header = ["method", "student"] + [
-        f"{get_task(task).display_name} "
-        f"({METRIC_NAMES.get(get_task(task).main_metric, get_task(task).main_metric)})"
-        for task in tasks] + ["% of teacher"]
+    header = ["method", "student"] + [_task_header(task) for task in tasks] + ["% of teacher"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines.append("| majority / mean baseline | | "
                  + " | ".join(_cell(baselines.get(task, float("nan"))) for task in tasks)
@@ -60,12 +62,55 @@ def leaderboard_table(suite: str = "glue-cpu", repo: Path = REPO) -> str:
     return "\n".join(lines)
 
 
-def rewritten(readme: str, table: str) -> str:
-    if START not in readme or END not in readme:
-        raise SystemExit(f"README.md has no {START} ... {END} block")
-    before, rest = readme.split(START, 1)
-    _, after = rest.split(END, 1)
-    return f"{before}{START}\n{table}\n{END}{after}"
+def _task_header(task: str) -> str:
+    metric = get_task(task).main_metric
+    return f"{get_task(task).display_name} ({METRIC_NAMES.get(metric, metric)})"
+
+
+def ablation_table(suite: str = "tinybert-ablation", repo: Path = REPO) -> str:
+    """The README's ablation table: each variant's mean over its seeds per task and its
+    change against the full model, beside the paper's values and change on the same tasks."""
+    config = load_suite(suite)
+    tasks = config.tasks
+    records = finished_records(repo / "results", config.record_suite)
+    records = records[records["task"].isin(tasks) & records["seed"].isin(config.seeds)]
+    table = suite_table(config, records)
+    published = load_published()
+    groups = published[published["group"].isin(config.anchor_groups)]
+    group_of = dict(zip(groups["method"], groups["group"], strict=True))
+    full = config.default_methods()[0]
+    counts = records.groupby(["method", "task"])["seed"].nunique()
+    header = (["variant", "paper's table"] + [_task_header(task) for task in tasks]
+              + ["change"] + [f"paper: {get_task(task).display_name}" for task in tasks]
+              + ["paper: change"])
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for method, row in table.iterrows():
+        group = "full model" if method == full else group_of.get(method, "")
+        lines.append(f"| {method} | {group} | "
+                     + " | ".join(_cell(row[task], counts.get((method, task))) for task in tasks)
+                     + f" | {_signed(row['change'])} | "
+                     + " | ".join(_cell(row.get(f"paper_{task}", float("nan")))
+                                  for task in tasks)
+                     + f" | {_signed(row.get('paper_change', float('nan')))} |")
+    lines.append("")
+    names = ", ".join(get_task(task).display_name for task in tasks)
+    lines.append(f"glue-cpu dev, mean over seeds {', '.join(map(str, config.seeds))} (their "
+                 f"number in brackets); change = the mean over {names} minus {full}'s, the "
+                 "paper's on the same tasks.")
+    return "\n".join(lines)
+
+
+def _signed(value: float) -> str:
+    return "" if pd.isna(value) else f"{value:+.2f}"
+
+
+def rewritten(readme: str, table: str, markers: tuple[str, str] = LEADERBOARD) -> str:
+    start, end = markers
+    if start not in readme or end not in readme:
+        raise SystemExit(f"README.md has no {start} ... {end} block")
+    before, rest = readme.split(start, 1)
+    _, after = rest.split(end, 1)
+    return f"{before}{start}\n{table}\n{end}{after}"
 
 
 def main() -> int:
@@ -78,10 +123,10 @@ def main() -> int:
     datasets.disable_progress_bars()  # the grid's data fingerprints read the task files
     path = REPO / "README.md"
     readme = path.read_text()
-    new = rewritten(readme, leaderboard_table())
+    new = rewritten(rewritten(readme, leaderboard_table()), ablation_table(), ABLATION)
     if args.check:
         if new != readme:
-            print("README.md's leaderboard is stale: run `make report`", file=sys.stderr)
+            print("README.md's tables are stale: run `make report`", file=sys.stderr)
             return 1
         return 0
     path.write_text(new)
