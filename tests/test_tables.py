@@ -84,3 +84,19 @@ def test_ablation_changes_compare_the_same_tasks_ours_and_the_papers(tmp_path):
     assert pd.isna(changed.loc["no-y", "paper_change"])  # no paper row
     assert pd.isna(changed.loc["partial", "change"])  # no CoLA
     assert with_changes(table, "absent", ["mrpc"]).equals(table)
+
+
+def test_ablation_p_is_the_sign_flip_test_against_the_full_model(tmp_path):
+    from harness.reporting.tables import with_paired_p
+
+    store = ResultsStore(tmp_path)
+    for seed in (1, 2, 3):
+        for task, full in (("mrpc", 80.0), ("cola", 20.0)):
+            write(store, "full", task, seed, full + seed)
+            write(store, "worse", task, seed, full + seed - 5.0)  # below on all 6 pairs
+            write(store, "mixed", task, seed, full + seed + (1.0 if seed == 1 else -1.0))
+    records = finished_records(tmp_path, "s")
+    table = with_paired_p(score_table(records, ["mrpc", "cola"]), records, "full")
+    assert pd.isna(table.loc["full", "p_change"])
+    assert table.loc["worse", "p_change"] == pytest.approx(2 / 64)  # the exact minimum
+    assert table.loc["mixed", "p_change"] > 0.2

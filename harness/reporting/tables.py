@@ -12,6 +12,7 @@ from harness.config.published import ablation_columns, load_published
 from harness.config.schema import SuiteConfig
 from harness.experiments.store import ResultsStore
 from harness.reporting.frame import records_to_frame
+from harness.reporting.stats import paired_comparison
 
 
 def finished_records(results: Path, suite: str) -> pd.DataFrame:
@@ -86,4 +87,21 @@ def suite_table(config: SuiteConfig, records: pd.DataFrame,
     if not config.anchor_groups:
         return scores
     table = with_anchors(scores, ablation_columns(load_published(), config.anchor_groups))
-    return with_changes(table, config.default_methods()[0], config.tasks)
+    full = config.default_methods()[0]
+    return with_paired_p(with_changes(table, full, config.tasks), records, full)
+
+
+def with_paired_p(table: pd.DataFrame, records: pd.DataFrame, full: str) -> pd.DataFrame:
+    """``p_change``: the two-sided sign-flip p of each row against ``full`` over the (task,
+    seed) pairs both have (:func:`~harness.reporting.stats.paired_comparison`); with 2
+    tasks x 3 seeds the smallest possible is 2/64 = 0.031."""
+    if full not in table.index:
+        return table
+    reference = records[records["method"] == full]
+    tested = table.copy()
+    tested["p_change"] = [
+        float("nan") if method == full else paired_comparison(
+            records[records["method"] == method], reference, name_a=method,
+            name_b=full).p_permutation
+        for method in tested.index]
+    return tested
