@@ -81,14 +81,15 @@ def ablation_table(suite: str = "tinybert-ablation", repo: Path = REPO) -> str:
     full = config.default_methods()[0]
     counts = records.groupby(["method", "task"])["seed"].nunique()
     header = (["variant", "paper's table"] + [_task_header(task) for task in tasks]
-              + ["change"] + [f"paper: {get_task(task).display_name}" for task in tasks]
+              + ["change", "p"] + [f"paper: {get_task(task).display_name}" for task in tasks]
               + ["paper: change"])
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for method, row in table.iterrows():
+        p_value = row["p_change"] if pd.notna(row["change"]) else float("nan")
         group = "full model" if method == full else group_of.get(method, "")
         lines.append(f"| {method} | {group} | "
                      + " | ".join(_cell(row[task], counts.get((method, task))) for task in tasks)
-                     + f" | {_signed(row['change'])} | "
+                     + f" | {_signed(row['change'])} | {_p(p_value)} | "
                      + " | ".join(_cell(row.get(f"paper_{task}", float("nan")))
                                   for task in tasks)
                      + f" | {_signed(row.get('paper_change', float('nan')))} |")
@@ -96,8 +97,14 @@ def ablation_table(suite: str = "tinybert-ablation", repo: Path = REPO) -> str:
     names = ", ".join(get_task(task).display_name for task in tasks)
     lines.append(f"glue-cpu dev, mean over seeds {', '.join(map(str, config.seeds))} (their "
                  f"number in brackets); change = the mean over {names} minus {full}'s, the "
-                 "paper's on the same tasks.")
+                 "paper's on the same tasks; p = the two-sided sign-flip test of the change "
+                 f"over the (task, seed) pairs (smallest possible with {len(tasks)} tasks x "
+                 f"{len(config.seeds)} seeds: {2 / 2 ** (len(tasks) * len(config.seeds)):.3f}).")
     return "\n".join(lines)
+
+
+def _p(value: float) -> str:
+    return "" if pd.isna(value) else f"{value:.3f}"
 
 
 def _signed(value: float) -> str:
