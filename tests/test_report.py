@@ -190,6 +190,23 @@ def test_ablation_frame_puts_our_change_beside_the_papers(tmp_path):
     assert "RTE" in described
 
 
+def test_ablation_frame_compares_the_paper_on_our_tasks_where_it_has_them(tmp_path):
+    """On MRPC (a task of TinyBERT's tables) the paper's bar is its MRPC value, not its
+    average that also holds MNLI and CoLA."""
+    store = ResultsStore(tmp_path)
+    for method, score in {"tinybert": 80.0, "tinybert-no-gd": 70.0,
+                          "tinybert-no-td": 81.0}.items():
+        write_record(store, method, "4L-192", "mrpc", 1, score)
+    frame, described = ablation_frame(tmp_path, suite(), load_published())
+    paper = frame[frame["source"].str.startswith("paper")].set_index(["group", "variant"])
+    ours = frame[frame["source"].str.startswith("ours")].set_index(["group", "variant"])
+    assert ours.loc[("procedure", "w/o GD"), "delta"] == pytest.approx(-10.0)
+    assert paper.loc[("procedure", "w/o GD"), "delta"] == pytest.approx(84.1 - 85.8)
+    assert paper.loc[("procedure", "w/o TD"), "value"] == pytest.approx(83.8)
+    assert set(paper["source"]) == {"paper: GLUE dev, MRPC"}
+    assert "MRPC" in described
+
+
 def test_report_writes_every_format_and_opens_in_headless_chromium(store, tmp_path):
     out = tmp_path / "report"
     # a figure an earlier build wrote (a row that was complete then) is not left behind
