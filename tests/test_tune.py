@@ -49,20 +49,31 @@ def suite_file(tmp_path, tiny_data_dir, tiny_teacher_dir) -> Path:
 def test_tune_prunes_writes_parameters_and_resumes_and_run_uses_them(tmp_path, suite_file):
     results, cache = tmp_path / "results", tmp_path / "cache"
     common = ["--suite", str(suite_file), "--results", str(results), "--cache-dir", str(cache)]
+    first = CliRunner().invoke(app, ["tune", "--method", "kd", "--task", "stsb", "--trials",
+                                     "1", *common])  # the study and its recipe trial
+    assert first.exit_code == 0, first.output
+    name = study_name(Tuner(load_suite(str(suite_file)), TuningTarget("kd", "stsb", [1]),
+                            results, "sqlite://").runner, TuningTarget("kd", "stsb", [1]))
+    storage = open_storage(f"sqlite:///{results / 'optuna.db'}")
+    # The sampler's seed follows the study name, which holds this session's temporary teacher
+    # path; fixed points make the pruner's decision independent of it: three that learn,
+    # then one whose learning rate is too small to move the student by the first evaluation.
+    queued = optuna.load_study(study_name=name, storage=storage)
+    for alpha in (0.3, 0.6, 0.8):  # not 0.5: that is the recipe trial's point
+        queued.enqueue_trial({"alpha": alpha, "temperature": 2.0, "lr": 1e-3})
+    queued.enqueue_trial({"alpha": 0.4, "temperature": 2.0, "lr": 1e-5})
     tune = CliRunner().invoke(app, ["tune", "--method", "kd", "--task", "stsb", "--trials",
                                     "8", *common])
     assert tune.exit_code == 0, tune.output
-    name = study_name(Tuner(load_suite(str(suite_file)), TuningTarget("kd", "stsb", [1]),
-                            results, "sqlite://").runner, TuningTarget("kd", "stsb", [1]))
-    study = optuna.load_study(study_name=name, storage=open_storage(
-        f"sqlite:///{results / 'optuna.db'}"))
+    study = optuna.load_study(study_name=name, storage=storage)
     states = [trial.state.name for trial in study.trials]
     assert states.count("COMPLETE") + states.count("PRUNED") == 8
     # the recipe's own point went first: what tuning gained is measured against it
     assert study.trials[0].user_attrs["recipe"]
     assert study.trials[0].params == {"alpha": 0.5, "temperature": 2.0, "lr": 1e-3}
     assert study.best_value >= study.trials[0].value
-    assert "PRUNED" in states  # stopped at an early evaluation
+    assert study.trials[4].params["lr"] == 1e-5
+    assert study.trials[4].state.name == "PRUNED"  # stopped at an early evaluation
     pruned = [t for t in study.trials if t.state.name == "PRUNED"]
     assert all(len(t.intermediate_values) < 4 for t in pruned)  # 4 epochs, 1 eval each
     complete = [t for t in study.trials if t.state.name == "COMPLETE"]
