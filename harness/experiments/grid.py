@@ -220,12 +220,15 @@ class Grid:
             examples = int(task_epochs * train_rows)
             estimate = costs.estimate(cell.method, self.suite.plugin(cell.method), cell.task,
                                       spec["student"]["name"], examples)
+            # the ids the same configuration has where ``auto`` resolves otherwise
+            others = self.runner.equivalent_run_ids(cell.method, cell.task, cell.seed,
+                                                    variation)
             if overrides is None:
                 status, run_id = "tune", None
             else:
                 run_id = content_hash(spec)
                 existing = self.runner.recorded(run_id, cell.method, cell.task, cell.seed,
-                                                variation)
+                                                variation, equivalents=others)
                 if existing is not None:  # its id may be that of the other precision
                     record = self.runner.store.load(existing)
                     run_id = record.run_id
@@ -235,14 +238,15 @@ class Grid:
             # The queue is named by the cells' untuned configurations, so that a worker
             # started before the tuning (which plans at once) and one started after it name
             # the same queue; each cell reads its tuned parameters when it runs.
-            untuned = self.variation(cell, {})
             if overrides:
+                untuned = self.variation(cell, {})
                 _, spec, _ = self.runner.resolve(cell.method, cell.task, cell.seed, untuned)
+                others = self.runner.equivalent_run_ids(cell.method, cell.task, cell.seed,
+                                                        untuned)
             # ... and by the smallest of the ids its ``auto`` precisions give, so that workers
             # on CPUs with and without native bf16 share one queue rather than each planning
             # (and running) the whole grid; each cell trains in its worker's precision.
-            self._run_ids[cell] = min([content_hash(spec), *self.runner.equivalent_run_ids(
-                cell.method, cell.task, cell.seed, untuned)])
+            self._run_ids[cell] = min([content_hash(spec), *others])
             if status in {"done", "failed"}:
                 self._recorded.add(cell)
             planned.append(PlannedCell(cell, run_id, status, task_epochs, examples, estimate))

@@ -194,13 +194,17 @@ class SuiteRunner(RunPlanner):
         return self._teacher_state
 
     def recorded(self, run_hash: str, method_name: str, task_name: str, seed: int,
-                 variation: Variation = Variation()) -> Path | None:
+                 variation: Variation = Variation(), *,
+                 equivalents: list[str] | None = None) -> Path | None:
         """The run's record in the store, if any: under its id, or under the id the same
         recipe has where its ``auto`` precisions resolve otherwise (a record made on a
-        machine with or without native bf16; :meth:`equivalent_run_ids`)."""
+        machine with or without native bf16; :meth:`equivalent_run_ids`, or
+        ``equivalents`` when the caller has them already)."""
         existing = self.store.find(run_hash)
         if existing is None:
-            for other_id in self.equivalent_run_ids(method_name, task_name, seed, variation):
+            if equivalents is None:
+                equivalents = self.equivalent_run_ids(method_name, task_name, seed, variation)
+            for other_id in equivalents:
                 existing = self.store.find(other_id)
                 if existing is not None:
                     break
