@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 
 from harness.api.registry import instantiate
 from harness.api.suites import load_suite
+from harness.assets.checkpoints import resolve_checkpoint
 from harness.cli import app
 from harness.common.cache import content_hash
 from harness.common.cli_options import recipe_overrides
@@ -127,7 +128,9 @@ def test_glue_method_runs_end_to_end_with_stand_ins(method: str, stand_ins) -> N
     # The stand-ins were used: local files, the stand-in teacher, sizes taken from it.
     assert record["data"]["source"] == "local"
     assert record["data"]["files"]["dev"] == "MRPC/dev.tsv"
-    assert record["config"]["teacher"]["checkpoint"] == str(stand_ins["teacher"])
+    assert record["config"]["teacher"]["checkpoint"] == resolve_checkpoint(
+        str(stand_ins["teacher"])).name  # the folder by content: records hold no paths
+    assert record["config"]["teacher"]["checkpoint"].startswith("folder:")
     student = record["config"]["student"]
     if getattr(suite.students[student["name"]], "teacher_sizes", None):  # 6L-768, 4L-768, 3L-768
         assert (student["hidden_size"], student["num_heads"], student["intermediate_size"]

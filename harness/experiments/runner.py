@@ -256,7 +256,7 @@ class SuiteRunner(RunPlanner):
             "seed": seed,
             "student_shape": spec["student"]["name"],
             "main_metric": task.main_metric,
-            "teacher": {"checkpoint": self.checkpoint.spec, "key": teacher.key,
+            "teacher": {"checkpoint": self.checkpoint.name, "key": teacher.key,
                         "inference_precision": teacher.inference_precision,
                         "pooling": teacher.pooling,
                         "dev": teacher.dev_metrics, "baseline": teacher.summary["baseline"],
