@@ -32,7 +32,7 @@ import functools
 import inspect
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -167,19 +167,7 @@ class PooledBertForSequenceClassification(BertForSequenceClassification):
         outputs = self.bert(input_ids, attention_mask=attention_mask,
                             token_type_ids=token_type_ids, position_ids=position_ids,
                             inputs_embeds=inputs_embeds, return_dict=True, **kwargs)
-        hidden = outputs.last_hidden_state
-        pooled = hidden[:, 0] if self.pooling == "cls" else mean_pool(hidden, attention_mask)
-        logits = self.classifier(self.dropout(pooled))
-        loss = None
-        if labels is not None:
-            if self.num_labels == 1:
-                loss = nn.functional.mse_loss(logits.squeeze(-1), labels.to(logits.dtype))
-            else:
-                loss = nn.functional.cross_entropy(logits.view(-1, self.num_labels),
-                                                   labels.view(-1))
-        return SequenceClassifierOutput(loss=loss, logits=logits,
-                                        hidden_states=outputs.hidden_states,
-                                        attentions=outputs.attentions)
+        return _classify(self, outputs, attention_mask, labels)
 
 
 class _PooledEncoderMixin:
@@ -222,19 +210,27 @@ class _PooledEncoderMixin:
         outputs = getattr(self, self.base_model_prefix)(
             input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds,
             return_dict=True, **kwargs)
-        hidden = outputs.last_hidden_state
-        pooled = hidden[:, 0] if self.pooling == "cls" else mean_pool(hidden, attention_mask)
-        logits = self.classifier(self.dropout(pooled))
-        loss = None
-        if labels is not None:
-            if self.num_labels == 1:
-                loss = nn.functional.mse_loss(logits.squeeze(-1), labels.to(logits.dtype))
-            else:
-                loss = nn.functional.cross_entropy(logits.view(-1, self.num_labels),
-                                                   labels.view(-1))
-        return SequenceClassifierOutput(loss=loss, logits=logits,
-                                        hidden_states=outputs.hidden_states,
-                                        attentions=outputs.attentions)
+        return _classify(self, outputs, attention_mask, labels)
+
+
+def _classify(model: nn.Module, outputs: Any, attention_mask: torch.Tensor | None,
+              labels: torch.Tensor | None) -> SequenceClassifierOutput:
+    """The head of a ``cls`` or ``mean`` classifier over an encoder's ``outputs``: pool the
+    last layer (its first state, or the mean over real tokens), dropout, the linear layer;
+    the loss as Hugging Face's sequence classifiers compute it (MSE for one output)."""
+    hidden = outputs.last_hidden_state
+    pooled = hidden[:, 0] if model.pooling == "cls" else mean_pool(hidden, attention_mask)
+    logits = model.classifier(model.dropout(pooled))
+    loss = None
+    if labels is not None:
+        if model.num_labels == 1:
+            loss = nn.functional.mse_loss(logits.squeeze(-1), labels.to(logits.dtype))
+        else:
+            loss = nn.functional.cross_entropy(logits.view(-1, model.num_labels),
+                                               labels.view(-1))
+    return SequenceClassifierOutput(loss=loss, logits=logits,
+                                    hidden_states=outputs.hidden_states,
+                                    attentions=outputs.attentions)
 
 
 @functools.cache
