@@ -35,11 +35,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.config.published import EFFICIENCY_METRICS, anchor_task, load_published
+from harness.config.published import (
+    EFFICIENCY_METRICS,
+    ablation_columns,
+    anchor_task,
+    load_published,
+)
 from harness.config.schema import SuiteConfig
 from harness.data.tasks import get_task
 from harness.experiments.record import RunRecord
 from harness.experiments.store import ResultsStore
+from harness.reporting import tables
 from harness.reporting.paper_claims import (
     ORDERINGS_NOTE,
     SHARES_NOTE,
@@ -466,65 +472,65 @@ def comparisons(runs: pd.DataFrame, board: pd.DataFrame) -> tuple[pd.DataFrame, 
 def ablation_frame(results: Path, config: SuiteConfig, published: pd.DataFrame
                    ) -> tuple[pd.DataFrame, str]:
     """Ours beside the paper's for each published ablation table whose variants have runs
-    in this suite's store: the value is the mean over the (task, seed) pairs that every
-    variant of the table and the full model share, the delta is against the full model.
-    The paper's value is its mean over the same tasks where it reports them all, else its
-    own average."""
+    in this suite's store, in long form for :func:`figures.plot_ablation`.  Each table is
+    ``harness table``'s ablation view (:func:`tables.score_table`, :func:`tables.with_changes`)
+    restricted to the (task, seed) pairs that every variant with runs and the full model
+    share: the value is the mean over those tasks, the delta is against the full model.  The
+    paper's value is its mean over the same tasks where it reports them for every row, else
+    its own average."""
     groups = published[published["group"] != ""]
     if groups.empty:
         return pd.DataFrame(), ""
-    wanted = set(groups["method"])
-    runs = []
-    for record in ResultsStore(results / config.record_suite).records():
-        if record.finished and record.method in wanted and record.label() == record.method:
-            runs.append({"method": record.method, "task": record.task, "seed": record.seed,
-                         "score": record.main_score, "student": record.student_shape})
-    ours = pd.DataFrame(runs, columns=["method", "task", "seed", "score", "student"])
+    records = tables.finished_records(results, config.record_suite)
+    ours = records[records["method"].isin(set(groups["method"]))]
     rows = []
     described = []
     for group_name, group in groups.groupby("group", sort=False):
-        table = group[group["task"] == "average"]
-        full = table["source_label"].iloc[0]
-        methods = list(dict.fromkeys(table["method"]))
+        listed = group[group["task"] == "average"]
+        full_label = listed["source_label"].iloc[0]
+        methods = list(dict.fromkeys(listed["method"]))
         have = ours[ours["method"].isin(methods)]
         if have["method"].nunique() < 2 or methods[0] not in set(have["method"]):
             continue
-        variants = [m for m in methods if m in set(have["method"])]
-        pairs = None
-        for method in variants:
-            keys = set(zip(have.loc[have["method"] == method, "task"],
-                           have.loc[have["method"] == method, "seed"], strict=True))
-            pairs = keys if pairs is None else pairs & keys
+        pairs = set.intersection(*(
+            set(zip(runs["task"], runs["seed"], strict=True))
+            for _, runs in have.groupby("method")))
         if not pairs:
             continue
         shared = have[[(t, s) in pairs for t, s in zip(have["task"], have["seed"], strict=True)]]
-        means = shared.groupby("method")["score"].mean()
-        task_names = ", ".join(get_task(t).display_name for t in sorted({t for t, _ in pairs}))
+        ran = [task for task in config.tasks if any(t == task for t, _ in pairs)]
+        table = tables.with_changes(
+            tables.with_anchors(tables.score_table(shared, ran, methods),
+                                ablation_columns(published, [group_name])),
+            methods[0], ran)
+        task_names = ", ".join(get_task(task).display_name for task in ran)
         seeds = sorted({s for _, s in pairs})
         seed_text = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {seeds}"
         ours_label = f"ours: {config.record_suite} dev, {task_names}, {seed_text}"
         # The paper on the tasks we ran when it reports each of them for every row (MRPC and
         # CoLA in TinyBERT's tables), else its own average over its tasks.
-        ran = sorted({t for t, _ in pairs})
-        same = group[group["task"].isin(ran)]
-        if len(same) == len(ran) * len(methods):
-            paper = same.groupby("method")["value"].mean()
+        paper = ablation_columns(published, [group_name]).reindex(methods)
+        on_our_tasks = [f"paper_{task}" for task in ran]
+        if set(on_our_tasks) <= set(paper.columns) and paper[on_our_tasks].notna().all().all():
+            paper_value = paper[on_our_tasks].mean(axis=1)
             paper_label = f"paper: GLUE dev, {task_names}"
         else:
+            paper_value = paper["paper_average"]
             paper_tasks = ", ".join(_anchor_task_name(task) for task in dict.fromkeys(
                 group.loc[group["task"] != "average", "task"]))
             paper_label = f"paper: GLUE dev, average of {paper_tasks}"
-            paper = table.set_index("method")["value"]
         described.append((group_name, ours_label))
         for method in methods:
-            label = table.loc[table["method"] == method, "source_label"].iloc[0]
+            label = listed.loc[listed["method"] == method, "source_label"].iloc[0]
             variant = "full" if method == methods[0] else label.replace(
-                full.split(" (")[0], "").strip() or label
-            if method in means:
+                full_label.split(" (")[0], "").strip() or label
+            if method in table.index:
                 rows.append({"group": group_name, "variant": variant, "source": ours_label,
-                             "value": means[method], "delta": means[method] - means[methods[0]]})
+                             "value": table.loc[method, "average"],
+                             "delta": table.loc[method, "change"]})
             rows.append({"group": group_name, "variant": variant, "source": paper_label,
-                         "value": paper[method], "delta": paper[method] - paper[methods[0]]})
+                         "value": paper_value[method],
+                         "delta": paper_value[method] - paper_value[methods[0]]})
     if len({label for _, label in described}) == 1:  # one description for every table
         return pd.DataFrame(rows), described[0][1]
     return pd.DataFrame(rows), "; ".join(f"{group}: {label}" for group, label in described)
