@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from harness.api.registry import registry
 from harness.api.suites import load_suite
-from harness.assets.checkpoints import TeacherError
+from harness.assets.checkpoints import TeacherError, resolve_checkpoint
 from harness.cli import app
 from harness.common.cache import content_hash
 from harness.experiments.runner import SuiteRunner
@@ -190,8 +190,6 @@ def test_run_id_depends_on_a_local_teachers_content_not_on_its_folder(
     name = next(iter(tensors))
     tensors[name] = tensors[name] + 1.0
     save_file(tensors, weights)
-    from harness.assets.checkpoints import resolve_checkpoint
-
     resolve_checkpoint.cache_clear()  # resolved once per process: this one changed it since
     changed = _runner(tiny_suite_file, tmp_path,
                       [f"teacher.checkpoint={copied}"]).resolve("kd", "rte", 1)[1]

@@ -499,9 +499,9 @@ def ablation_frame(results: Path, config: SuiteConfig, published: pd.DataFrame
             continue
         shared = have[[(t, s) in pairs for t, s in zip(have["task"], have["seed"], strict=True)]]
         ran = [task for task in config.tasks if any(t == task for t, _ in pairs)]
+        paper = ablation_columns(published, [group_name])
         table = tables.with_changes(
-            tables.with_anchors(tables.score_table(shared, ran, methods),
-                                ablation_columns(published, [group_name])),
+            tables.with_anchors(tables.score_table(shared, ran, methods), paper),
             methods[0], ran)
         task_names = ", ".join(get_task(task).display_name for task in ran)
         seeds = sorted({s for _, s in pairs})
@@ -509,7 +509,7 @@ def ablation_frame(results: Path, config: SuiteConfig, published: pd.DataFrame
         ours_label = f"ours: {config.record_suite} dev, {task_names}, {seed_text}"
         # The paper on the tasks we ran when it reports each of them for every row (MRPC and
         # CoLA in TinyBERT's tables), else its own average over its tasks.
-        paper = ablation_columns(published, [group_name]).reindex(methods)
+        paper = paper.reindex(methods)
         on_our_tasks = [f"paper_{task}" for task in ran]
         if set(on_our_tasks) <= set(paper.columns) and paper[on_our_tasks].notna().all().all():
             paper_value = paper[on_our_tasks].mean(axis=1)
