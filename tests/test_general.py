@@ -100,6 +100,70 @@ def test_split_into_windows_cuts_inside_a_word_only_when_it_is_longer_than_a_win
     assert split_into_windows(None, 10, 4) == [(0, 4), (4, 8), (8, 10)]
 
 
+def test_paired_corpus_keeps_task_pairs_and_pairs_file_lines_in_order(tmp_path, tiny_data_dir):
+    rte = load_task("rte", data_dir=tiny_data_dir)
+    (tmp_path / "glue" / "SST-2").mkdir(parents=True)
+    for split in ("train", "dev"):
+        (tmp_path / "glue" / "SST-2" / f"{split}.tsv").write_text(
+            "sentence\tlabel\nthe film is a joy\t1\na dull , lifeless mess\t0\n"
+            "warm and very funny\t1\n")
+    sst2 = load_task("sst2", data_dir=tmp_path / "glue")
+    text = tmp_path / "doc.txt"
+    text.write_text("the first line of it\nthe second line of it\nno\n"
+                    "the third line of it\nthe odd last line\n")
+    singles = build_corpus(CorpusConfig(text_files=[str(text)]), [rte, sst2])
+    paired = build_corpus(CorpusConfig(text_files=[str(text)], pairs=True), [rte, sst2])
+    assert paired.sentences == singles.sentences  # what augmenters and MLM heads read
+    assert paired.fingerprint != singles.fingerprint
+    train = rte.splits["train"]
+    rte_pairs = {(" ".join(a.split()), " ".join(b.split()))
+                 for a, b in zip(train["text_a"], train["text_b"], strict=True)}
+    assert rte_pairs <= set(paired.pairs)
+    sentences = [" ".join(text.split()) for text in sst2.splits["train"]["text_a"]]
+    assert (sentences[0], sentences[1]) in paired.pairs  # unrelated sentences, two by two
+    # The short line is dropped before pairing; the odd last line stands alone.
+    assert paired.pairs[-2:] == [("the first line of it", "the second line of it"),
+                                 ("the third line of it", "the odd last line")]
+    odd = build_corpus(CorpusConfig(task_sentences=False, text_files=[str(text)], pairs=True,
+                                    min_words=4), [])
+    assert odd.pairs == [("the first line of it", "the second line of it"),
+                         ("the third line of it", "the odd last line")]
+    alone = build_corpus(CorpusConfig(task_sentences=False, text_files=[str(text)], pairs=True,
+                                      min_words=5), [])
+    assert alone.pairs == [("the first line of it", "the second line of it"),
+                           ("the third line of it", None)]
+    assert alone.units == 2 and alone.unit_name == "sentence pairs"
+
+
+def test_encoded_pairs_carry_two_segments_and_long_pairs_lose_no_word(tiny_teacher_dir):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_teacher_dir)
+    long = ("unbelievably extraordinary circumstances notwithstanding the committee "
+            "deliberated interminably about characteristically unremarkable propositions")
+    corpus = Corpus([], "fingerprint", [], pairs=[("a short line", "and its neighbour"),
+                                                  (long, "a short line"), ("alone here", None)])
+    split = encode_corpus(corpus, tokenizer, 16)
+    first = split.input_ids[0].tolist()
+    assert first == tokenizer("a short line", "and its neighbour")["input_ids"]
+    assert split.token_type_ids[0].tolist() == tokenizer("a short line", "and its neighbour")[
+        "token_type_ids"]
+    assert split.token_type_ids[0][-1] == 1 and split.token_type_ids[0][0] == 0
+    assert split.lengths.max() <= 16
+    # The pair that does not fit is read as its two sentences, the long one in windows.
+    rest = [ids[1:-1].tolist() for ids in split.input_ids[1:]]
+    words = [piece for ids in rest for piece in ids]
+    expected = [tokenizer(text, add_special_tokens=False)["input_ids"]
+                for text in ("alone here", long, "a short line")]
+    assert words == [piece for ids in expected for piece in ids]
+    assert all(not ids.any() for ids in split.token_type_ids[1:])
+
+    cut = encode_corpus(corpus, tokenizer, 16, long_lines="truncate")
+    assert len(cut) == 3 and cut.lengths.max() <= 16
+    assert cut.input_ids[1].tolist() == tokenizer(long, "a short line", truncation=
+                                                  "longest_first", max_length=16)["input_ids"]
+
+
 def test_relative_text_files_are_found_beside_the_data_folder(tmp_path, tiny_data_dir):
     data = tmp_path / "data"
     (data / "glue").mkdir(parents=True)

@@ -329,7 +329,14 @@ class CorpusConfig(StrictModel):
         "corpus/en-general.txt is ../shared/data/corpus/en-general.txt by default), then in "
         "the working folder")
     hub_dataset: HubTextDataset | None = None
-    max_sentences: int | None = Field(None, gt=0, description="keep a seeded sample of this size")
+    pairs: bool = Field(
+        False, description="read sentence pairs ([CLS] A [SEP] B [SEP], segment ids 0 and "
+        "1) as BERT's pre-training and TinyBERT's general distillation do, not single "
+        "sentences: each text file's lines two by two in order, a pair task's own training "
+        "pairs, a single-sentence task's sentences two by two; max_seq_length then bounds "
+        "the pair")
+    max_sentences: int | None = Field(None, gt=0, description="keep a seeded sample of this "
+                                      "size (of pairs, with pairs)")
     min_words: int = Field(3, ge=1, description="drop lines shorter than this")
     max_seq_length: int = Field(64, gt=8)
     long_lines: Literal["split", "truncate"] = Field(

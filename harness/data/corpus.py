@@ -26,12 +26,27 @@ if TYPE_CHECKING:  # the recipe layer sits above the data it describes
 
 @dataclass
 class Corpus:
+    """The corpus's unique sentences (what augmenters and masked-LM heads read) and, when
+    the suite asks for sentence pairs, the (A, B) pairs general distillation reads instead
+    (B is None for a source's odd last line).  ``fingerprint`` covers what distillation
+    reads: the pairs when there are any, else the sentences."""
+
     sentences: list[str]
     fingerprint: str
     sources: list[str]
+    pairs: list[tuple[str, str | None]] | None = None
 
     def __len__(self) -> int:
         return len(self.sentences)
+
+    @property
+    def units(self) -> int:
+        """How many texts general distillation reads: pairs, or sentences."""
+        return len(self.pairs) if self.pairs is not None else len(self.sentences)
+
+    @property
+    def unit_name(self) -> str:
+        return "sentence pairs" if self.pairs is not None else "sentences"
 
 
 def _task_sentences(data: TaskData) -> Iterable[str]:
@@ -39,6 +54,35 @@ def _task_sentences(data: TaskData) -> Iterable[str]:
     yield from train["text_a"]
     if data.task.is_pair:
         yield from train["text_b"]
+
+
+def _normalise(line: str) -> str:
+    return " ".join(line.split())
+
+
+def _consecutive_pairs(lines: Iterable[str]) -> Iterable[tuple[str, str | None]]:
+    """Lines 1+2, 3+4, ...: consecutive sentences of a document, as BERT's pre-training
+    pairs them (segments A and B); an odd last line stands alone."""
+    pending: str | None = None
+    for line in lines:
+        if pending is None:
+            pending = line
+        else:
+            yield pending, line
+            pending = None
+    if pending is not None:
+        yield pending, None
+
+
+def _task_pairs(data: TaskData) -> Iterable[tuple[str, str | None]]:
+    """A pair task's own (A, B) training pairs; a single-sentence task's sentences two by
+    two in file order (unrelated sentences: the random B of BERT's next-sentence pairs)."""
+    train = data.splits["train"]
+    if data.task.is_pair:
+        yield from zip(map(_normalise, train["text_a"]), map(_normalise, train["text_b"]),
+                       strict=True)
+    else:
+        yield from _consecutive_pairs(map(_normalise, train["text_a"]))
 
 
 def resolve_text_file(name: str, data_dir: Path | None) -> Path:
@@ -82,17 +126,31 @@ def build_corpus(config: CorpusConfig, tasks: list[TaskData],
     order, then a seeded sample of ``max_sentences`` if set.  Relative text files are
     looked up beside ``data_dir`` (see :func:`resolve_text_file`)."""
     seen: dict[str, None] = {}
+    pairs: dict[tuple[str, str | None], None] = {}
     sources: list[str] = []
 
+    def long_enough(text: str | None) -> bool:
+        return text is None or len(text.split(" ")) >= config.min_words
+
     def add(lines: Iterable[str]) -> None:
-        for line in lines:
-            text = " ".join(line.split())
-            if len(text.split(" ")) >= config.min_words:
-                seen.setdefault(text, None)
+        kept = [text for line in lines if long_enough(text := _normalise(line))]
+        for text in kept:
+            seen.setdefault(text, None)
+        if config.pairs:
+            add_pairs(_consecutive_pairs(kept))
+
+    def add_pairs(new: Iterable[tuple[str, str | None]]) -> None:
+        for a, b in new:
+            if long_enough(a) and long_enough(b):
+                pairs.setdefault((a, b), None)
 
     if config.task_sentences:
         for data in tasks:
-            add(_task_sentences(data))
+            for text in _task_sentences(data):
+                if long_enough(text := _normalise(text)):
+                    seen.setdefault(text, None)
+            if config.pairs:
+                add_pairs(_task_pairs(data))
             sources.append(f"task:{data.task.name}:{data.fingerprint[:12]}")
     for name in config.text_files:
         add(_text_file_lines(resolve_text_file(name, data_dir)))
@@ -108,7 +166,15 @@ def build_corpus(config: CorpusConfig, tasks: list[TaskData],
     if config.max_sentences is not None and len(sentences) > config.max_sentences:
         order = np.random.default_rng(config.seed).permutation(len(sentences))
         sentences = [sentences[i] for i in sorted(order[:config.max_sentences])]
-    return Corpus(sentences, sentences_fingerprint(sentences), sources)
+    if not config.pairs:
+        return Corpus(sentences, sentences_fingerprint(sentences), sources)
+    pair_list = list(pairs)
+    if config.max_sentences is not None and len(pair_list) > config.max_sentences:
+        order = np.random.default_rng(config.seed).permutation(len(pair_list))
+        pair_list = [pair_list[i] for i in sorted(order[:config.max_sentences])]
+    fingerprint = sentences_fingerprint(f"{a}\t{'' if b is None else b}"
+                                        for a, b in pair_list)
+    return Corpus(sentences, f"pairs:{fingerprint}", sources, pair_list)
 
 
 def sentences_fingerprint(sentences: Iterable[str]) -> str:
@@ -140,47 +206,39 @@ def split_into_windows(word_ids: list[int | None] | None, length: int,
 
 def encode_corpus(corpus: Corpus, tokenizer: PreTrainedTokenizerBase, max_length: int,
                   long_lines: str = "split") -> EncodedSplit:
-    """Single-segment encodings; labels are zeros (no stage reads them).
+    """The sequences general distillation reads; labels are zeros (no stage reads them).
 
-    A line longer than ``max_length`` pieces (with [CLS] and [SEP]) is either split into
-    consecutive windows at word boundaries, so every word is seen once (``split``, as
-    masked-LM pre-training packs long documents), or keeps its start only (``truncate``).
-    Each window is the tokenizer's encoding of its span of the line, special tokens and
-    all."""
+    Without pairs: one single-segment sequence per sentence.  With pairs: ``[CLS] A [SEP] B
+    [SEP]`` with segment ids 0 and 1, as BERT's pre-training reads text.  A sequence longer
+    than ``max_length`` pieces (special tokens included) is either cut (``truncate``: a
+    single sentence keeps its start, a pair is cut longest side first, as the tasks' pairs
+    are read) or split (``split``: a sentence into consecutive windows at word boundaries,
+    so every word is seen once, as masked-LM pre-training packs long documents; a pair that
+    does not fit is read as its two sentences, each split so)."""
     if long_lines not in ("split", "truncate"):
         raise ValueError(f"long_lines {long_lines!r}: expected split or truncate")
-    encoded = tokenizer(corpus.sentences, truncation=long_lines == "truncate",
-                        max_length=max_length, return_attention_mask=False,
-                        return_token_type_ids=True, verbose=False)
-    pieces, types = list(encoded["input_ids"]), list(encoded["token_type_ids"])
-    long = [index for index, ids in enumerate(pieces) if len(ids) > max_length]
-    if long:  # only with long_lines: split
-        lines = [corpus.sentences[index] for index in long]
-        bare = tokenizer(lines, add_special_tokens=False, return_offsets_mapping=True,
-                         return_attention_mask=False)
-        budget = max_length - tokenizer.num_special_tokens_to_add(pair=False)
-        spans: list[list[str]] = []
-        for row, line in enumerate(lines):
-            offsets = bare["offset_mapping"][row]
-            words = bare.word_ids(row) if tokenizer.is_fast else None
-            spans.append([line[offsets[start][0]:offsets[end - 1][1]] for start, end in
-                          split_into_windows(words, len(offsets), budget)])
-        windows = tokenizer([span for line_spans in spans for span in line_spans],
-                            truncation=True, max_length=max_length,
-                            return_attention_mask=False, return_token_type_ids=True)
-        windows_of: dict[int, slice] = {}
-        position = 0
-        for index, line_spans in zip(long, spans, strict=True):
-            windows_of[index] = slice(position, position + len(line_spans))
-            position += len(line_spans)
+    if corpus.pairs is None:
+        pieces, types = _encode_sentences(corpus.sentences, tokenizer, max_length, long_lines)
+    else:
         pieces, types = [], []
-        for index, ids in enumerate(encoded["input_ids"]):
-            if index in windows_of:
-                pieces.extend(windows["input_ids"][windows_of[index]])
-                types.extend(windows["token_type_ids"][windows_of[index]])
-            else:
-                pieces.append(ids)
-                types.append(encoded["token_type_ids"][index])
+        both = [(a, b) for a, b in corpus.pairs if b is not None]
+        singles = [a for a, b in corpus.pairs if b is None]
+        if both:
+            encoded = tokenizer([a for a, _ in both], [b for _, b in both],
+                                truncation="longest_first" if long_lines == "truncate"
+                                else False, max_length=max_length,
+                                return_attention_mask=False, return_token_type_ids=True,
+                                verbose=False)
+            for (a, b), ids, kinds in zip(both, encoded["input_ids"],
+                                          encoded["token_type_ids"], strict=True):
+                if len(ids) <= max_length:
+                    pieces.append(ids)
+                    types.append(kinds)
+                else:  # split: read as two sentences
+                    singles.extend((a, b))
+        more_pieces, more_types = _encode_sentences(singles, tokenizer, max_length, long_lines)
+        pieces += more_pieces
+        types += more_types
     input_ids = [np.asarray(ids, dtype=np.int64) for ids in pieces]
     return EncodedSplit(
         name="corpus",
@@ -189,3 +247,44 @@ def encode_corpus(corpus: Corpus, tokenizer: PreTrainedTokenizerBase, max_length
         labels=np.zeros(len(input_ids), dtype=np.int64),
         lengths=np.asarray([len(ids) for ids in input_ids], dtype=np.int64),
     )
+
+
+def _encode_sentences(sentences: list[str], tokenizer: PreTrainedTokenizerBase,
+                      max_length: int, long_lines: str) -> tuple[list[list[int]], list[list[int]]]:
+    """Single-segment encodings of ``sentences`` (see :func:`encode_corpus`)."""
+    if not sentences:
+        return [], []
+    encoded = tokenizer(sentences, truncation=long_lines == "truncate",
+                        max_length=max_length, return_attention_mask=False,
+                        return_token_type_ids=True, verbose=False)
+    pieces, types = list(encoded["input_ids"]), list(encoded["token_type_ids"])
+    long = [index for index, ids in enumerate(pieces) if len(ids) > max_length]
+    if not long:  # always so with long_lines: truncate
+        return pieces, types
+    lines = [sentences[index] for index in long]
+    bare = tokenizer(lines, add_special_tokens=False, return_offsets_mapping=True,
+                     return_attention_mask=False)
+    budget = max_length - tokenizer.num_special_tokens_to_add(pair=False)
+    spans: list[list[str]] = []
+    for row, line in enumerate(lines):
+        offsets = bare["offset_mapping"][row]
+        words = bare.word_ids(row) if tokenizer.is_fast else None
+        spans.append([line[offsets[start][0]:offsets[end - 1][1]] for start, end in
+                      split_into_windows(words, len(offsets), budget)])
+    windows = tokenizer([span for line_spans in spans for span in line_spans],
+                        truncation=True, max_length=max_length,
+                        return_attention_mask=False, return_token_type_ids=True)
+    windows_of: dict[int, slice] = {}
+    position = 0
+    for index, line_spans in zip(long, spans, strict=True):
+        windows_of[index] = slice(position, position + len(line_spans))
+        position += len(line_spans)
+    pieces, types = [], []
+    for index, ids in enumerate(encoded["input_ids"]):
+        if index in windows_of:
+            pieces.extend(windows["input_ids"][windows_of[index]])
+            types.extend(windows["token_type_ids"][windows_of[index]])
+        else:
+            pieces.append(ids)
+            types.append(encoded["token_type_ids"][index])
+    return pieces, types

@@ -338,6 +338,7 @@ class RunPlanner:
             "corpus": {"fingerprint": corpus.fingerprint,
                        "max_seq_length": self.suite.corpus.max_seq_length,
                        "long_lines": self.suite.corpus.long_lines,
-                       "seed": self.suite.corpus.seed},
+                       "seed": self.suite.corpus.seed,
+                       **({"pairs": True} if self.suite.corpus.pairs else {})},
             "stages": {stage.name: stage_configs[stage.name].identity() for stage in stages},
         })

@@ -572,8 +572,8 @@ class SuiteRunner(RunPlanner):
                                   exclusive=self.accelerator.num_processes == 1):
             if any_process(not self.cache.has("general", key), self.accelerator):
                 corpus = self.corpus()
-                self.log(f"[general] {method.name}: general distillation on {len(corpus)} "
-                         f"unlabeled sentences ({', '.join(corpus.sources)})")
+                self.log(f"[general] {method.name}: general distillation on {corpus.units} "
+                         f"unlabeled {corpus.unit_name} ({', '.join(corpus.sources)})")
                 split = encode_corpus(corpus, self.tokenizer, self.suite.corpus.max_seq_length,
                                       self.suite.corpus.long_lines)
                 seed = self.suite.corpus.seed
@@ -603,7 +603,9 @@ class SuiteRunner(RunPlanner):
                 body = {name: tensor for name, tensor in student.state_dict().items()
                         if not prefix or name.startswith(f"{prefix}.")}
                 summary = {
-                    "corpus_sentences": len(corpus), "corpus_sequences": len(split),
+                    "corpus_sentences": len(corpus),
+                    **({"corpus_pairs": corpus.units} if corpus.pairs is not None else {}),
+                    "corpus_sequences": len(split),
                     "corpus_tokens": int(split.lengths.sum()), "corpus_sources": corpus.sources,
                     "corpus_fingerprint": corpus.fingerprint,
                     "stages": [{"name": r.name, "steps": r.steps, "examples_seen": r.examples_seen,
