@@ -202,6 +202,24 @@ def test_general_distillation_runs_once_and_every_task_and_seed_starts_from_it(
     assert not any(message.startswith("[general] tinybert") for message in messages)
 
 
+def test_general_distillation_on_sentence_pairs_is_its_own_checkpoint(
+        tmp_path, tiny_data_dir, tiny_teacher_dir):
+    singles = SuiteRunner(tiny_suite(tmp_path, tiny_data_dir, tiny_teacher_dir),
+                          tmp_path / "results", tmp_path / "cache", log=lambda _: None)
+    paired_suite = tiny_suite(tmp_path, tiny_data_dir, tiny_teacher_dir,
+                              corpus={"pairs": True, "max_seq_length": 32})
+    paired = SuiteRunner(paired_suite, tmp_path / "results", tmp_path / "cache",
+                         log=lambda _: None)
+    assert paired.run_id("tinybert", "rte", 1) != singles.run_id("tinybert", "rte", 1)
+    outcome = paired.run_one("tinybert", "rte", 1)
+    assert outcome.status == "finished"
+    general = paired.store.load(outcome.path).general_distillation
+    corpus = paired.corpus()
+    assert general["corpus_pairs"] == corpus.units == len(corpus.pairs)
+    assert general["corpus_sentences"] == len(corpus.sentences) > corpus.units
+    assert general["corpus_sequences"] >= corpus.units
+
+
 def test_loading_the_general_body_copies_it_and_keeps_a_fresh_head(
         tmp_path, tiny_data_dir, tiny_teacher_dir):
     suite = tiny_suite(tmp_path, tiny_data_dir, tiny_teacher_dir)

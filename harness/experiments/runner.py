@@ -629,8 +629,9 @@ class SuiteRunner(RunPlanner):
         path = self.cache.path("general", key)
         summary = json.loads((path / "summary.json").read_text())
         return {"key": key, "path": str(path), "corpus_sentences": summary["corpus_sentences"],
-                **{name: summary[name] for name in ("corpus_sequences", "corpus_tokens",
-                                                    "corpus_sources") if name in summary},
+                **{name: summary[name] for name in ("corpus_pairs", "corpus_sequences",
+                                                    "corpus_tokens", "corpus_sources")
+                   if name in summary},
                 "seconds": summary["seconds"],
                 "final_losses": summary["stages"][-1]["final_losses"]}
 
