@@ -123,8 +123,10 @@ def _hub_lines(config: CorpusConfig) -> Iterable[str]:
 def build_corpus(config: CorpusConfig, tasks: list[TaskData],
                  data_dir: Path | None = None) -> Corpus:
     """Unique, whitespace-normalised lines of at least ``min_words`` words, in first-seen
-    order, then a seeded sample of ``max_sentences`` if set.  Relative text files are
-    looked up beside ``data_dir`` (see :func:`resolve_text_file`)."""
+    order, then a seeded sample of ``max_sentences`` if set; with ``pairs``, also the unique
+    pairs (see :class:`Corpus`), sampled alike.  Short lines are dropped before a file's
+    lines are paired, so a pair joins the lines that surround a dropped one.  Relative text
+    files are looked up beside ``data_dir`` (see :func:`resolve_text_file`)."""
     seen: dict[str, None] = {}
     pairs: dict[tuple[str, str | None], None] = {}
     sources: list[str] = []
