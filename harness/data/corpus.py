@@ -12,7 +12,7 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 from transformers import PreTrainedTokenizerBase
@@ -22,6 +22,9 @@ from harness.data.loading import DataNotFoundError, TaskData
 
 if TYPE_CHECKING:  # the recipe layer sits above the data it describes
     from harness.config.schema import CorpusConfig
+
+
+Item = TypeVar("Item")
 
 
 @dataclass
@@ -134,11 +137,12 @@ def build_corpus(config: CorpusConfig, tasks: list[TaskData],
     def long_enough(text: str | None) -> bool:
         return text is None or len(text.split(" ")) >= config.min_words
 
-    def add(lines: Iterable[str]) -> None:
+    def add(lines: Iterable[str], pair_them: bool = True) -> None:
+        """The lines' sentences; with ``pairs``, also the lines two by two (``pair_them``)."""
         kept = [text for line in lines if long_enough(text := _normalise(line))]
         for text in kept:
             seen.setdefault(text, None)
-        if config.pairs:
+        if config.pairs and pair_them:
             add_pairs(_consecutive_pairs(kept))
 
     def add_pairs(new: Iterable[tuple[str, str | None]]) -> None:
@@ -148,9 +152,7 @@ def build_corpus(config: CorpusConfig, tasks: list[TaskData],
 
     if config.task_sentences:
         for data in tasks:
-            for text in _task_sentences(data):
-                if long_enough(text := _normalise(text)):
-                    seen.setdefault(text, None)
+            add(_task_sentences(data), pair_them=False)  # a task pairs its own way
             if config.pairs:
                 add_pairs(_task_pairs(data))
             sources.append(f"task:{data.task.name}:{data.fingerprint[:12]}")
@@ -165,18 +167,21 @@ def build_corpus(config: CorpusConfig, tasks: list[TaskData],
     if not sentences:
         raise ValueError("the general-distillation corpus is empty: enable "
                          "corpus.task_sentences or give corpus.text_files / hub_dataset")
-    if config.max_sentences is not None and len(sentences) > config.max_sentences:
-        order = np.random.default_rng(config.seed).permutation(len(sentences))
-        sentences = [sentences[i] for i in sorted(order[:config.max_sentences])]
+    sentences = _seeded_sample(sentences, config.max_sentences, config.seed)
     if not config.pairs:
         return Corpus(sentences, sentences_fingerprint(sentences), sources)
-    pair_list = list(pairs)
-    if config.max_sentences is not None and len(pair_list) > config.max_sentences:
-        order = np.random.default_rng(config.seed).permutation(len(pair_list))
-        pair_list = [pair_list[i] for i in sorted(order[:config.max_sentences])]
+    pair_list = _seeded_sample(list(pairs), config.max_sentences, config.seed)
     fingerprint = sentences_fingerprint(f"{a}\t{'' if b is None else b}"
                                         for a, b in pair_list)
     return Corpus(sentences, f"pairs:{fingerprint}", sources, pair_list)
+
+
+def _seeded_sample(items: list[Item], size: int | None, seed: int) -> list[Item]:
+    """``size`` of ``items`` drawn with ``seed``, in their order; all of them when fewer."""
+    if size is None or len(items) <= size:
+        return items
+    order = np.random.default_rng(seed).permutation(len(items))
+    return [items[i] for i in sorted(order[:size])]
 
 
 def sentences_fingerprint(sentences: Iterable[str]) -> str:
