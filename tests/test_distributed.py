@@ -257,7 +257,15 @@ def test_tune_keeps_processes_on_one_trial(tmp_path, tiny_suite_file):
 
 def _tune(suite: str, results: str, cache: str) -> None:
     """Three trials with a pruner that stops trial 1 at its first evaluation."""
+    import atexit
+
     import optuna
+    import torch.distributed as dist
+
+    # Registered before the runner's own exit handler, so it runs after it (last in, first
+    # out): it reports whether the process group was left to the interpreter's teardown.
+    atexit.register(lambda: print(f"process {os.environ['RANK']} group at exit: "
+                                  f"{dist.is_initialized()}", flush=True))
 
     from harness.api.suites import load_suite
     from harness.experiments.tuning import Tuner, TuningTarget, default_storage
@@ -287,6 +295,9 @@ def test_pruning_stops_every_process(tmp_path, tiny_suite_file):
     output = launch(tmp_path, "tune", str(tiny_suite_file), str(results),
                     str(tmp_path / "cache"), module="tests.test_distributed")
     assert "process 0 done" in output and "process 1 done" in output
+    # Each process destroyed its process group before the interpreter's teardown.
+    assert "process 0 group at exit: False" in output
+    assert "process 1 group at exit: False" in output
     trials = _study(results).get_trials(deepcopy=False)
     assert [trial.state.name for trial in trials] == ["COMPLETE", "PRUNED", "COMPLETE"]
     assert len(trials[1].intermediate_values) == 1

@@ -59,7 +59,7 @@ from harness.teacher.outputs import (
     TeacherRuntime,
     intermediate_cache_request,
 )
-from harness.training.distributed import any_process, broadcast
+from harness.training.distributed import any_process, broadcast, release_at_exit
 from harness.training.engine import (
     NonFiniteLossError,
     StageCheckpoint,
@@ -151,6 +151,7 @@ class SuiteRunner(RunPlanner):
         self.accelerator = Accelerator(kwargs_handlers=[
             DistributedDataParallelKwargs(find_unused_parameters=True),
             InitProcessGroupKwargs(timeout=PROCESS_GROUP_TIMEOUT)])
+        release_at_exit(self.accelerator)
         launched = int(os.environ.get("WORLD_SIZE", "1"))
         if launched > 1 and self.accelerator.num_processes != launched:
             # Each process would run every cell on its own, all of them the same work.

@@ -14,6 +14,7 @@ schedule on any number of processes, and a configuration means the same experime
 
 from __future__ import annotations
 
+import atexit
 from typing import Any, TypeVar
 
 import torch.distributed as dist
@@ -61,3 +62,21 @@ def local_rows(rows: list[int], accelerator: Accelerator) -> tuple[list[int], in
     if not share:
         return list(rows[:1]), 0
     return share, len(share)
+
+
+def release_at_exit(accelerator: Accelerator) -> None:
+    """Destroy a multi-process run's process group when the interpreter exits.
+
+    A process group left to the interpreter's own teardown is destroyed after Python has
+    finalised, with its communication threads possibly still running: a process can then
+    abort after its work is done ("terminate called without an active exception"), and
+    `accelerate launch` reports the whole run as failed. Destroying it first, as
+    ``Accelerator.end_training`` does, stops them in order."""
+    if accelerator.num_processes > 1:
+        atexit.register(destroy_process_group)
+
+
+def destroy_process_group() -> None:
+    """Destroy the default process group, if there is one (safe to call more than once)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
