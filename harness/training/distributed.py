@@ -71,12 +71,6 @@ def release_at_exit(accelerator: Accelerator) -> None:
     finalised, with its communication threads possibly still running: a process can then
     abort after its work is done ("terminate called without an active exception"), and
     `accelerate launch` reports the whole run as failed. Destroying it first, as
-    ``Accelerator.end_training`` does, stops them in order."""
+    ``Accelerator.end_training`` does, stops them in order (a no-op once it is gone)."""
     if accelerator.num_processes > 1:
-        atexit.register(destroy_process_group)
-
-
-def destroy_process_group() -> None:
-    """Destroy the default process group, if there is one (safe to call more than once)."""
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+        atexit.register(accelerator.state.destroy_process_group)
