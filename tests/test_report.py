@@ -29,6 +29,7 @@ from harness.reporting.report import (
     leaderboard,
     published_board,
     task_baselines,
+    teacher_groups,
 )
 from tests.browser import Browser, screenshot_is_blank
 from tests.records import run_record
@@ -282,6 +283,9 @@ def test_cli_report_and_its_errors(store, tmp_path):
     assert "82.33 ± 1.25 (3)" in rows["kd"] and "83.00 ± 0.41 (3)" in rows["bilstm"]
     assert "80.50 ± 0.41 (3)" in rows["finetune"]
     assert "majority / mean baseline: MRPC 81.20, RTE 52.70" in lines
+    assert not any(line.startswith("WARNING") for line in lines)
+    assert "- teachers' dev scores: MRPC 86.00; RTE 60.00" \
+        in (out / "leaderboard.md").read_text().splitlines()
     assert "Differences (paired sign-flip test over tasks x seeds, complete rows):" in lines
     assert lines[-1] == f"report: {out / 'leaderboard.html'} (6 files, 0 figures)"
     (tmp_path / "nothing").mkdir()
@@ -321,3 +325,35 @@ def test_a_cell_of_one_seed_shows_no_spread():
     two = pd.Series({"mrpc": 80.0, "mrpc_std": 0.5, "mrpc_n": 2, "is_teacher": False})
     assert format_cell(two, "mrpc") == "80.00 ± 0.50 (2)"
 
+
+
+def test_runs_that_read_different_teachers_are_named(store, tmp_path):
+    """One recipe fine-tuned on a GPU gave another teacher (MRPC F1 88.36 against the CPU's
+    86.60): a store that mixes such runs says so in every output; a difference within the
+    tolerance (fp32 arithmetic on another CPU) is one teacher."""
+    records = ResultsStore(store)
+    gpu = {"host": "vm", "device": "cuda", "gpu": "NVIDIA H100 80GB HBM3"}
+    for seed, teacher_score, machine in [(3, 88.36, gpu), (2, 86.004, {"device": "cpu"})]:
+        run_id = f"kd-4L-192-mrpc-{seed}".ljust(64, "0")
+        path = records.record_path("glue-cpu", "kd", "mrpc", run_id)
+        document = json.loads(path.read_text())
+        document |= {"teacher_main_score": teacher_score, "machine": machine}
+        path.write_text(json.dumps(document))
+    _, found = collect_runs(suite(), store)
+    groups = teacher_groups(found, ["mrpc", "rte"])
+    assert [(round(group.score, 2), group.runs, group.devices) for group in groups["mrpc"]] \
+        == [(86.0, 8, ("cpu",)), (88.36, 1, ("cuda (NVIDIA H100 80GB HBM3)",))]
+    assert [(group.score, group.runs) for group in groups["rte"]] == [(60.0, 6)]
+
+    result = build_report(suite(), store, tmp_path / "mixed", figures=False,
+                          log=lambda _: None)
+    markdown = (tmp_path / "mixed" / "leaderboard.md").read_text()
+    named = ("MRPC: DIFFERENT TEACHERS across runs: dev 86.00 in 8 runs on cpu; dev 88.36 in "
+             "1 run on cuda (NVIDIA H100 80GB HBM3)")
+    assert "- teachers' dev scores: MRPC 86.00 / 88.36 (DIFFERENT TEACHERS across runs); " \
+        "RTE 60.00" in markdown
+    assert "**Warning:** the runs of a task below read different teachers" in markdown
+    assert f"- {named}" in markdown
+    assert named in (tmp_path / "mixed" / "leaderboard.html").read_text()
+    assert f"  {named}" in result.summary
+    assert any(line.startswith("WARNING: the runs of a task") for line in result.summary)

@@ -252,6 +252,71 @@ def baseline_check(board: pd.DataFrame, baselines: dict[str, float], tasks: list
                                        "above baseline", "teacher above baseline"])
 
 
+TEACHER_WARNING = (
+    "the runs of a task below read different teachers: one recipe (one teacher cache key) "
+    "gives different weights on another device or in another precision. The teacher row "
+    "averages them, and rows compare students distilled from different teachers. Keep one "
+    "machine family's runs in a store, or re-run the others with the same teachers.")
+
+TEACHER_TOLERANCE = 0.01
+"""Teacher dev scores (points) further apart than this come from different teachers: one
+changed dev prediction moves accuracy or F1 by 0.1 points or more, while the fp32 teachers
+of three CPUs differ by about 1e-6 (STS-B Pearson)."""
+
+
+@dataclass(frozen=True)
+class TeacherGroup:
+    """The runs of one task that read one teacher (dev main scores within the tolerance)."""
+
+    score: float
+    runs: int
+    devices: tuple[str, ...]
+
+
+def _device(record: RunRecord) -> str:
+    machine = record.machine
+    device = str(machine.get("device", "unknown device"))
+    return f"{device} ({machine['gpu']})" if machine.get("gpu") else device
+
+
+def teacher_groups(records: dict[str, RunRecord], tasks: list[str]
+                   ) -> dict[str, list[TeacherGroup]]:
+    """Per task, the distinct teachers its runs read, told apart by their dev main score.
+
+    The teacher cache key names the recipe, not the weights it produced: the same recipe
+    fine-tuned on a GPU and on a CPU gave MRPC F1 88.36 and 86.60. A store that mixes such
+    runs would average two teachers into the teacher row and compare students distilled from
+    different teachers, so the report names every group."""
+    scores: dict[str, list[tuple[float, str]]] = {}
+    for record in records.values():
+        if record.task in tasks and record.teacher_main_score is not None:
+            scores.setdefault(record.task, []).append(
+                (float(record.teacher_main_score), _device(record)))
+    groups: dict[str, list[TeacherGroup]] = {}
+    for task in tasks:
+        clusters: list[list[tuple[float, str]]] = []
+        for score, device in sorted(scores.get(task, [])):
+            if clusters and score - clusters[-1][0][0] <= TEACHER_TOLERANCE:
+                clusters[-1].append((score, device))
+            else:
+                clusters.append([(score, device)])
+        if clusters:
+            groups[task] = [TeacherGroup(score=float(np.mean([s for s, _ in cluster])),
+                                         runs=len(cluster),
+                                         devices=tuple(sorted({d for _, d in cluster})))
+                            for cluster in clusters]
+    return groups
+
+
+def teacher_lines(groups: dict[str, list[TeacherGroup]]) -> list[str]:
+    """One line per task whose runs read more than one teacher (empty when none did)."""
+    return [f"{get_task(task).display_name}: DIFFERENT TEACHERS across runs: "
+            + "; ".join(f"dev {group.score:.2f} in {group.runs} run"
+                        f"{'' if group.runs == 1 else 's'} on {', '.join(group.devices)}"
+                        for group in found)
+            for task, found in groups.items() if len(found) > 1]
+
+
 def teacher_parameters(records: dict[str, RunRecord]) -> int | None:
     for record in records.values():
         if record.teacher.parameters:
@@ -702,6 +767,11 @@ def _header(inputs: ReportInputs, command: str, grid: bool) -> dict[str, Any]:
                   for task, found in sorted(fingerprints.items(),
                                             key=lambda item: config.tasks.index(item[0]))]
     teacher = sorted({record.teacher.checkpoint for record in records})
+    groups = teacher_groups(inputs.records, config.tasks)
+    teacher_scores = "; ".join(
+        f"{get_task(task).display_name} " + " / ".join(f"{group.score:.2f}" for group in found)
+        + (" (DIFFERENT TEACHERS across runs)" if len(found) > 1 else "")
+        for task, found in groups.items())
     bench = inputs.bench
     return {
         "title": f"Leaderboard: {config.name}{' (common grid)' if grid else ''}",
@@ -712,6 +782,8 @@ def _header(inputs: ReportInputs, command: str, grid: bool) -> dict[str, Any]:
         "runs": len(runs),
         "seeds": sorted(set(runs["seed"])) if len(runs) else [],
         "teacher": ", ".join(teacher),
+        "teacher_scores": teacher_scores,
+        "teacher_warnings": teacher_lines(groups),
         "data": f"{' / '.join(sorted(folders))} GLUE files; content fingerprints: "
                 + "; ".join(data_lines),
         "bench": (f"{bench['created_at'][:16].replace('T', ' ')} UTC on "
@@ -754,8 +826,12 @@ def _markdown(inputs: ReportInputs, header: dict[str, Any], figure_list: list[tu
              f"{header['teacher']}; commit {header['revision']}; generated "
              f"{header['generated']}",
              f"- efficiency: {header['bench']}",
-             f"- data: {header['data']}", "",
-             "## Our runs (GLUE dev)", "",
+             f"- data: {header['data']}",
+             f"- teachers' dev scores: {header['teacher_scores']}", ""]
+    if header["teacher_warnings"]:
+        lines += [f"**Warning:** {TEACHER_WARNING}", "",
+                  *[f"- {line}" for line in header["teacher_warnings"]], ""]
+    lines += ["## Our runs (GLUE dev)", "",
              display_table(board[board["complete"]], tasks).to_markdown(index=False), ""]
     partial = board[~board["complete"]]
     if not partial.empty:
@@ -829,6 +905,7 @@ def _html(inputs: ReportInputs, header: dict[str, Any], figure_list: list[tuple[
         if inputs.orderings else "",
         shares=table(inputs.shares, "shares") if not inputs.shares.empty else "",
         orderings_note=ORDERINGS_NOTE, shares_note=SHARES_NOTE,
+        teacher_warning=TEACHER_WARNING,
         images=images, escape=html.escape)
 
 
@@ -924,6 +1001,9 @@ def terminal_summary(inputs: ReportInputs) -> list[str]:
                    "% of teacher"]]
     lines = [f"Leaderboard: {inputs.config.name} (dev; mean ± std over seeds (seeds))", "",
              *table.to_string(index=False).splitlines(), ""]
+    warnings = teacher_lines(teacher_groups(inputs.records, tasks))
+    if warnings:
+        lines += [f"WARNING: {TEACHER_WARNING}", *[f"  {line}" for line in warnings], ""]
     baselines = task_baselines(inputs.records, tasks)
     if baselines:
         lines += ["majority / mean baseline: " + ", ".join(
