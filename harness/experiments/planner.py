@@ -6,7 +6,7 @@ the plans; the grid and tuning ask the planner for ids before they decide what t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,7 @@ from harness.api.method import Method, Stage
 from harness.api.registry import instantiate, typed_student_shape
 from harness.api.students import resolve_teacher_sizes, student_pooling
 from harness.assets.checkpoints import (
+    AssetNotFoundError,
     Checkpoint,
     load_base_config,
     load_tokenizer,
@@ -92,6 +93,12 @@ def scale_to_budget(stages: list[Stage], configs: dict[str, TrainConfig], task_e
         updated = {name: config.model_copy(update={"epochs": round(config.epochs * factor, 6)})
                    for name, config in updated.items()}
     return {**configs, **updated}
+
+
+def check_method_assets(method_name: str, method: Method) -> None:
+    missing = method.missing_assets()
+    if missing is not None:
+        raise AssetNotFoundError(f"methods.{method_name}: {missing}")
 
 
 class RunPlanner:
@@ -172,6 +179,16 @@ class RunPlanner:
             return None
         return student_pooling(shape, self.teacher_pooling)
 
+    def check_assets(self, method_names: Iterable[str], task_names: Iterable[str]) -> None:
+        """Refuse (AssetNotFoundError) before anything runs when a method's recipe for one
+        of the tasks needs an asset this machine lacks (:meth:`Method.missing_assets`)."""
+        for method_name in method_names:
+            plugin = self.suite.plugin(method_name)
+            for task_name in task_names:
+                task = get_task(task_name)
+                recipe = self.recipe(method_name, task.name, Variation())
+                check_method_assets(method_name, instantiate(plugin, recipe, task.name))
+
     # -- one cell ------------------------------------------------------------------------
     def recipe(self, method_name: str, task_name: str, variation: Variation) -> MethodRecipe:
         """The method's recipe for ``task_name`` with ``variation`` applied."""
@@ -225,6 +242,7 @@ class RunPlanner:
         # data, teacher or student is touched.
         check_method_architecture(method_name, method, stages, self.teacher_config,
                                   student_kind(shape))
+        check_method_assets(method_name, method)
         spec = {
             "record_version": RECORD_VERSION,
             "suite": self.suite.record_suite,

@@ -705,6 +705,7 @@ class SuiteRunner(RunPlanner):
         :func:`harness.experiments.tuning.load_tuned`) apply to their own method and task."""
         for method in methods:
             registry.get(self.suite.plugin(method))
+        self.check_assets(methods, tasks)
         by_cell = {}
         for params in tuned or []:
             if params.suite and params.suite != self.suite.record_suite:

@@ -66,6 +66,7 @@ from harness.api import (
     soft_cross_entropy,
     teacher_regression_loss,
 )
+from harness.assets.glove import glove_problem
 from methods.tinybert.augmentation import AugmentParams, build_augmenter
 
 if TYPE_CHECKING:
@@ -187,6 +188,13 @@ class TinyBERT(Method):
                               "off, the gold term is what trains the student's classifier; "
                               "it cannot be disabled too")
         return stages
+
+    def missing_assets(self) -> str | None:
+        """The augmentation reads GloVe neighbours (also with masked-LM candidates, for
+        words of several pieces)."""
+        if not (self.params.augment and self.params.augmentation.copies > 0):
+            return None
+        return glove_problem(self.params.augmentation.glove_path)
 
     def augmenter(self, context: AugmentContext) -> Augmenter | None:
         if not (self.params.augment and self.params.augmentation.copies > 0):
