@@ -385,3 +385,21 @@ def test_a_run_does_not_depend_on_whether_the_augmented_set_was_cached(tiny_suit
     second = json.loads(fresh.run_one("bilstm-soft", "rte", seed=1).path.read_text())
     assert second["stages"][0]["history"] == first["stages"][0]["history"]
     assert second["dev"] == first["dev"]
+
+
+def test_missing_spacy_pipeline_is_named_before_anything_runs(tmp_path):
+    """Augmenting tags every text with a spaCy pipeline: a missing one is named, with what
+    to install, by the check a run makes before its first cell."""
+    assert instantiate("bilstm-soft").missing_assets() is None  # the default pipeline
+    missing = instantiate("bilstm-soft", _recipe(
+        {"augmentation": {"pos_model": "en_core_web_nonexistent"}}))
+    assert missing.missing_assets() == ("POS tagging needs the spaCy model "
+                                        "'en_core_web_nonexistent': install the spaCy "
+                                        "pipeline 'en_core_web_nonexistent'")
+    assert instantiate("bilstm-soft", _recipe(
+        {"augment": False, "augmentation": {"pos_model": "en_core_web_nonexistent"}})
+    ).missing_assets() is None
+    folder = tmp_path / "pipeline"
+    folder.mkdir()  # a pipeline's folder, as spacy.load also takes
+    assert instantiate("bilstm-soft", _recipe(
+        {"augmentation": {"pos_model": str(folder)}})).missing_assets() is None

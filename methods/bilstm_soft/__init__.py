@@ -52,7 +52,13 @@ from harness.api import (
 )
 from harness.assets.glove import GloveVectors
 from methods.bilstm_soft.export import ExportedBiLSTM, load_bilstm, save_bilstm
-from methods.bilstm_soft.pos import DEFAULT_POS_MODEL, TaggedText, model_identity, tag_texts_cached
+from methods.bilstm_soft.pos import (
+    DEFAULT_POS_MODEL,
+    TaggedText,
+    model_identity,
+    pos_model_problem,
+    tag_texts_cached,
+)
 from methods.bilstm_soft.words import MASK, WordVocabulary, embedding_matrix, tokenize
 
 # ----------------------------------------------------------------------------- student
@@ -403,6 +409,16 @@ class BiLSTMSoft(Method):
     @classmethod
     def load_student(cls, folder: Path) -> ExportedBiLSTM:
         return load_bilstm(folder)
+
+    def missing_assets(self) -> str | None:
+        """spaCy splits the words; augmenting tags every text with its POS pipeline."""
+        try:
+            import spacy  # noqa: F401
+        except ImportError:
+            return "BiLSTM students read words split by spaCy: pip install spacy"
+        if self.params.augment:
+            return pos_model_problem(self.params.augmentation.pos_model)
+        return None
 
     def augmenter(self, context: AugmentContext) -> TangAugmenter:
         return TangAugmenter(self.params.augmentation, context.cache, context.log)

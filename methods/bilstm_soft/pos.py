@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import importlib.util
 import json
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from harness.api import (
@@ -47,6 +49,25 @@ def model_identity(model: str) -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             versions[package] = "unknown"
     return {"model": model, **versions}
+
+
+def pos_model_problem(model: str) -> str | None:
+    """Why :func:`load_tagger` would fail for ``model`` (spaCy or the pipeline missing),
+    with what to install; None when both are there.  Looks without loading the pipeline."""
+    try:
+        import spacy  # noqa: F401
+    except ImportError:
+        return "POS tagging needs spaCy: pip install spacy"
+    if Path(model).expanduser().is_dir():  # spacy.load also takes a pipeline's folder
+        return None
+    try:
+        found = importlib.util.find_spec(model) is not None
+    except (ImportError, ValueError):
+        found = False
+    if found:
+        return None
+    hint = _INSTALL_HINT.get(model, f"install the spaCy pipeline {model!r}")
+    return f"POS tagging needs the spaCy model {model!r}: {hint}"
 
 
 @functools.lru_cache(maxsize=2)
