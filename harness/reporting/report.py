@@ -254,7 +254,8 @@ def baseline_check(board: pd.DataFrame, baselines: dict[str, float], tasks: list
 
 TEACHER_WARNING = (
     "the runs of a task below read different teachers: one recipe (one teacher cache key) "
-    "gives different weights on another device or in another precision. The teacher row "
+    "trains other weights on another device (a GPU draws other dropout masks from the same "
+    "seed) or in another precision. The teacher row "
     "averages them, and rows compare students distilled from different teachers. Keep one "
     "machine family's runs in a store, or re-run the others with the same teachers.")
 
