@@ -4,6 +4,7 @@ students, the loss terms and the recipe checks."""
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 
 import numpy as np
@@ -15,6 +16,7 @@ from harness.api.losses import gold_loss
 from harness.api.method import StepInputs, TeacherView
 from harness.api.registry import instantiate
 from harness.api.suites import load_suite
+from harness.assets.checkpoints import AssetNotFoundError
 from harness.assets.glove import GloveVectors
 from harness.common.cache import ArtifactCache
 from harness.config.schema import ConfigError, parse_suite
@@ -369,6 +371,29 @@ def test_a_glove_text_file_sets_the_embedding_width(tmp_path):
     table, summary = embedding_matrix(vocabulary, GloveVectors(path))
     assert table.shape == (5, 4) and table[3].tolist() == [0.5] * 4
     assert summary["vectors"]["source"] == "file" and summary["found"] == 1
+
+
+def test_missing_word_vectors_stop_the_run_before_any_cell_trains(tiny_data_dir,
+                                                                 tiny_teacher_dir, tmp_path):
+    """The student shape names its word vectors; a missing file is named before the first
+    cell (kd here, which needs nothing missing) and before any teacher is fine-tuned."""
+    tree = tiny_suite_dict(tiny_data_dir, tiny_teacher_dir)
+    missing = tmp_path / "glove.840B.300d.txt"
+    tree["students"]["tiny-bilstm"]["word_vectors"] = str(missing)
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    runner = SuiteRunner(load_suite(str(path)), tmp_path / "r", tmp_path / "c",
+                         log=lambda _: None)
+    expected = (r"students\.tiny-bilstm \(methods\.bilstm-soft\): the GloVe text file "
+                + re.escape(str(missing)) + " does not exist")
+    with pytest.raises(AssetNotFoundError, match=expected):
+        runner.run(["kd", "bilstm-soft"], ["rte"], [1])
+    assert not list((tmp_path / "r").glob("**/*.json"))
+    assert not (tmp_path / "c" / "teachers").exists()
+    with pytest.raises(AssetNotFoundError, match=expected):  # one cell, as a grid worker
+        runner.run_one("bilstm-soft", "rte", seed=1)
+    missing.write_text("cat 1 2 3 4\n")
+    runner.check_assets(["bilstm-soft"], ["rte"])
 
 
 def test_a_run_does_not_depend_on_whether_the_augmented_set_was_cached(tiny_suite_file,

@@ -27,6 +27,12 @@ class StudentKindConfig(BaseModel):
 
     kind: str = Field(min_length=1)
 
+    def missing_assets(self) -> str | None:
+        """What building a student of this shape needs that this machine lacks (word
+        vectors, a file), with how to get it; None (the default): nothing.  Checked with
+        :meth:`Method.missing_assets` for every cell before the first one trains."""
+        return None
+
 
 @dataclass
 class StudentContext:

@@ -95,10 +95,14 @@ def scale_to_budget(stages: list[Stage], configs: dict[str, TrainConfig], task_e
     return {**configs, **updated}
 
 
-def check_method_assets(method_name: str, method: Method) -> None:
+def check_method_assets(method_name: str, method: Method, shape_name: str,
+                        shape: StudentConfig | StudentKindConfig) -> None:
+    """Refuse a cell whose method or student shape needs an asset this machine lacks."""
     missing = method.missing_assets()
     if missing is not None:
         raise AssetNotFoundError(f"methods.{method_name}: {missing}")
+    if isinstance(shape, StudentKindConfig) and (missing := shape.missing_assets()):
+        raise AssetNotFoundError(f"students.{shape_name} (methods.{method_name}): {missing}")
 
 
 class RunPlanner:
@@ -181,13 +185,16 @@ class RunPlanner:
 
     def check_assets(self, method_names: Iterable[str], task_names: Iterable[str]) -> None:
         """Refuse (AssetNotFoundError) before anything runs when a method's recipe for one
-        of the tasks needs an asset this machine lacks (:meth:`Method.missing_assets`)."""
+        of the tasks, or the student shape it trains, needs an asset this machine lacks
+        (:meth:`Method.missing_assets`, :meth:`StudentKindConfig.missing_assets`)."""
         for method_name in method_names:
             plugin = self.suite.plugin(method_name)
             for task_name in task_names:
                 task = get_task(task_name)
                 recipe = self.recipe(method_name, task.name, Variation())
-                check_method_assets(method_name, instantiate(plugin, recipe, task.name))
+                shape_name = recipe.student or self.suite.default_student
+                check_method_assets(method_name, instantiate(plugin, recipe, task.name),
+                                    shape_name, self.student_shape(shape_name))
 
     # -- one cell ------------------------------------------------------------------------
     def recipe(self, method_name: str, task_name: str, variation: Variation) -> MethodRecipe:
@@ -242,7 +249,7 @@ class RunPlanner:
         # data, teacher or student is touched.
         check_method_architecture(method_name, method, stages, self.teacher_config,
                                   student_kind(shape))
-        check_method_assets(method_name, method)
+        check_method_assets(method_name, method, shape_name, shape)
         spec = {
             "record_version": RECORD_VERSION,
             "suite": self.suite.record_suite,

