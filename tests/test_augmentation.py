@@ -152,10 +152,17 @@ def test_single_pieces_get_mlm_candidates_and_multi_pieces_glove(tokenizer, mask
 
 def test_glove_only_uses_neighbours_for_every_word(tokenizer, glove_file, tmp_path):
     nowhere = Checkpoint("nowhere", str(tmp_path / "no-model"), {"none": True})
-    aug = build_augmenter(nowhere, tokenizer, [], ArtifactCache(tmp_path),
+    corpus_loads: list[int] = []
+
+    def corpus() -> list[str]:  # the suite's corpus: tokenising it takes a while
+        corpus_loads.append(1)
+        return []
+
+    aug = build_augmenter(nowhere, tokenizer, corpus, ArtifactCache(tmp_path),
                           AugmentParams(candidates="glove", glove_path=str(glove_file)),
                           log=lambda _: None)
     assert aug.masked_lm is None and aug.describe()["source"] == "glove_only"
+    assert not corpus_loads  # no masked-LM head to fit: the corpus is never loaded
     assert all(c.source == "glove" for c in aug.word_candidates("the cat plays ."))
 
 

@@ -199,7 +199,7 @@ class TinyBERT(Method):
     def augmenter(self, context: AugmentContext) -> Augmenter | None:
         if not (self.params.augment and self.params.augmentation.copies > 0):
             return None
-        return build_augmenter(context.checkpoint, context.tokenizer, context.corpus(),
+        return build_augmenter(context.checkpoint, context.tokenizer, context.corpus,
                                context.cache, self.params.augmentation, context.log)
 
     def build_student(self, context: StudentContext) -> nn.Module:

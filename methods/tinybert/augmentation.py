@@ -483,16 +483,19 @@ def augment_per_word_loop(augmenter: ContextualAugmenter, examples: Sequence[Seq
 
 
 def build_augmenter(checkpoint: Checkpoint, tokenizer: PreTrainedTokenizerBase,
-                    corpus: Sequence[str], cache: ArtifactCache, params: AugmentParams,
-                    log: Callable[[str], None] = print, glove: GloveVectors | None = None,
+                    corpus: Callable[[], Sequence[str]], cache: ArtifactCache,
+                    params: AugmentParams, log: Callable[[str], None] = print,
+                    glove: GloveVectors | None = None,
                     device: str | torch.device | None = None) -> ContextualAugmenter:
-    """An augmenter for ``checkpoint``: its masked-LM head, or one fitted on ``corpus``
-    and cached (``params.candidates == "mlm"``), and GloVe vectors (``glove`` if given:
-    pass one object to share loaded vectors)."""
+    """An augmenter for ``checkpoint``: its masked-LM head, or one fitted on the sentences
+    ``corpus()`` returns and cached (``params.candidates == "mlm"``), and GloVe vectors
+    (``glove`` if given: pass one object to share loaded vectors).  ``corpus`` is called
+    only for masked-LM candidates: GloVe-only augmentation does not load the suite's
+    corpus."""
     glove = glove or GloveVectors(params.glove_path)
     masked_lm = None
     if params.candidates == "mlm":
-        masked_lm = load_masked_lm(checkpoint, corpus, cache, params.mlm_head, log,
+        masked_lm = load_masked_lm(checkpoint, corpus(), cache, params.mlm_head, log,
                                    tokenizer=tokenizer, device=device)
     augmenter = ContextualAugmenter(tokenizer, params, glove, masked_lm, checkpoint)
     if masked_lm is not None:
@@ -628,7 +631,7 @@ def run_augment_benchmark(*, task: str, examples: int, copies: int, candidates: 
     tokenizer = load_tokenizer(checkpoint)
     cache = ArtifactCache(Path(cache_dir) if cache_dir else default_cache_dir())
     glove = GloveVectors(params.glove_path)
-    first = build_augmenter(checkpoint, tokenizer, corpus, cache, params, log, glove)
+    first = build_augmenter(checkpoint, tokenizer, lambda: corpus, cache, params, log, glove)
 
     def fresh() -> ContextualAugmenter:
         return ContextualAugmenter(tokenizer, params, glove, first.masked_lm, checkpoint)
