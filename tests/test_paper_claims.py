@@ -6,9 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from harness.api.suites import load_suite
 from harness.config.schema import PaperOrdering, PaperShare
 from harness.reporting.paper_claims import check_orderings, orderings_table, shares_table
-from harness.reporting.report import leaderboard
+from harness.reporting.report import grid_shares, leaderboard
 
 TASKS = ["sst2", "mrpc", "rte", "stsb", "cola"]
 
@@ -82,3 +83,12 @@ def test_shares_put_our_pct_of_teacher_beside_the_papers():
     assert pd.isna(rows.loc["kd", "ours (% of teacher)"])     # no CoLA: no average
     assert rows.loc["kd", "tasks"] == "incomplete row (no average)"
     assert rows.loc["minilm", "tasks"] == "no runs yet"
+
+
+def test_the_grid_report_gives_the_shares_of_grid_rows_only():
+    """glue-cpu gives TinyBERT's published share twice: for the grid's tinybert and for
+    tinybert-full-da, a suite variant at the paper's augmentation budget that is no grid
+    row. The grid's report shows only the first; the suite's report both."""
+    config = load_suite("glue-cpu")
+    assert "tinybert-full-da" in {share.method for share in config.paper_shares}
+    assert [share.method for share in grid_shares(config)] == ["tinybert", "distilbert"]

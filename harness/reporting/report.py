@@ -41,7 +41,7 @@ from harness.config.published import (
     anchor_task,
     load_published,
 )
-from harness.config.schema import SuiteConfig
+from harness.config.schema import PaperShare, SuiteConfig
 from harness.data.tasks import get_task
 from harness.experiments.record import RunRecord
 from harness.experiments.store import ResultsStore
@@ -945,6 +945,14 @@ def _csv(inputs: ReportInputs) -> pd.DataFrame:
     return frame[first + [c for c in frame.columns if c not in first]].round(6)
 
 
+def grid_shares(config: SuiteConfig) -> list[PaperShare]:
+    """The published shares of the grid's methods: a share given for a suite variant that
+    is not a grid row (tinybert-full-da) belongs to the suite's report, not the grid's."""
+    grid = config.grid
+    methods = set(grid.methods) | set(grid.variants) if grid is not None else set()
+    return [share for share in config.paper_shares if share.method in methods]
+
+
 def build_report(config: SuiteConfig, results: Path, out: Path, *, grid: bool = False,
                  command: str = "", cache_dir: Path | None = None, figures: bool = True,
                  log: Callable[[str], None] = print) -> ReportResult:
@@ -969,7 +977,8 @@ def build_report(config: SuiteConfig, results: Path, out: Path, *, grid: bool = 
                           comparisons=comparison_table, claims=claims,
                           tuned=tuned_studies(results, config),
                           orderings=check_orderings(runs, config.paper_orderings),
-                          shares=shares_table(board, config.paper_shares),
+                          shares=shares_table(board, grid_shares(config) if grid
+                                              else config.paper_shares),
                           teachers=teacher_groups(records, config.tasks))
     out.mkdir(parents=True, exist_ok=True)
     figure_list = make_figures(inputs, results, out, log) if figures else []
