@@ -144,11 +144,13 @@ def test_leaderboard_rows_match_a_hand_computation(store):
     assert kd["latency_ms"] == pytest.approx(1000 / 150.0)  # seq 128, the longest measured
     assert kd["gflops"] == pytest.approx(2.0 / 150.0)
     assert kd["params_total"] == PARAMS["4L-192"][0]
+    assert kd["train_examples"] == 1280 + 1280  # each task's runs trained on 1,280 examples
     teacher = board.iloc[0]
     assert teacher["mrpc"] == 86.0 and teacher["pct_of_teacher"] == pytest.approx(100.0)
     assert teacher["speedup"] == pytest.approx(1.0)
     finetune = board.set_index("label").loc["finetune"]
     assert not finetune["complete"] and pd.isna(finetune["average"])
+    assert pd.isna(finetune["train_examples"]) and pd.isna(teacher["train_examples"])
 
 
 def test_published_rows_stay_beside_ours_with_split_and_metric_marked(store):

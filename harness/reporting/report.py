@@ -62,7 +62,7 @@ ANCHOR_METRIC = {"matthews_correlation": "mcc", "spearmanr": "spearman"}
 """Our metric names -> the anchors file's vocabulary."""
 
 RUN_COLUMNS = ["label", "method", "student", "task", "seed", "score", "teacher_score",
-               "params_total", "params_non_embedding", "run_id", "seconds"]
+               "params_total", "params_non_embedding", "run_id", "seconds", "train_examples"]
 
 
 # --------------------------------------------------------------------------- runs
@@ -75,7 +75,8 @@ def _run_row(label: str, record: RunRecord) -> dict[str, Any]:
             "teacher_score": record.teacher_main_score,
             "params_total": parameters.total if parameters else None,
             "params_non_embedding": parameters.non_embedding if parameters else None,
-            "run_id": record.run_id, "seconds": record.wall_seconds}
+            "run_id": record.run_id, "seconds": record.wall_seconds,
+            "train_examples": record.examples_seen}
 
 
 def collect_runs(config: SuiteConfig, results: Path, *, grid: bool = False,
@@ -157,9 +158,12 @@ def leaderboard(runs: pd.DataFrame, tasks: list[str], *,
                 teacher_label: str = "teacher", teacher_shape: str = "teacher",
                 teacher_params: int | None = None) -> pd.DataFrame:
     """One row per (label, student) with per-task statistics, GLUE average, % of teacher,
-    parameters and efficiency; the teacher first, then complete rows by average, then rows
-    missing a task. Columns per task ``t``: ``t`` (mean), ``t_std``, ``t_n``, ``t_ci_low``,
-    ``t_ci_high``."""
+    parameters, training examples and efficiency; the teacher first, then complete rows by
+    average, then rows missing a task. Columns per task ``t``: ``t`` (mean), ``t_std``,
+    ``t_n``, ``t_ci_low``, ``t_ci_high``.  ``train_examples``: the examples the task stages
+    trained on (repeats and augmented copies counted; general distillation, a one-off
+    shared by many runs, not), each task's mean over seeds summed over the tasks; only
+    for a row with every task."""
     efficiency = efficiency if efficiency is not None else pd.DataFrame()
     teacher_scores = runs.groupby("task")["teacher_score"].mean()
     rows = []
@@ -177,6 +181,10 @@ def leaderboard(runs: pd.DataFrame, tasks: list[str], *,
                                "runs": len(group),
                                "params_total": group["params_total"].mean(),
                                "params_non_embedding": group["params_non_embedding"].mean()}
+        if "train_examples" in group:
+            examples = group.groupby("task")["train_examples"].mean()
+            row["train_examples"] = (float(sum(examples[task] for task in tasks))
+                                     if all(task in examples for task in tasks) else np.nan)
         for task, scores in group.groupby("task")["score"]:
             if task not in tasks:
                 continue
@@ -195,7 +203,7 @@ def leaderboard(runs: pd.DataFrame, tasks: list[str], *,
     board["teacher_average"] = teacher_average
     board["pct_of_teacher"] = 100.0 * board["average"] / teacher_average
     board["complete"] = means.notna().all(axis=1)
-    for column in ("params_total", "params_non_embedding"):
+    for column in ("params_total", "params_non_embedding", "train_examples"):
         if column not in board:
             board[column] = np.nan
     if teacher_params:
@@ -417,6 +425,7 @@ def display_table(board: pd.DataFrame, tasks: list[str], plus_minus: str = " ± 
         "% of teacher": board["pct_of_teacher"].map(lambda v: _number(v, 1)),
         "params": board["params_total"].map(_count),
         "params w/o emb.": board["params_non_embedding"].map(_count),
+        "train ex.": board["train_examples"].map(_count),
         "GFLOPs/ex.": board["gflops"].map(lambda v: _number(v, 3)),
         "latency ms (b1)": board["latency_ms"].map(lambda v: _number(v, 1)),
         "ex./s (b32)": board["throughput"].map(lambda v: _number(v, 0)),
@@ -805,6 +814,9 @@ DEFINITIONS = [
     "100 x the row's average / the teacher's average on the same tasks.",
     "params: counted on the trained models (mean over the row's runs: a BiLSTM's vocabulary "
     "differs per task); w/o emb.: without the embedding tables.",
+    "train ex.: the examples a row's task stages trained on, over all tasks (each task's "
+    "mean over seeds; repeated epochs and augmented copies counted, general distillation "
+    "not): the task-stage budget, the same on every machine.",
     "GFLOPs/ex. (forward, 2 x multiply-adds), latency at batch 1 and examples/s at batch 32: "
     "from the bench record named in the header, at its sequence length; speedup = the row's "
     "throughput / the teacher's in the same bench run.",
