@@ -464,6 +464,12 @@ class GridConfig(StrictModel):
     seeds: list[int] | None = Field(None, description="default: the suite's seeds")
     budget: GridBudget = GridBudget()
 
+    @property
+    def recipes(self) -> list[str]:
+        """The grid's rows before student shapes are crossed: its methods, then its
+        variants."""
+        return [*self.methods, *self.variants]
+
     @model_validator(mode="after")
     def _known_tasks(self) -> GridConfig:
         for task in self.tasks or []:
@@ -560,7 +566,7 @@ class SuiteConfig(StrictModel):
             for variant in self.grid.variants:
                 if variant not in self.methods:
                     raise ValueError(f"grid.variants: {variant!r} is not a method of this suite")
-            listed = {*self.grid.methods, *self.grid.variants}
+            listed = set(self.grid.recipes)
             for index, method in enumerate(self.grid.budget.own_budget):
                 if method not in listed:
                     raise ValueError(f"grid.budget.own_budget.{index}: {method!r} is not one "

@@ -71,7 +71,7 @@ def grid_cells(suite: SuiteConfig, methods: list[str] | None = None,
                ) -> list[GridCell]:
     """The cells, task by task (each task's data and teacher are prepared once)."""
     grid = grid_of(suite)
-    method_names = methods or [*grid.methods, *grid.variants]
+    method_names = methods or grid.recipes
     cells = []
     for task in tasks or grid.tasks or suite.tasks:
         for method in method_names:

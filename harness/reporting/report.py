@@ -960,8 +960,7 @@ def _csv(inputs: ReportInputs) -> pd.DataFrame:
 def grid_shares(config: SuiteConfig) -> list[PaperShare]:
     """The published shares of the grid's methods: a share given for a suite variant that
     is not a grid row (tinybert-full-da) belongs to the suite's report, not the grid's."""
-    grid = config.grid
-    methods = set(grid.methods) | set(grid.variants) if grid is not None else set()
+    methods = config.grid.recipes if config.grid is not None else []
     return [share for share in config.paper_shares if share.method in methods]
 
 
