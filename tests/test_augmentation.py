@@ -11,15 +11,17 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
+from harness.api.context import AugmentContext
+from harness.api.registry import instantiate
 from harness.assets.checkpoints import Checkpoint, resolve_checkpoint
 from harness.assets.glove import GloveVectors
 from harness.assets.mlm import MLMHeadConfig, load_masked_lm
 from harness.common.cache import ArtifactCache, content_hash
+from harness.config.schema import MethodRecipe
 from methods.tinybert.augmentation import (
     AugmentParams,
     ContextualAugmenter,
     augment_per_word_loop,
-    build_augmenter,
 )
 from tests.conftest import MINILM_DIR, WORDS
 from tests.test_mlm import write_tiny_mlm
@@ -151,18 +153,21 @@ def test_single_pieces_get_mlm_candidates_and_multi_pieces_glove(tokenizer, mask
 
 
 def test_glove_only_uses_neighbours_for_every_word(tokenizer, glove_file, tmp_path):
+    """Built through the plugin's hook, as a run builds it: GloVe candidates need no
+    masked-LM head, so the suite's corpus (slow to tokenise) is never loaded."""
     nowhere = Checkpoint("nowhere", str(tmp_path / "no-model"), {"none": True})
     corpus_loads: list[int] = []
 
-    def corpus() -> list[str]:  # the suite's corpus: tokenising it takes a while
+    def corpus() -> list[str]:
         corpus_loads.append(1)
         return []
 
-    aug = build_augmenter(nowhere, tokenizer, corpus, ArtifactCache(tmp_path),
-                          AugmentParams(candidates="glove", glove_path=str(glove_file)),
-                          log=lambda _: None)
+    tinybert = instantiate("tinybert", MethodRecipe(params={"augmentation": {
+        "candidates": "glove", "glove_path": str(glove_file)}}))
+    aug = tinybert.augmenter(AugmentContext(nowhere, tokenizer, corpus, ArtifactCache(tmp_path),
+                                            log=lambda _: None))
     assert aug.masked_lm is None and aug.describe()["source"] == "glove_only"
-    assert not corpus_loads  # no masked-LM head to fit: the corpus is never loaded
+    assert not corpus_loads
     assert all(c.source == "glove" for c in aug.word_candidates("the cat plays ."))
 
 
