@@ -264,6 +264,19 @@ def test_students_of_each_architecture_build_init_save_and_reload(model_type, po
     small = build_encoder_student(StudentContext(get_task("stsb"), "s", narrow,
                                                  teacher_config, state, pooling=pooling))
     assert dimensions(small.config).hidden == 16 and small.config.num_labels == 1
+    # or keeps every other dimension of each head and feed-forward unit, layers included
+    selected = build_encoder_student(StudentContext(
+        get_task("rte"), "s", narrow.model_copy(update={
+            "num_heads": HEADS, "init": "teacher_select", "embedding_init": "teacher_select",
+            "teacher_layers": [1]}), teacher_config, state, pooling=pooling))
+    word = selected.base_model.embeddings.word_embeddings.weight
+    assert torch.equal(word, teacher.embeddings.word_embeddings.weight[:, ::2])
+    selected_layer = [value for _, value in transformer_layers(selected.base_model)[0]
+                      .named_parameters()]
+    teacher_layer = [value for _, value in transformer_layers(teacher)[1].named_parameters()]
+    biases = [(mine, theirs) for mine, theirs in zip(selected_layer, teacher_layer, strict=True)
+              if mine.dim() == 1]
+    assert biases and all(torch.equal(mine, theirs[::2]) for mine, theirs in biases)
     # saved and reloaded (as the teacher stage caches a fine-tuned teacher), same logits
     student.eval().save_pretrained(tmp_path)
     loaded = load_sequence_classifier(tmp_path).eval()

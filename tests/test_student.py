@@ -70,6 +70,51 @@ def test_pca_embeddings_are_the_teacher_rows_on_its_principal_directions():
     assert torch.isclose(kept, (singular[:8] ** 2).sum(), rtol=1e-4)
 
 
+def test_weight_selection_keeps_whole_heads_evenly_spaced_and_the_same_indices_everywhere():
+    config, state = _teacher(layers=4, hidden=32)  # 4 heads of 8, feed-forward 64
+    # 2 heads of 8: teacher heads 0 and 2, whole; every other feed-forward unit.
+    shape = StudentConfig(num_layers=2, hidden_size=16, num_heads=2, intermediate_size=32,
+                          init="teacher_select", teacher_layers=[0, 3],
+                          embedding_init="teacher_select")
+    student = build_bert_student(StudentContext(get_task("rte"), "s", shape, config, state))
+    got = student.state_dict()
+    hidden = torch.tensor([*range(0, 8), *range(16, 24)])
+    ffn = torch.arange(0, 64, 2)
+    for student_layer, teacher_layer in enumerate([0, 3]):
+        source, target = f"encoder.layer.{teacher_layer}.", f"bert.encoder.layer.{student_layer}."
+        for name, rows, columns in (("attention.self.query.weight", hidden, hidden),
+                                    ("attention.output.dense.weight", hidden, hidden),
+                                    ("intermediate.dense.weight", ffn, hidden),
+                                    ("output.dense.weight", hidden, ffn)):
+            assert torch.equal(got[target + name], state[source + name][rows][:, columns])
+        for name, index in (("attention.self.value.bias", hidden),
+                            ("intermediate.dense.bias", ffn), ("output.LayerNorm.weight", hidden)):
+            assert torch.equal(got[target + name], state[source + name][index])
+    assert torch.equal(got["bert.embeddings.word_embeddings.weight"],
+                       state["embeddings.word_embeddings.weight"][:, hidden])
+    assert torch.equal(got["bert.embeddings.LayerNorm.bias"],
+                       state["embeddings.LayerNorm.bias"][hidden])
+    assert torch.equal(got["bert.pooler.dense.weight"],
+                       state["pooler.dense.weight"][hidden][:, hidden])
+
+    # 4 heads of 4: every head, every other dimension inside it.
+    shape = shape.model_copy(update={"num_heads": 4})
+    student = build_bert_student(StudentContext(get_task("rte"), "s", shape, config, state))
+    assert torch.equal(student.state_dict()["bert.encoder.layer.1.attention.self.key.bias"],
+                       state["encoder.layer.3.attention.self.key.bias"][::2])
+
+
+def test_weight_selection_refuses_a_wider_head_and_a_pca_embedding():
+    config, state = _teacher(hidden=32)  # heads of 8
+    shape = StudentConfig(num_layers=1, hidden_size=16, num_heads=1, intermediate_size=32,
+                          init="teacher_select", embedding_init="teacher_select")
+    with pytest.raises(ValueError, match="no wider than the teacher"):
+        build_bert_student(StudentContext(get_task("rte"), "s", shape, config, state))
+    with pytest.raises(ValueError, match="use embedding_init: teacher_select"):
+        StudentConfig(num_layers=1, hidden_size=16, num_heads=2, intermediate_size=32,
+                      init="teacher_select", embedding_init="teacher_pca")
+
+
 def test_student_heads_and_labels_follow_the_task():
     config, _ = _teacher()
     shape = StudentConfig(num_layers=2, hidden_size=16, num_heads=4, intermediate_size=32)

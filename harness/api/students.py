@@ -8,7 +8,7 @@ from pydantic import ValidationError
 from torch import nn
 from transformers import AutoModelForSequenceClassification, BertConfig, PretrainedConfig
 
-from harness.api.architectures import architecture, dimensions
+from harness.api.architectures import Dimensions, architecture, dimensions
 from harness.api.capture import transformer_layers
 from harness.api.context import StudentContext
 from harness.api.pooling import sequence_classifier_class, with_pooling
@@ -106,6 +106,65 @@ def _principal_projection(matrix: torch.Tensor, dim: int) -> torch.Tensor:
     return right[:dim].T.contiguous()
 
 
+def _even_indices(teacher_size: int, student_size: int) -> torch.Tensor:
+    """``student_size`` indices spread evenly over ``range(teacher_size)``."""
+    return torch.arange(student_size) * teacher_size // student_size
+
+
+class WeightSelection:
+    """Which of the teacher's indices a narrower student keeps along each kind of axis:
+    uniform weight selection (Xu et al. 2024, "Initializing Models with Larger Ones").
+
+    The same hidden indices serve the residual stream, the embeddings and every projection
+    in and out of the attention, so a selected layer reads what the selected layer before
+    it wrote. They are chosen head by head (evenly spaced heads, then evenly spaced
+    dimensions inside each), so each student head is a slice of one teacher head and its
+    query-key products are partial sums of that head's. Axes are told apart by the
+    teacher's size: hidden or feed-forward (an axis the student keeps whole is copied)."""
+
+    def __init__(self, teacher: Dimensions, shape: StudentConfig) -> None:
+        head_size = teacher.hidden // teacher.heads
+        student_head_size = shape.hidden_size // shape.num_heads
+        if shape.num_heads > teacher.heads or student_head_size > head_size \
+                or shape.intermediate_size > teacher.intermediate:
+            raise ValueError(
+                f"init: teacher_select needs a student no wider than the teacher in heads, "
+                f"head size and feed-forward size; teacher {teacher.heads} x {head_size}, "
+                f"{teacher.intermediate}; student {shape.num_heads} x {student_head_size}, "
+                f"{shape.intermediate_size}")
+        if teacher.hidden == teacher.intermediate:
+            raise ValueError("init: teacher_select tells hidden from feed-forward axes by "
+                             f"size; this teacher has {teacher.hidden} for both")
+        heads = _even_indices(teacher.heads, shape.num_heads)
+        within = _even_indices(head_size, student_head_size)
+        self.indices = {
+            teacher.hidden: (heads[:, None] * head_size + within[None, :]).reshape(-1),
+            teacher.intermediate: _even_indices(teacher.intermediate, shape.intermediate_size),
+        }
+
+    def __call__(self, name: str, value: torch.Tensor, target: torch.Size) -> torch.Tensor:
+        """``value`` (the teacher's ``name``) cut down to the student's ``target`` shape."""
+        if value.dim() != len(target):
+            raise ValueError(f"init: teacher_select: {name} is {tuple(value.shape)}, the "
+                             f"student's is {tuple(target)}")
+        for axis, (size, wanted) in enumerate(zip(value.shape, target, strict=True)):
+            if size == wanted:
+                continue
+            indices = self.indices.get(size)
+            if indices is None or len(indices) != wanted:
+                raise ValueError(f"init: teacher_select cannot cut {name}'s axis {axis} "
+                                 f"from {size} to {wanted}")
+            value = value.index_select(axis, indices)
+        return value.clone()
+
+
+def _exact_copy(name: str, value: torch.Tensor, target: torch.Size) -> torch.Tensor:
+    if value.shape != target:
+        raise ValueError(f"init: teacher_layers needs the teacher's layer shape; {name} is "
+                         f"{tuple(value.shape)}, the student's is {tuple(target)}")
+    return value.clone()
+
+
 def _teacher_prefix(student: nn.Module, teacher_state: dict[str, torch.Tensor], path: str
                     ) -> str:
     """How ``teacher_state`` names the base model's ``path``: with the architecture's
@@ -115,19 +174,29 @@ def _teacher_prefix(student: nn.Module, teacher_state: dict[str, torch.Tensor], 
 
 
 def _init_embeddings(student: nn.Module, shape: StudentConfig,
-                     teacher_state: dict[str, torch.Tensor]) -> None:
-    """The embedding tables from the teacher's: copied (``teacher``), or projected on the
-    principal directions of its word embeddings (``teacher_pca``); with ``teacher`` the
-    embeddings' other weights (LayerNorm, a projection) are copied too."""
+                     teacher_state: dict[str, torch.Tensor],
+                     selection: WeightSelection | None) -> None:
+    """The embedding tables from the teacher's: copied (``teacher``), projected on the
+    principal directions of its word embeddings (``teacher_pca``) or sub-selected
+    (``teacher_select``, with ``selection``); with ``teacher`` and ``teacher_select`` the
+    embeddings' other weights (LayerNorm, a projection) come along too."""
     prefix = _teacher_prefix(student, teacher_state, "embeddings.") + "embeddings."
     embeddings = student.base_model.embeddings
+    if shape.embedding_init == "teacher_select":
+        assert selection is not None
+        with torch.no_grad():
+            for name, parameter in embeddings.named_parameters():
+                source = teacher_state.get(prefix + name)
+                if source is not None:
+                    parameter.copy_(selection(prefix + name, source, parameter.shape))
+        return
     teacher_word = teacher_state[prefix + "word_embeddings.weight"]
     width = embeddings.word_embeddings.weight.shape[1]
     if shape.embedding_init == "teacher":
         if teacher_word.shape[1] != width:
             raise ValueError("embedding_init: teacher needs the teacher's hidden size "
                              f"({teacher_word.shape[1]}), got {shape.hidden_size}; "
-                             "use teacher_pca")
+                             "use teacher_pca or teacher_select")
         projection = torch.eye(width)
     else:
         projection = _principal_projection(teacher_word, width)
@@ -149,11 +218,14 @@ def _init_embeddings(student: nn.Module, shape: StudentConfig,
 
 
 def _init_layers(student: nn.Module, shape: StudentConfig,
-                 teacher_state: dict[str, torch.Tensor], num_teacher_layers: int) -> None:
-    """The chosen teacher layers copied into the student's, found through the architecture's
-    layer list (``encoder.layer``, DistilBERT's ``transformer.layer``...); the base model's
-    weights outside the embeddings and the layers (BERT's pooler, DeBERTa-v2's relative
-    position embeddings) come along where the shapes agree."""
+                 teacher_state: dict[str, torch.Tensor], num_teacher_layers: int,
+                 selection: WeightSelection | None) -> None:
+    """The chosen teacher layers into the student's, found through the architecture's
+    layer list (``encoder.layer``, DistilBERT's ``transformer.layer``...): copied, or cut
+    down by ``selection``. The base model's weights outside the embeddings and the layers
+    (BERT's pooler, DeBERTa-v2's relative position embeddings) come along where the shapes
+    agree, or where ``selection`` can cut them."""
+    fit = selection or _exact_copy
     layers = shape.teacher_layers or evenly_spaced_layers(num_teacher_layers, shape.num_layers)
     base = student.base_model
     names = {id(module): name for name, module in base.named_modules()}
@@ -170,12 +242,8 @@ def _init_layers(student: nn.Module, shape: StudentConfig,
         for key, value in teacher_state.items():
             if key.startswith(source_prefix):
                 target = target_prefix + key[len(source_prefix):]
-                if student_state[target].shape != value.shape:
-                    raise ValueError(f"init: teacher_layers needs the teacher's layer shape; "
-                                     f"{key} is {tuple(value.shape)}, student "
-                                     f"{target} is {tuple(student_state[target].shape)}")
-                student_state[target] = value.clone()
-    # The pooler (when the head reads it) comes along when the widths agree.
+                student_state[target] = fit(key, value, student_state[target].shape)
+    # The pooler (when the head reads it) comes along.
     for key, value in teacher_state.items():
         if not key.startswith(source_root):
             continue
@@ -183,8 +251,12 @@ def _init_layers(student: nn.Module, shape: StudentConfig,
         if rest.startswith(("embeddings.", f"{layer_list}.")):
             continue
         target = target_root + rest
-        if target in student_state and student_state[target].shape == value.shape:
+        if target not in student_state:
+            continue
+        if student_state[target].shape == value.shape:
             student_state[target] = value.clone()
+        elif selection is not None:
+            student_state[target] = selection(key, value, student_state[target].shape)
     student.load_state_dict(student_state)
 
 
@@ -202,16 +274,20 @@ def build_encoder_student(context: StudentContext) -> nn.Module:
     shape = context.shape
     student = new_sequence_classifier(
         student_config(shape, context.teacher_config, context.task, context.pooling))
-    needs_teacher = shape.init == "teacher_layers" or shape.embedding_init != "random"
-    if needs_teacher:
-        if context.teacher_state is None:
-            raise ValueError("this student initialises from the teacher but no teacher "
-                             "weights were given")
-        if shape.embedding_init != "random":
-            _init_embeddings(student, shape, context.teacher_state)
-        if shape.init == "teacher_layers":
-            _init_layers(student, shape, context.teacher_state,
-                         dimensions(context.teacher_config).layers)
+    if shape.init == "random" and shape.embedding_init == "random":
+        return student
+    if context.teacher_state is None:
+        raise ValueError("this student initialises from the teacher but no teacher "
+                         "weights were given")
+    teacher = dimensions(context.teacher_config)
+    selects = "teacher_select" in (shape.init, shape.embedding_init)
+    selection = WeightSelection(teacher, resolve_teacher_sizes(shape, context.teacher_config)
+                                ) if selects else None
+    if shape.embedding_init != "random":
+        _init_embeddings(student, shape, context.teacher_state, selection)
+    if shape.init != "random":
+        _init_layers(student, shape, context.teacher_state, teacher.layers,
+                     selection if shape.init == "teacher_select" else None)
     return student
 
 

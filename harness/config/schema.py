@@ -210,13 +210,17 @@ class StudentConfig(StrictModel):
     hidden_size: Size
     num_heads: Size
     intermediate_size: Size
-    init: Literal["random", "teacher_layers"] = "random"
+    init: Literal["random", "teacher_layers", "teacher_select"] = Field(
+        "random", description="teacher_layers: copy teacher layers (same sizes); "
+        "teacher_select: teacher layers with every dimension evenly sub-selected to the "
+        "student's sizes (weight selection, Xu et al. 2024), for a narrower student")
     teacher_layers: list[int] | None = Field(
-        None, description="teacher layers (0-based) copied into the student, with init: "
-        "teacher_layers; default: evenly spaced")
-    embedding_init: Literal["random", "teacher", "teacher_pca"] = Field(
+        None, description="teacher layers (0-based) the student's come from, with init: "
+        "teacher_layers or teacher_select; default: evenly spaced")
+    embedding_init: Literal["random", "teacher", "teacher_pca", "teacher_select"] = Field(
         "random", description="teacher: copy (same hidden size); teacher_pca: the teacher's "
-        "embeddings projected on their top principal directions")
+        "embeddings projected on their top principal directions; teacher_select: their "
+        "columns sub-selected as init: teacher_select does")
     pooling: Literal["auto", "cls", "pooler", "mean"] = Field(
         "auto", description="what the classification head reads (see teacher.pooling); "
         "auto: the teacher's resolved pooling, since the student starts from (or is compared "
@@ -244,6 +248,11 @@ class StudentConfig(StrictModel):
             raise ValueError(
                 f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}"
             )
+        if self.init == "teacher_select" and self.embedding_init == "teacher_pca":
+            raise ValueError(
+                "init: teacher_select keeps a subset of the teacher's hidden dimensions, "
+                "embedding_init: teacher_pca a rotation of them: the layers would read "
+                "embeddings in another basis; use embedding_init: teacher_select")
         if self.teacher_layers is not None and len(self.teacher_layers) != self.num_layers:
             raise ValueError(
                 f"teacher_layers has {len(self.teacher_layers)} entries for "
