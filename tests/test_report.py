@@ -359,3 +359,35 @@ def test_runs_that_read_different_teachers_are_named(store, tmp_path):
     assert named in (tmp_path / "mixed" / "leaderboard.html").read_text()
     assert f"  {named}" in result.summary
     assert any(line.startswith("WARNING: the runs of a task") for line in result.summary)
+
+
+def test_the_revision_is_marked_when_the_reports_inputs_differ_from_it(tmp_path):
+    """A checkout's report names its commit plainly when only generated files differ (another
+    report, the README), and "with uncommitted changes" when code, suites or records do."""
+    import subprocess
+
+    from harness.reporting.report import _git_revision
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                       cwd=tmp_path, check=True, capture_output=True)
+
+    for name in ("harness/a.py", "suites/s.yaml", "results/s/r.json", "reports/s/l.md",
+                 "README.md"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "x")
+    results = tmp_path / "results"
+    clean = _git_revision(results, source=tmp_path)
+    assert re.fullmatch(r"[0-9a-f]{7,}", clean)
+    (tmp_path / "reports/s/l.md").write_text("2\n")
+    (tmp_path / "README.md").write_text("2\n")
+    assert _git_revision(results, source=tmp_path) == clean
+    (tmp_path / "results/s/new.json").write_text("{}\n")  # a record not committed yet
+    assert _git_revision(results, source=tmp_path) == f"{clean} (with uncommitted changes)"
+    (tmp_path / "results/s/new.json").unlink()
+    (tmp_path / "suites/s.yaml").write_text("2\n")
+    assert _git_revision(results, source=tmp_path) == f"{clean} (with uncommitted changes)"
+    assert _git_revision(results, source=tmp_path / "nowhere") == "unknown"

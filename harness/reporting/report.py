@@ -509,13 +509,30 @@ class ReportResult:
     """The leaderboard and the claims as terminal lines (what `make run` ends with)."""
 
 
-def _git_revision() -> str:
+REPORT_INPUTS = ("harness", "methods", "suites")
+"""The checkout's folders a report is computed from, besides the results store."""
+CHECKOUT = Path(__file__).resolve().parents[2]
+"""The folder holding the harness package (a git checkout, or an install)."""
+
+
+def _git_revision(results: Path, source: Path = CHECKOUT) -> str:
+    """The commit of the checkout at ``source``, marked "with uncommitted changes" when what
+    the report is computed from differs from it: the code and suites (:data:`REPORT_INPUTS`)
+    and the results store when it lies in the checkout, new untracked files included.
+    Generated files (this and other reports, the README's tables) do not count, so a report
+    rebuilt beside another one still names its commit plainly."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, check=True,
+                              cwd=source).stdout.strip()
+
     try:
-        revision = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                  text=True, check=True, cwd=Path(__file__).parent).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, check=True,
-                               cwd=Path(__file__).parent).stdout.strip()
+        revision = git("rev-parse", "--short", "HEAD")
+        top = Path(git("rev-parse", "--show-toplevel")).resolve()
+        inputs = [source / name for name in REPORT_INPUTS if (source / name).exists()]
+        if results.resolve().is_relative_to(top):
+            inputs.append(results.resolve())
+        dirty = git("status", "--porcelain", "--untracked-files=all", "--",
+                    *(str(path) for path in inputs)) if inputs else ""
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return revision + (" (with uncommitted changes)" if dirty else "")
@@ -765,7 +782,7 @@ def _bench_seq(bench: dict[str, Any] | None) -> int | None:
 # --------------------------------------------------------------------------- writers
 
 
-def _header(inputs: ReportInputs, command: str, grid: bool) -> dict[str, Any]:
+def _header(inputs: ReportInputs, command: str, grid: bool, results: Path) -> dict[str, Any]:
     config = inputs.config
     runs = inputs.runs
     records = list(inputs.records.values())
@@ -789,7 +806,7 @@ def _header(inputs: ReportInputs, command: str, grid: bool) -> dict[str, Any]:
         "title": f"Leaderboard: {config.name}{' (common grid)' if grid else ''}",
         "description": config.description,
         "command": command,
-        "revision": _git_revision(),
+        "revision": _git_revision(results),
         "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "runs": len(runs),
         "seeds": sorted(set(runs["seed"])) if len(runs) else [],
@@ -993,7 +1010,7 @@ def build_report(config: SuiteConfig, results: Path, out: Path, *, grid: bool = 
                           teachers=teacher_groups(records, config.tasks))
     out.mkdir(parents=True, exist_ok=True)
     figure_list = make_figures(inputs, results, out, log) if figures else []
-    header = _header(inputs, command, grid)
+    header = _header(inputs, command, grid, results)
     files = []
 
     def write(name: str, text: str) -> None:
