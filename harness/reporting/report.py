@@ -528,11 +528,11 @@ def _git_revision(results: Path, source: Path = CHECKOUT) -> str:
     try:
         revision = git("rev-parse", "--short", "HEAD")
         top = Path(git("rev-parse", "--show-toplevel")).resolve()
-        inputs = [source / name for name in REPORT_INPUTS if (source / name).exists()]
+        inputs = [source / name for name in REPORT_INPUTS]
         if results.resolve().is_relative_to(top):
             inputs.append(results.resolve())
         dirty = git("status", "--porcelain", "--untracked-files=all", "--",
-                    *(str(path) for path in inputs)) if inputs else ""
+                    *(str(path) for path in inputs))
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return revision + (" (with uncommitted changes)" if dirty else "")
