@@ -252,6 +252,37 @@ def test_without_the_prediction_term_the_head_learns_from_gold_labels():
     assert prediction.data == "task" and prediction.evaluate
 
 
+@pytest.mark.parametrize(("augmented_stages", "intermediate_data", "prediction_data"), [
+    (None, "augmented", "augmented"),
+    (["intermediate"], "augmented", "task"),
+    (["prediction"], "task", "augmented"),
+])
+def test_augmented_stages_choose_which_task_stage_reads_the_augmented_set(
+        augmented_stages, intermediate_data, prediction_data):
+    params = {"augment": True}
+    if augmented_stages is not None:
+        params["augmented_stages"] = augmented_stages
+    intermediate, prediction = tinybert(params=params).stages(get_task("rte"))
+    assert (intermediate.data, prediction.data) == (intermediate_data, prediction_data)
+    assert prediction.teacher == "finetuned" and prediction.loss_terms == ("prediction",)
+
+
+def test_augmented_stages_at_its_default_leaves_earlier_run_ids_alone():
+    """The option came after the committed tinybert records: at its default it is not in
+    the params a run id hashes; set, it is, and it reads back."""
+    dumped = tinybert(params={"augment": True}).params.model_dump()
+    assert "augmented_stages" not in dumped and dumped["augment"] is True
+    narrowed = tinybert(params={"augmented_stages": ["intermediate"]}).params
+    assert narrowed.model_dump()["augmented_stages"] == ["intermediate"]
+    assert type(narrowed).model_validate(narrowed.model_dump()) == narrowed
+
+
+def test_augmented_stages_cannot_be_empty_or_name_another_stage():
+    for stages in ([], ["general"]):
+        with pytest.raises(ConfigError, match="augmented_stages"):
+            tinybert(params={"augmented_stages": stages})
+
+
 def test_gold_term_cannot_be_switched_off_when_it_is_what_trains_the_head():
     with pytest.raises(ConfigError, match="classifier"):
         tinybert(disabled_losses=["prediction", "gold"]).stages(get_task("rte"))

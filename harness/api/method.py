@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 from torch import nn
 
 from harness.api.context import (
@@ -62,9 +62,22 @@ softmax distributions) makes the engine build the student with eager attention, 
 implementation that returns them."""
 
 class MethodParams(BaseModel):
-    """Base for a method's hyperparameters: strict, so a misspelt name is an error."""
+    """Base for a method's hyperparameters: strict, so a misspelt name is an error.
+
+    A run id hashes the params as serialised, defaults included.  An option added to a
+    plugin after records of it exist goes in ``added_later`` with its default: it is left
+    out while at that default, so the records made before it keep their run ids."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    added_later: ClassVar[dict[str, Any]] = {}
+
+    @model_serializer(mode="wrap")
+    def _without_later_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        values = handler(self)
+        for name, default in self.added_later.items():
+            if name in values and values[name] == default:
+                values.pop(name)
+        return values
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,8 @@ The paper's two-stage procedure:
 Ablations are switches: ``disabled_losses`` (w/o Embd / Attn / Hidn / Pred; w/o Trm is
 attention + hidden; these change task distillation only), ``general_distillation: false``
 (w/o GD: the suite's student initialisation), ``task_distillation: false`` (w/o TD: the
-general TinyBERT fine-tuned on gold labels), ``augment: false`` (w/o DA) and ``mapping``.
+general TinyBERT fine-tuned on gold labels), ``augment: false`` (w/o DA; ``augmented_stages``
+keeps it in one task stage only) and ``mapping``.
 Without the prediction term ("w/o Pred") the classifier is trained on gold labels of the
 plain task data (the ``gold`` term), since something must train it.
 
@@ -38,7 +39,7 @@ separate unless ``shared_projection`` (theirs share one).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 import torch
 from pydantic import Field
@@ -96,6 +97,9 @@ class TinyBERT(Method):
                    "layer) on augmented task data")
 
     class Params(MethodParams):
+        added_later: ClassVar[dict[str, Any]] = {
+            "augmented_stages": ["intermediate", "prediction"]}
+
         temperature: float = Field(1.0, gt=0, description="t of the prediction-layer loss")
         mapping: Mapping = Field(
             "uniform", description="layer mapping g: a strategy, or the teacher layer (1..N) "
@@ -117,6 +121,11 @@ class TinyBERT(Method):
             "(the 'w/o TD' ablation)")
         augment: bool = Field(True, description="task distillation on the training set plus "
                               "augmented copies (False: the 'w/o DA' ablation)")
+        augmented_stages: list[Literal["intermediate", "prediction"]] = Field(
+            default_factory=lambda: ["intermediate", "prediction"], min_length=1,
+            description="the task stages that read the augmented set (as the paper); the "
+            "others read the plain training set. ['intermediate'] asks whether augmentation "
+            "helps by what the body fits or by what the head is trained on")
         augmentation: AugmentParams = Field(default_factory=AugmentParams)
 
     stage_names = ("general", "intermediate", "prediction", "finetune")
@@ -165,7 +174,11 @@ class TinyBERT(Method):
             stages.append(Stage("finetune", ("gold",), teacher="none",
                                 teacher_outputs=frozenset()))
             return self._need_gold(stages)
-        data = "augmented" if params.augment and params.augmentation.copies > 0 else "task"
+        augmented = params.augment and params.augmentation.copies > 0
+
+        def data(stage: str) -> str:
+            return "augmented" if augmented and stage in params.augmented_stages else "task"
+
         outputs = set()
         if self._active("embedding") or self._active("hidden"):
             outputs.add("hidden_states")
@@ -173,10 +186,12 @@ class TinyBERT(Method):
             outputs.add("attention_scores")
         if outputs:
             stages.append(Stage("intermediate", INTERMEDIATE_TERMS, teacher="finetuned",
-                                teacher_outputs=frozenset(outputs), evaluate=False, data=data))
+                                teacher_outputs=frozenset(outputs), evaluate=False,
+                                data=data("intermediate")))
         if self._active("prediction"):
             stages.append(Stage("prediction", ("prediction",), teacher="finetuned",
-                                teacher_outputs=frozenset({"logits"}), data=data))
+                                teacher_outputs=frozenset({"logits"}),
+                                data=data("prediction")))
         else:  # 'w/o Pred': the head learns from the gold labels of the plain task data
             stages.append(Stage("prediction", ("gold",), teacher="none",
                                 teacher_outputs=frozenset()))

@@ -36,15 +36,16 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_serializer
+from pydantic import Field
 from transformers import PreTrainedTokenizerBase
 
 from harness.api import (
     ArtifactCache,
+    MethodParams,
     progress_bar,
 )
 from harness.assets.checkpoints import Checkpoint
@@ -55,10 +56,10 @@ ALGORITHM_VERSION = 1
 Augmented = list[tuple[int, tuple[str, ...]]]
 
 
-class AugmentParams(BaseModel):
+class AugmentParams(MethodParams):
     """TinyBERT augmentation settings (defaults: the paper's)."""
 
-    model_config = ConfigDict(extra="forbid")
+    added_later: ClassVar[dict[str, Any]] = {"words": "all"}
 
     copies: int = Field(20, ge=1)
     """N_a: augmented copies per example."""
@@ -86,19 +87,6 @@ class AugmentParams(BaseModel):
     "authors": as the authors' script, only words of letters a-z (any case) that are not
     in its stop-word list (NLTK's English list plus "'s", "'re"); the others stay."""
 
-    @model_serializer(mode="wrap")
-    def _without_later_defaults(self, handler: Any) -> dict[str, Any]:
-        """Options added after the first records are left out while at their defaults, so
-        the run ids of the records made before them stay the same."""
-        values = handler(self)
-        for name, default in LATER_FIELDS.items():
-            if values.get(name) == default:
-                values.pop(name)
-        return values
-
-
-LATER_FIELDS: dict[str, Any] = {"words": "all"}
-"""AugmentParams fields added since the first records, with their defaults."""
 
 STOP_WORDS = frozenset("""
 i me my myself we our ours ourselves you you're you've you'll you'd your yours yourself
