@@ -86,7 +86,7 @@ def ablation_table(suite: str = "tinybert-ablation", repo: Path = REPO) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for method, row in table.iterrows():
         p_value = row["p_change"] if pd.notna(row["change"]) else float("nan")
-        group = "full model" if method == full else group_of.get(method, "")
+        group = "full model" if method == full else group_of.get(method, "not in the paper")
         lines.append(f"| {method} | {group} | "
                      + " | ".join(_cell(row[task], counts.get((method, task))) for task in tasks)
                      + f" | {_signed(row['change'])} | {_p(p_value)} | "
