@@ -529,8 +529,9 @@ def _git_revision(results: Path, source: Path = CHECKOUT) -> str:
         revision = git("rev-parse", "--short", "HEAD")
         top = Path(git("rev-parse", "--show-toplevel")).resolve()
         inputs = [source / name for name in REPORT_INPUTS]
-        if results.resolve().is_relative_to(top):
-            inputs.append(results.resolve())
+        store = results.resolve()
+        if store.is_relative_to(top):
+            inputs.append(store)
         dirty = git("status", "--porcelain", "--untracked-files=all", "--",
                     *(str(path) for path in inputs))
     except (OSError, subprocess.CalledProcessError):

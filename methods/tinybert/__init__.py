@@ -74,6 +74,8 @@ if TYPE_CHECKING:
     import optuna
 
 INTERMEDIATE_TERMS = ("embedding", "attention", "hidden")
+PAPER_AUGMENTED_STAGES = ["intermediate", "prediction"]
+"""The task stages that read the augmented set in the paper (the default)."""
 Mapping = Literal["uniform", "top", "bottom"] | list[Annotated[int, Field(ge=1)]]
 
 
@@ -97,8 +99,7 @@ class TinyBERT(Method):
                    "layer) on augmented task data")
 
     class Params(MethodParams):
-        added_later: ClassVar[dict[str, Any]] = {
-            "augmented_stages": ["intermediate", "prediction"]}
+        added_later: ClassVar[dict[str, Any]] = {"augmented_stages": PAPER_AUGMENTED_STAGES}
 
         temperature: float = Field(1.0, gt=0, description="t of the prediction-layer loss")
         mapping: Mapping = Field(
@@ -122,7 +123,7 @@ class TinyBERT(Method):
         augment: bool = Field(True, description="task distillation on the training set plus "
                               "augmented copies (False: the 'w/o DA' ablation)")
         augmented_stages: list[Literal["intermediate", "prediction"]] = Field(
-            default_factory=lambda: ["intermediate", "prediction"], min_length=1,
+            default_factory=lambda: list(PAPER_AUGMENTED_STAGES), min_length=1,
             description="the task stages that read the augmented set (as the paper); the "
             "others read the plain training set. ['intermediate'] asks whether augmentation "
             "helps by what the body fits or by what the head is trained on")
