@@ -110,6 +110,24 @@ def test_cli_rejects_a_misspelt_option_naming_it(tiny_suite_file):
     assert "training.lrr" in result.output and "unknown key" in result.output
 
 
+def test_a_teacher_that_cannot_be_had_says_what_to_pass(tiny_suite_file, tmp_path):
+    from harness.assets.checkpoints import load_base_config
+
+    missing = tmp_path / "no-such-teacher"
+    with pytest.raises(AssetNotFoundError, match="does not exist; pass a folder holding"):
+        resolve_checkpoint(str(missing))
+    hub = resolve_checkpoint("no-such-org/no-such-model")  # the hub is offline in tests
+    with pytest.raises(AssetNotFoundError,
+                       match=r"\(HF_HUB_OFFLINE is set\).*hf download no-such-org/no-such"):
+        load_base_config(hub)
+    result = CliRunner().invoke(app, ["run", "--suite", str(tiny_suite_file), "--teacher",
+                                      str(missing), "--results", str(tmp_path / "r"),
+                                      "--cache-dir", str(tmp_path / "c")])
+    assert result.exit_code == 2
+    assert f"teacher checkpoint folder {missing} does not exist" in result.output
+    assert not (tmp_path / "r").exists() and not (tmp_path / "c").exists()
+
+
 def test_new_method_skeleton_registers_and_passes_the_contract(tiny_suite_file, tmp_path):
     result = CliRunner().invoke(app, ["new-method", "my-kd", "--directory", str(tmp_path)])
     assert result.exit_code == 0, result.output

