@@ -79,7 +79,7 @@ def run_suite(method: Names | None = None, suite: str | Path = "glue-cpu",
     The arguments are :func:`run`'s; ``method_option`` is how an error names the method
     argument (``--method`` from the command line). Raises :class:`ConfigError` for a
     mistake in the recipe or the arguments, before anything runs."""
-    from harness.api.suites import check_method_names, load_suite
+    from harness.api.suites import check_method_names, load_suite, unused_assignments
     from harness.config.schema import resolve_suite_path
     from harness.experiments.runner import SuiteRunner
     from harness.experiments.tracking import Tracking
@@ -89,13 +89,16 @@ def run_suite(method: Names | None = None, suite: str | Path = "glue-cpu",
     results = Path(results)
     tracking = Tracking.of(_names(log_with), log_dir_for(
         Path(log_dir) if log_dir is not None else None, results))
-    config = load_suite(str(suite), recipe_overrides(
-        _assignments(overrides), str(data_dir) if data_dir else None, teacher))
+    assignments = recipe_overrides(_assignments(overrides), str(data_dir) if data_dir else None,
+                                   teacher)
+    config = load_suite(str(suite), assignments)
     methods = _names(method) or config.default_methods()
     check_method_names(config, methods, method_option, str(resolve_suite_path(str(suite))))
     if "all" in methods:
         methods = config.method_names()
     task_list = _names(tasks) or config.tasks
+    for line in unused_assignments(str(suite), assignments, config, methods, task_list):
+        (log or _silent)(f"warning: {line}")
     seed_list = _seeds(seeds) or config.seeds
     references = [params] if isinstance(params, str) else list(params or [])
     tuned = [load_tuned(reference, results) for reference in references]

@@ -15,7 +15,7 @@ from transformers.modeling_outputs import SequenceClassifierOutput
 
 from harness.api.method import StepInputs, TeacherView
 from harness.api.registry import instantiate
-from harness.api.suites import load_suite
+from harness.api.suites import load_suite, unused_assignments
 from harness.config.schema import (
     SUITES_DIR,
     ConfigError,
@@ -432,7 +432,7 @@ def test_unknown_method_param(tmp_path: Path) -> None:
     path = write_suite(tmp_path)
     message = config_error(path, ["methods.kd.params.alpah=0.3"])
     assert error_line(message, "methods.kd.params.alpah") == \
-        "methods.kd.params.alpah: unknown parameter"
+        "methods.kd.params.alpah: unknown parameter (from --set methods.kd.params.alpah=0.3)"
     suite = parse_suite(str(path), ["methods.kd.params.alpah=0.3"])  # the schema alone
     with pytest.raises(ConfigError, match=r"methods\.kd\.params: alpah: unknown parameter"):
         instantiate("kd", suite.recipe("kd"))  # and what a run checks again
@@ -612,6 +612,63 @@ def test_extends_merges_a_suite_over_another(tmp_path: Path) -> None:
     assert suite.default_methods() == ["kd", "kd-hot"]
     child.write_text(yaml.safe_dump({"extends": str(child), "name": "loop"}))
     assert "cycle" in config_error(child)
+
+
+def test_errors_name_the_file_or_assignment_that_wrote_the_key(tmp_path: Path) -> None:
+    """A mistake in a suite that another extends is reported under the suite that was
+    loaded, with the file that holds the key; one that --set wrote names the assignment."""
+    def mistakes(tree: dict[str, Any]) -> None:
+        tree["teacher"]["training"]["epochz"] = 2
+        tree["methods"]["kd"]["params"]["alpah"] = 0.3
+
+    base = write_suite(tmp_path, mistakes)
+    child = tmp_path / "child.yaml"
+    child.write_text(yaml.safe_dump({"extends": str(base), "name": "child",
+                                     "training": {"lrr": 1.0}}))
+    message = config_error(child)  # the schema's check
+    assert message.splitlines()[0] == f"{child}: invalid recipe"
+    assert error_line(message, "teacher.training.epochz") == \
+        f"teacher.training.epochz: unknown key (in {base})"
+    assert error_line(message, "training.lrr") == "training.lrr: unknown key"
+
+    child.write_text(yaml.safe_dump({"extends": str(base), "name": "child"}))
+    message = config_error(child, ["teacher.training.epochz=2", "teacher.training.epochs=2",
+                                   "methods.kd.params.temperatur=3"])
+    assert error_line(message, "teacher.training.epochz") == \
+        "teacher.training.epochz: unknown key (from --set teacher.training.epochz=2)"
+
+    base.write_text(base.read_text().replace("epochz", "epochs"))
+    message = config_error(child, ["methods.kd.params.temperatur=3"])  # the plugins' check
+    assert error_line(message, "methods.kd.params.alpah") == \
+        f"methods.kd.params.alpah: unknown parameter (in {base})"
+    assert error_line(message, "methods.kd.params.temperatur") == \
+        "methods.kd.params.temperatur: unknown parameter (from --set " \
+        "methods.kd.params.temperatur=3)"
+
+
+def test_a_set_that_changes_none_of_the_runs_is_named(tmp_path: Path) -> None:
+    """An assignment outranked by a more specific value (a variant's own stage lr over the
+    suite's training.lr), or about a task or method not run, is reported; one that changes
+    any run is not."""
+    def variant(tree: dict[str, Any]) -> None:
+        tree["methods"]["kd-slow"] = {"base": "kd", "stages": {"task": {"lr": 1.0e-4}}}
+
+    path = str(write_suite(tmp_path, variant))
+    sets = ["training.lr=0.5", "task_training.stsb.epochs=2",
+            "methods.finetune.stages.task.epochs=1", "methods.kd.params.alpha=0.9"]
+    suite = load_suite(path, sets)
+    lines = unused_assignments(path, sets, suite, ["kd-slow"], ["mrpc"])
+    assert lines == [
+        "--set training.lr=0.5 changes none of these runs; their stages keep kd-slow task: "
+        "lr=0.0001 (a method's stages and task_stages outrank the suite's training and "
+        "task_training)",
+        "--set task_training.stsb.epochs=2 changes none of these runs; their stages keep "
+        "kd-slow task: epochs=3.0 (a method's stages and task_stages outrank the suite's "
+        "training and task_training)",
+        "--set methods.finetune.stages.task.epochs=1 changes none of these runs"]
+    # kd takes the suite's lr, stsb's budget is read, finetune is run: nothing to report
+    assert unused_assignments(path, sets, suite, ["kd-slow", "kd", "finetune"],
+                              ["mrpc", "stsb"]) == []
 
 
 def test_paper_orderings_and_shares_name_methods_of_the_suite(tmp_path: Path) -> None:

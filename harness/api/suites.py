@@ -12,13 +12,20 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from harness.api.registry import registry, student_shape_problems, weighted_method
+from harness.api.registry import (
+    instantiate,
+    registry,
+    student_shape_problems,
+    weighted_method,
+)
 from harness.config.schema import (
     ConfigError,
     MethodRecipe,
     SuiteConfig,
+    SuiteSource,
+    parse_assignment,
     parse_suite,
-    resolve_suite_path,
+    read_suite,
 )
 from harness.data.tasks import get_task
 
@@ -29,11 +36,19 @@ MAX_PROBLEMS = 12
 def load_suite(name_or_path: str, overrides: list[str] | None = None) -> SuiteConfig:
     """Read and validate a suite recipe (``--set`` overrides applied), then check every
     recipe in it against its plugin."""
-    suite = parse_suite(name_or_path, overrides)
+    suite, source = read_suite(name_or_path, overrides)
     problems = suite_problems(suite)
     if problems:
-        raise ConfigError(format_problems(str(resolve_suite_path(name_or_path)), problems))
+        raise ConfigError(format_problems(str(source.path),
+                                          [_with_origin(line, source) for line in problems]))
     return suite
+
+
+def _with_origin(problem: str, source: SuiteSource) -> str:
+    """``key.path: what is wrong``, followed by where that key was written when it was not
+    the suite's own file (a ``--set`` assignment, a suite it extends)."""
+    key_path = problem.split(":", 1)[0]
+    return f"{problem}{source.origin(key_path)}" if " " not in key_path else problem
 
 
 def format_problems(source: str, problems: list[str]) -> str:
@@ -175,3 +190,60 @@ def _has_path(tree: Any, loc: tuple[Any, ...]) -> bool:
             return False
         tree = tree[part]
     return True
+
+
+SHADOWED_ROOTS = ("training", "task_training", "methods")
+"""Where a ``--set`` can be outranked by a more specific value: the suite's budgets (by a
+method's stages) and a recipe (by a variant's own keys, or a method not being run)."""
+
+
+def unused_assignments(name_or_path: str, overrides: list[str], suite: SuiteConfig,
+                       methods: Iterable[str], tasks: Iterable[str]) -> list[str]:
+    """The ``--set`` assignments of budgets or recipes that change nothing these runs train
+    with, each as a line that says what they keep.  Such an assignment is valid, so it is
+    no error, but its runs are those of the recipe without it (the same run ids: a store
+    that has them skips them), which is not what whoever wrote it meant; the usual cause
+    is a method's own ``stages.<stage>.<field>`` outranking ``training.<field>``."""
+    methods, tasks = list(methods), list(tasks)
+    lines = []
+    for index, assignment in enumerate(overrides):
+        key_path, _ = parse_assignment(assignment)
+        if key_path[0] not in SHADOWED_ROOTS:
+            continue
+        try:
+            without = parse_suite(name_or_path, overrides[:index] + overrides[index + 1:])
+        except ConfigError:  # another assignment needs this one: it has an effect
+            continue
+        if any(_training_view(suite, method, task) != _training_view(without, method, task)
+               for method in methods for task in tasks):
+            continue
+        line = f"--set {assignment.strip()} changes none of these runs"
+        if key_path[0] in ("training", "task_training"):
+            kept = sorted({f"{method} {stage}: {key_path[-1]}={values.get(key_path[-1])}"
+                           for method in methods for task in tasks
+                           for stage, values in
+                           _training_view(suite, method, task)["stages"].items()})
+            line += (f"; their stages keep {', '.join(kept[:4])}"
+                     f"{' ...' if len(kept) > 4 else ''} (a method's stages and task_stages "
+                     "outrank the suite's training and task_training)")
+        lines.append(line)
+    return lines
+
+
+def _training_view(suite: SuiteConfig, method_name: str, task_name: str) -> dict[str, Any]:
+    """What a run of ``method_name`` on ``task_name`` trains with, from the recipe alone:
+    its parameters, loss weights, student and every stage's budget, and those of the
+    method whose general checkpoint it starts from (``init_from``)."""
+    recipe = suite.recipe(method_name)
+    method = instantiate(suite.plugin(method_name), recipe, task_name)
+    task = get_task(task_name)
+    stages = {}
+    for stage in method.stages(task):
+        scope = None if stage.is_general else task.name
+        stages[stage.name] = suite.train_config(
+            scope, *recipe.stage_overrides(scope, stage.name)).model_dump()
+    view = {"params": method.params.model_dump(), "weights": method.weights,
+            "student": recipe.student, "stages": stages}
+    if recipe.init_from is not None:
+        view["init_from"] = _training_view(suite, recipe.init_from, task_name)
+    return view

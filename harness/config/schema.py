@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -625,9 +626,9 @@ class SuiteConfig(StrictModel):
 
 
 def _format_validation_error(source: str, error: ValidationError,
-                             assignments: dict[str, str] | None = None) -> str:
+                             origins: SuiteSource | None = None) -> str:
     """One line per problem, ``key.path: what is wrong``; a problem under a key that a
-    ``--set`` assignment wrote names that assignment (``assignments``: key path -> text)."""
+    ``--set`` assignment or another file of the suite wrote names it (``origins``)."""
     lines = [f"{source}: invalid recipe"]
     for item in error.errors():
         loc = list(item["loc"])
@@ -639,7 +640,7 @@ def _format_validation_error(source: str, error: ValidationError,
         # A model-level check's input is the whole mapping: too long to be of use.
         shown = ("" if item["type"] in {"extra_forbidden", "missing"} or len(value) > 80
                  else f" (got {value})")
-        origin = _assignment_behind(path, assignments or {})
+        origin = origins.origin(path) if origins is not None else ""
         lines.append(f"  {path}: {message}{shown}{origin}")
     return "\n".join(lines)
 
@@ -696,10 +697,46 @@ def available_suites() -> list[str]:
     return sorted(path.stem for path in SUITES_DIR.glob("*.yaml"))
 
 
-def _read_suite_tree(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
-    """The suite's YAML mapping; with ``extends: <suite>`` it is merged over that suite's
-    (mappings merge key by key, anything else is replaced), so a suite that differs from
-    another in a few keys states only those."""
+@dataclass(frozen=True)
+class SuiteSource:
+    """Where a suite's keys were written: its own file, the files it extends (``files``:
+    own first, each as read) and the ``--set`` assignments (key path -> their text), so
+    that an error names the place to edit, not only the suite it was loaded as."""
+
+    path: Path
+    files: tuple[tuple[Path, dict[str, Any]], ...]
+    assignments: dict[str, str]
+
+    def origin(self, key_path: str) -> str:
+        """`` (from --set ...)`` for a key an assignment wrote, `` (in <file>)`` for one
+        written in a suite this one extends, '' for the suite's own keys (and keys that no
+        file holds, such as a missing one)."""
+        behind = _assignment_behind(key_path, self.assignments)
+        if behind:
+            return behind
+        parts = key_path.split(".")
+        for file, tree in self.files:
+            if _holds(tree, parts):
+                return "" if file == self.path else f" (in {file})"
+        return ""
+
+
+def _holds(tree: Any, parts: list[str]) -> bool:
+    """Whether ``tree`` has the key path ``parts`` (list items by their index)."""
+    node = tree
+    for part in parts:
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return False
+    return True
+
+
+def _read_suite_files(path: Path, seen: tuple[Path, ...]) -> list[tuple[Path, dict[str, Any]]]:
+    """The suite's YAML mapping and, with ``extends: <suite>``, those of the suites it
+    extends: its own first, each without its ``extends`` key."""
     if path.resolve() in seen:
         chain = " -> ".join(str(item) for item in (*seen, path.resolve()))
         raise ConfigError(f"{path}: 'extends' forms a cycle: {chain}")
@@ -712,11 +749,11 @@ def _read_suite_tree(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     tree = copy.deepcopy(raw)
     parent = tree.pop("extends", None)
     if parent is None:
-        return tree
+        return [(path, tree)]
     if not isinstance(parent, str):
         raise ConfigError(f"{path}: extends: expected a suite name or path, got {parent!r}")
-    base_path = resolve_suite_path(parent)
-    return deep_merge(_read_suite_tree(base_path, (*seen, path.resolve())), tree)
+    return [(path, tree), *_read_suite_files(resolve_suite_path(parent),
+                                             (*seen, path.resolve()))]
 
 
 def with_resolved_precision(suite: SuiteConfig, resolved: dict[str, str]) -> SuiteConfig:
@@ -727,18 +764,32 @@ def with_resolved_precision(suite: SuiteConfig, resolved: dict[str, str]) -> Sui
     return SuiteConfig.model_validate(tree)
 
 
-def parse_suite(name_or_path: str, overrides: list[str] | None = None) -> SuiteConfig:
-    """Read a suite recipe, apply ``--set`` overrides and validate it against the schema.
-    The recipes' plugin-specific parts (params, loss and stage names, student kinds) are
-    checked by :func:`harness.api.suites.load_suite`, which is what everything loads."""
+def read_suite(name_or_path: str, overrides: list[str] | None = None
+               ) -> tuple[SuiteConfig, SuiteSource]:
+    """:func:`parse_suite`, and where each of its keys was written (for later checks'
+    errors). A suite that ``extends`` another is merged over it (mappings merge key by key,
+    anything else is replaced), so a suite that differs from another in a few keys states
+    only those."""
     path = resolve_suite_path(name_or_path)
-    tree = _read_suite_tree(path, seen=())
+    files = _read_suite_files(path, seen=())
+    tree: dict[str, Any] = {}
+    for _, layer in reversed(files):
+        tree = deep_merge(tree, layer)
+    tree = copy.deepcopy(tree)  # the assignments below must not write into ``files``
     assignments = {}
     for assignment in overrides or []:
         key_path, value = parse_assignment(assignment)
         set_path(tree, key_path, value)
         assignments[".".join(key_path)] = assignment.strip()
+    source = SuiteSource(path, tuple(files), assignments)
     try:
-        return SuiteConfig.model_validate(tree)
+        return SuiteConfig.model_validate(tree), source
     except ValidationError as error:
-        raise ConfigError(_format_validation_error(str(path), error, assignments)) from None
+        raise ConfigError(_format_validation_error(str(path), error, source)) from None
+
+
+def parse_suite(name_or_path: str, overrides: list[str] | None = None) -> SuiteConfig:
+    """Read a suite recipe, apply ``--set`` overrides and validate it against the schema.
+    The recipes' plugin-specific parts (params, loss and stage names, student kinds) are
+    checked by :func:`harness.api.suites.load_suite`, which is what everything loads."""
+    return read_suite(name_or_path, overrides)[0]
