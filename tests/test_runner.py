@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import re
 import signal
@@ -73,8 +74,13 @@ def test_diverging_loss_stops_and_records_the_failure(tiny_suite_file, tmp_path)
     runner = _runner(tiny_suite_file, tmp_path, diverging)
     outcome = runner.run_one("finetune", "rte", seed=1)
     assert outcome.status == "failed"
-    record = json.loads(outcome.path.read_text())
+    def refuse(name: str) -> None:
+        raise ValueError(f"{name} is not JSON")
+
+    record = json.loads(outcome.path.read_text(), parse_constant=refuse)  # strict JSON
     assert "non-finite loss" in record["error"] and record["failure"]["stage"] == "task"
+    losses = runner.store.load(outcome.path).failure.losses  # read back as numbers
+    assert losses and any(not math.isfinite(value) for value in losses.values())
     again = _runner(tiny_suite_file, tmp_path, diverging).run_one("finetune", "rte", seed=1)
     assert again.status == "skipped"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -12,13 +13,16 @@ from typing import Any
 def write_json_atomic(path: Path, document: Any) -> Path:
     """Write ``document`` as JSON to ``path`` through a temporary file in the same folder,
     flushed to disk and renamed over the target: a process killed mid-way (or a full disk)
-    leaves the previous file, or none, never a partial one."""
+    leaves the previous file, or none, never a partial one.  Non-finite numbers (a failed
+    run's NaN loss) are written as the strings ``"nan"``, ``"inf"`` and ``"-inf"``: strict
+    JSON, which every reader accepts and pydantic reads back as floats."""
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor, temporary = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
     try:
         os.fchmod(descriptor, 0o644)  # mkstemp's 0600 would hide the file from other users
         with os.fdopen(descriptor, "w") as handle:
-            json.dump(document, handle, indent=2, sort_keys=False, default=str)
+            json.dump(strict_json(document), handle, indent=2, sort_keys=False, default=str,
+                      allow_nan=False)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, path)
@@ -26,3 +30,15 @@ def write_json_atomic(path: Path, document: Any) -> Path:
         if os.path.exists(temporary):
             os.unlink(temporary)
     return path
+
+
+def strict_json(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by its name (``nan``, ``inf``,
+    ``-inf``), which JSON has no literal for."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {key: strict_json(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [strict_json(item) for item in value]
+    return value
