@@ -23,6 +23,7 @@ from harness.config.schema import (
     MethodRecipe,
     SuiteConfig,
     SuiteSource,
+    has_key_path,
     parse_assignment,
     parse_suite,
     read_suite,
@@ -177,19 +178,11 @@ def _params_key(name: str, own: MethodRecipe, base_name: str | None,
     if base is not None:
         candidates.append((f"methods.{base_name}", base))
     for prefix, recipe in candidates:
-        if task is not None and _has_path(recipe.task_params.get(task, {}), loc):
+        if task is not None and has_key_path(recipe.task_params.get(task, {}), loc):
             return f"{prefix}.task_params.{task}.{path}"
-        if _has_path(recipe.params, loc):
+        if has_key_path(recipe.params, loc):
             return f"{prefix}.params.{path}"
     return f"methods.{name}.params.{path}"
-
-
-def _has_path(tree: Any, loc: tuple[Any, ...]) -> bool:
-    for part in loc:
-        if not isinstance(tree, dict) or part not in tree:
-            return False
-        tree = tree[part]
-    return True
 
 
 SHADOWED_ROOTS = ("training", "task_training", "methods")

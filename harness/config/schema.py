@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -716,18 +716,18 @@ class SuiteSource:
             return behind
         parts = key_path.split(".")
         for file, tree in self.files:
-            if _holds(tree, parts):
+            if has_key_path(tree, parts):
                 return "" if file == self.path else f" (in {file})"
         return ""
 
 
-def _holds(tree: Any, parts: list[str]) -> bool:
+def has_key_path(tree: Any, parts: Iterable[Any]) -> bool:
     """Whether ``tree`` has the key path ``parts`` (list items by their index)."""
     node = tree
     for part in parts:
         if isinstance(node, dict) and part in node:
             node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+        elif isinstance(node, list) and str(part).isdigit() and int(part) < len(node):
             node = node[int(part)]
         else:
             return False
