@@ -7,6 +7,7 @@ import errno
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from pydantic import ValidationError
 
@@ -276,7 +277,7 @@ def built_entry(cache: ArtifactCache, key: str) -> Path:
     with cache.build("teachers", key, {"task": "rte"}) as scratch:
         (scratch / "weights.bin").write_bytes(bytes(range(256)) * 4)
         (scratch / "logits").mkdir()
-        (scratch / "logits" / "train.npy").write_bytes(b"\x01" * 100)
+        np.save(scratch / "logits" / "train.npy", np.linspace(-1, 1, 20, dtype=np.float32))
     return cache.path("teachers", key)
 
 
@@ -318,6 +319,27 @@ def test_an_entry_written_before_checksums_has_them_recorded(tmp_path: Path) -> 
     assert "weights.bin" in json.loads((entry / "key.json").read_text())["files"]
     (entry / "weights.bin").write_bytes(b"x" * 1024)
     assert not ArtifactCache(tmp_path, log=messages.append).has("teachers", key)
+
+
+@pytest.mark.parametrize(("damage", "problem"), [
+    (lambda path: np.save(path, np.full(20, np.nan, dtype=np.float32)),
+     "logits/train.npy holds non-finite numbers"),
+    (lambda path: path.write_bytes(path.read_bytes()[:-8]), "logits/train.npy unreadable"),
+])
+def test_an_entry_without_checksums_is_read_before_they_are_recorded(
+        tmp_path: Path, damage, problem: str) -> None:
+    """An old entry's checksums would seal whatever it holds: its files are read first,
+    and one that is damaged is rebuilt rather than trusted."""
+    key = content_hash({"task": "old", "damage": problem})
+    entry = built_entry(ArtifactCache(tmp_path), key)
+    description = json.loads((entry / "key.json").read_text())
+    del description["files"]
+    (entry / "key.json").write_text(json.dumps(description))
+    damage(entry / "logits" / "train.npy")
+    messages: list[str] = []
+    assert not ArtifactCache(tmp_path, log=messages.append).has("teachers", key)
+    assert problem in messages[0] and "rebuilding it" in messages[0]
+    assert not entry.exists()
 
 
 class FullDisk:

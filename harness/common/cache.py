@@ -10,7 +10,8 @@ is never replaced under a process reading it.
 Each entry records the size and SHA-256 of every file it holds (``key.json``, ``files``).
 The first time a process uses an entry it checks them: a truncated, missing or altered
 file makes the entry damaged; it is reported, moved out of the way and rebuilt, never
-read.  An entry written before checksums existed has them recorded on first use.
+read.  An entry written before checksums existed has them recorded on first use, once
+its arrays load and hold finite numbers and its JSON files parse (else it is damaged too).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 CACHE_VERSION = 1
 
@@ -67,6 +70,27 @@ def file_manifest(folder: Path) -> dict[str, dict[str, Any]]:
                                                                               MARKER}}
 
 
+def _readable_problems(entry: Path) -> list[str]:
+    """What reading an entry that has no recorded checksums shows: arrays that do not load
+    or hold non-finite numbers (no logit or hidden state is NaN), JSON that does not parse.
+    Without this a damaged old entry would have its checksums recorded and be trusted."""
+    problems = []
+    for path in sorted(entry.rglob("*")):
+        name = path.relative_to(entry).as_posix()
+        if not path.is_file() or name in {DESCRIPTION, MARKER}:
+            continue
+        try:
+            if path.suffix == ".npy":
+                array = np.load(path, mmap_mode="r")
+                if array.dtype.kind == "f" and not np.isfinite(array).all():
+                    problems.append(f"{name} holds non-finite numbers")
+            elif path.suffix == ".json":
+                json.loads(path.read_text())
+        except (OSError, ValueError) as error:
+            problems.append(f"{name} unreadable ({error})")
+    return problems
+
+
 def _log_to_stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -101,14 +125,15 @@ class ArtifactCache:
 
     def problems(self, kind: str, key: str) -> list[str] | None:
         """What differs between the entry's files and what was recorded when it was
-        written (empty: nothing); None for an entry written before checksums."""
+        written (empty: nothing); for an entry written before checksums, what reading its
+        files shows, or None when nothing (its checksums are then recorded)."""
         entry = self.path(kind, key)
         try:
             recorded = json.loads((entry / DESCRIPTION).read_text()).get("files")
         except (OSError, ValueError, AttributeError) as error:
             return [f"{DESCRIPTION} unreadable ({error})"]
         if recorded is None:
-            return None
+            return _readable_problems(entry) or None
         problems = []
         for name, expected in recorded.items():
             path = entry / name
