@@ -11,7 +11,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import typer
 
-from harness.api.suites import check_method_names, load_suite
+from harness.api.suites import check_method_names, load_suite, unused_assignments
 from harness.bench.cli import bench_app
 from harness.common.cli_options import (
     DEFAULT_RESULTS,
@@ -34,7 +34,12 @@ from harness.common.cli_options import (
     recipe_overrides,
     split_csv,
 )
-from harness.config.schema import ConfigError, available_suites, resolve_suite_path
+from harness.config.schema import (
+    ConfigError,
+    SuiteConfig,
+    available_suites,
+    resolve_suite_path,
+)
 
 if TYPE_CHECKING:
     from harness.experiments.tracking import Tracking
@@ -120,8 +125,10 @@ def tune(
         fail(f"--pruner {pruner!r}: choose median, halving or none")
     try:
         tracking = _tracking(log_with, log_dir, results)
-        config = load_suite(suite, recipe_overrides(set_, data_dir, teacher))
+        overrides = recipe_overrides(set_, data_dir, teacher)
+        config = load_suite(suite, overrides)
         check_method_names(config, [method], "--method", str(resolve_suite_path(suite)))
+        _warn_unused(suite, overrides, config, [method], [task])
         seed_list = [int(s) for s in split_csv(seeds)] if seeds else config.seeds[:1]
         target = TuningTarget(method=method, task=task, seeds=seed_list, student=student)
         tuner = Tuner(config, target, results, storage or default_storage(results), cache_dir,
@@ -162,6 +169,13 @@ def _print_study(tuner) -> None:
           f"(seeds {best.user_attrs.get('scores')})")
 
 
+def _warn_unused(suite: str, overrides: list[str], config: SuiteConfig, methods: list[str],
+                 tasks: list[str]) -> None:
+    """Warn about each ``--set`` that changes none of the runs (see ``unused_assignments``)."""
+    for line in unused_assignments(suite, overrides, config, methods, tasks):
+        echo(f"warning: {line}")
+
+
 def _grid(suite: str, storage: str | None, results: Path, cache_dir: Path | None,
           method: list[str] | None, tasks: list[str] | None, seeds: list[str] | None,
           set_: list[str] | None, data_dir: str | None, teacher: str | None,
@@ -174,8 +188,12 @@ def _grid(suite: str, storage: str | None, results: Path, cache_dir: Path | None
 
     try:
         tracking = _tracking(log_with, log_dir, results)
-        config = load_suite(suite, recipe_overrides(set_, data_dir, teacher))
+        overrides = recipe_overrides(set_, data_dir, teacher)
+        config = load_suite(suite, overrides)
         check_method_names(config, method or [], "--method", str(resolve_suite_path(suite)))
+        if config.grid is not None:
+            _warn_unused(suite, overrides, config, method or config.grid.methods,
+                         split_csv(tasks) or config.tasks)
         grid = Grid(config, results, storage or default_storage(results), cache_dir,
                     log=echo, methods=method, tasks=split_csv(tasks),
                     seeds=[int(s) for s in split_csv(seeds)] if seeds else None,

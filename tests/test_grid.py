@@ -225,8 +225,11 @@ def test_grid_dry_run_then_run_killed_and_resumed(tmp_path, tiny_data_dir, tiny_
                        "budget": {"task_epochs": 12}})
     results, cache = tmp_path / "results", tmp_path / "cache"
     common = ["--suite", str(path), "--results", str(results), "--cache-dir", str(cache)]
-    dry = CliRunner().invoke(app, ["grid", *common, "--dry-run"])
+    dry = CliRunner().invoke(app, ["grid", *common, "--dry-run",
+                                   "--set", "task_training.mrpc.epochs=5"])  # no rte cell
     assert dry.exit_code == 0, dry.output
+    assert "warning: --set task_training.mrpc.epochs=5 changes none of these runs" in \
+        dry.output
     assert "4 cells; budget: task epochs 12.0" in dry.output
     assert dry.output.count(" todo ") == 4 and "estimated cost" in dry.output
     assert not (results / "tiny").exists()  # nothing ran
