@@ -197,7 +197,8 @@ def unused_assignments(name_or_path: str, overrides: list[str], suite: SuiteConf
     no error, but its runs are those of the recipe without it (the same run ids: a store
     that has them skips them), which is not what whoever wrote it meant; the usual cause
     is a method's own ``stages.<stage>.<field>`` outranking ``training.<field>``."""
-    methods, tasks = list(methods), list(tasks)
+    cells = [(method, task) for method in methods for task in tasks]
+    views: dict[tuple[str, str], dict[str, Any]] = {}
     lines = []
     for index, assignment in enumerate(overrides):
         key_path, _ = parse_assignment(assignment)
@@ -207,15 +208,16 @@ def unused_assignments(name_or_path: str, overrides: list[str], suite: SuiteConf
             without = parse_suite(name_or_path, overrides[:index] + overrides[index + 1:])
         except ConfigError:  # another assignment needs this one: it has an effect
             continue
-        if any(_training_view(suite, method, task) != _training_view(without, method, task)
-               for method in methods for task in tasks):
+        if not views:  # the runs as asked for, read once for every assignment
+            views = {cell: _training_view(suite, *cell) for cell in cells}
+        if any(views[cell] != _training_view(without, *cell) for cell in cells):
             continue
         line = f"--set {assignment.strip()} changes none of these runs"
         if key_path[0] in ("training", "task_training"):
-            kept = sorted({f"{method} {stage}: {key_path[-1]}={values.get(key_path[-1])}"
-                           for method in methods for task in tasks
-                           for stage, values in
-                           _training_view(suite, method, task)["stages"].items()})
+            field = key_path[-1]
+            kept = sorted({f"{method} {stage}: {field}={values.get(field)}"
+                           for (method, _), view in views.items()
+                           for stage, values in view["stages"].items()})
             line += (f"; their stages keep {', '.join(kept[:4])}"
                      f"{' ...' if len(kept) > 4 else ''} (a method's stages and task_stages "
                      "outrank the suite's training and task_training)")

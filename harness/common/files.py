@@ -21,7 +21,7 @@ def write_json_atomic(path: Path, document: Any) -> Path:
     try:
         os.fchmod(descriptor, 0o644)  # mkstemp's 0600 would hide the file from other users
         with os.fdopen(descriptor, "w") as handle:
-            json.dump(strict_json(document), handle, indent=2, sort_keys=False, default=str,
+            json.dump(_strict_json(document), handle, indent=2, sort_keys=False, default=str,
                       allow_nan=False)
             handle.flush()
             os.fsync(handle.fileno())
@@ -32,13 +32,13 @@ def write_json_atomic(path: Path, document: Any) -> Path:
     return path
 
 
-def strict_json(value: Any) -> Any:
+def _strict_json(value: Any) -> Any:
     """``value`` with every non-finite float replaced by its name (``nan``, ``inf``,
     ``-inf``), which JSON has no literal for."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, dict):
-        return {key: strict_json(item) for key, item in value.items()}
+        return {key: _strict_json(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        return [strict_json(item) for item in value]
+        return [_strict_json(item) for item in value]
     return value
