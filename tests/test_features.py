@@ -9,9 +9,15 @@ import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-from harness.data.features import BucketBatchSampler, EncodedSplit, PaddingCollator, encode_split
+from harness.data.features import (
+    BucketBatchSampler,
+    EncodedSplit,
+    PaddingCollator,
+    encode_split,
+    padding_multiple,
+)
 from harness.data.tasks import get_task
 
 TEXTS_A = [
@@ -149,6 +155,33 @@ def test_collator_single_row_has_no_padding(pair_split: EncodedSplit) -> None:
     batch = PaddingCollator(pair_split)([2])
     assert batch["input_ids"].shape == (1, len(pair_split.input_ids[2]))
     assert bool(batch["attention_mask"].all())
+
+
+def test_collator_rounds_the_width_up_and_the_model_reads_the_same(pair_split: EncodedSplit
+                                                                     ) -> None:
+    rows = [4, 0, 3]
+    plain = PaddingCollator(pair_split)(rows)
+    rounded = PaddingCollator(pair_split, multiple_of=8)(rows)
+    width = plain["input_ids"].shape[1]
+    assert width % 8 != 0  # else rounding would add nothing to compare
+    assert rounded["input_ids"].shape == (3, -(-width // 8) * 8)
+    for key in ("input_ids", "token_type_ids", "attention_mask"):
+        assert torch.equal(rounded[key][:, :width], plain[key])
+        assert not rounded[key][:, width:].any()
+    # the added positions are masked: a BERT's outputs do not change
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(BertConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)).eval()
+    names = ("input_ids", "token_type_ids", "attention_mask")
+    with torch.no_grad():
+        expected = model(**{name: plain[name] for name in names}).logits
+        actual = model(**{name: rounded[name] for name in names}).logits
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_the_engine_rounds_batch_widths_on_a_gpu_and_keeps_them_on_a_cpu() -> None:
+    assert padding_multiple(torch.device("cuda")) == 8
+    assert padding_multiple(torch.device("cpu")) == 1  # CPU records stay bit-identical
 
 
 def test_collator_regression_labels(tokenizer) -> None:

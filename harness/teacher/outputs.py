@@ -48,7 +48,12 @@ from harness.api.method import (
     stage_layers,
 )
 from harness.common.cache import ArtifactCache, content_hash
-from harness.data.features import BucketBatchSampler, EncodedSplit, PaddingCollator
+from harness.data.features import (
+    BucketBatchSampler,
+    EncodedSplit,
+    PaddingCollator,
+    padding_multiple,
+)
 
 if TYPE_CHECKING:
     from accelerate import Accelerator
@@ -312,7 +317,7 @@ def _build(request: IntermediateCacheRequest, missing: dict[tuple[str, int], str
             f"{request.cache.root} has {_size(free)} free")
     started = time.perf_counter()
     offsets = {"hidden": _offsets(lengths), "scores": _offsets(heads * lengths ** 2)}
-    collate = PaddingCollator(split)
+    collate = PaddingCollator(split, multiple_of=padding_multiple(device))
     model.to(device).eval()
     with ExitStack() as entries:
         outputs: dict[tuple[str, int], np.ndarray] = {}

@@ -36,7 +36,12 @@ from transformers import get_linear_schedule_with_warmup
 from harness.api.method import Method, Stage, StepInputs, TeacherView
 from harness.common.progress import progress_bar
 from harness.config.schema import TrainConfig
-from harness.data.features import BucketBatchSampler, EncodedSplit, PaddingCollator
+from harness.data.features import (
+    BucketBatchSampler,
+    EncodedSplit,
+    PaddingCollator,
+    padding_multiple,
+)
 from harness.data.metrics import TaskEvaluator
 from harness.training.distributed import local_rows
 
@@ -182,7 +187,7 @@ def _loader(split: EncodedSplit, sampler: BucketBatchSampler, accelerator: Accel
     process's own: ``(batch, size, own)``.  A DataLoader on purpose: starting one draws
     its base seed from the global RNG, and the dropout masks drawn after it depend on that
     draw, so the random stream of a run (and its recorded scores) stays reproducible."""
-    collate = PaddingCollator(split, pad_token_id)
+    collate = PaddingCollator(split, pad_token_id, multiple_of=padding_multiple(accelerator.device))
 
     def share(rows: list[int]) -> tuple[dict[str, torch.Tensor], int, int]:
         part, own = local_rows(rows, accelerator) if shard else (list(rows), len(rows))
