@@ -302,3 +302,46 @@ def test_a_suite_with_the_cache_on_records_it_and_shares_entries_across_seeds(
     assert len(built) == 5  # hidden states 0, 1, 2 and scores 1, 2 of the 2-layer teacher
     cached.run_one("tinybert", "rte", seed=2)
     assert entries(tmp_path) == built
+
+
+@pytest.mark.parametrize("cached", [False, True], ids=["live teacher", "cached teacher"])
+def test_batches_rounded_up_to_8_tokens_as_on_a_gpu_train_the_same(cached, tmp_path,
+                                                                    monkeypatch):
+    """On a GPU each batch is padded to a multiple of 8 tokens (``padding_multiple``).  Every
+    TinyBERT term reads real tokens only, so without dropout (whose masks would be drawn over
+    the wider batch) the losses and weights are those of batches padded to their longest
+    row, with the teacher run live or read from its cache."""
+    no_dropout = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+    config = BertConfig(**{**teacher_config().to_dict(), **no_dropout})
+    split = tiny_split()
+    assert any(length % 8 for length in split.lengths)
+
+    def train(multiple: int, folder) -> tuple[list[dict], torch.Tensor]:
+        for module in ("harness.training.engine", "harness.teacher.outputs"):
+            monkeypatch.setattr(f"{module}.padding_multiple", lambda _device: multiple)
+        method = tinybert(params={"mapping": "bottom"})
+        torch.manual_seed(0)
+        teacher = BertForSequenceClassification(classifier_config(config, TASK)).eval()
+        context = StudentContext(task=TASK, shape_name="tiny", teacher_config=config,
+                                 shape=StudentConfig(num_layers=2, hidden_size=16,
+                                                     num_heads=HEADS, intermediate_size=32))
+        torch.manual_seed(1)
+        student, extra = method.build_student(context), method.extra_modules(context)
+        for module in student.modules():  # a BERT student is built with BERT's dropout
+            if isinstance(module, torch.nn.Dropout):
+                module.p = 0.0
+        stage = {s.name: s for s in method.stages(TASK)}["intermediate"]
+        runtime = TeacherRuntime(model=teacher, intermediate_cache=request(folder)
+                                 if cached else None)
+        result = train_stage(method=method, stage=stage, student=student, extra=extra,
+                             config=TrainConfig(max_steps=3, batch_size=6, log_every_steps=1),
+                             train_split=split, eval_split=None, evaluator=TaskEvaluator(TASK),
+                             teacher=runtime, accelerator=Accelerator(), seed=0)
+        return result.history, torch.cat([p.detach().flatten() for p in student.parameters()])
+
+    history, weights = train(1, tmp_path / "longest row")
+    rounded_history, rounded_weights = train(8, tmp_path / "rounded")
+    for ours, reference in zip(rounded_history, history, strict=True):
+        for term in ("embedding", "attention", "hidden", "loss"):
+            assert ours[term] == pytest.approx(reference[term], rel=1e-5), term
+    torch.testing.assert_close(rounded_weights, weights, rtol=1e-5, atol=1e-6)
