@@ -116,6 +116,28 @@ def test_cli_rejects_a_misspelt_option_naming_it(tiny_suite_file):
     assert "training.lrr" in result.output and "unknown key" in result.output
 
 
+def test_commands_silence_the_progress_bar_transformers_draws_per_checkpoint(tmp_path, capfd):
+    import transformers
+    from transformers import AutoModel, BertConfig, BertModel
+
+    from harness.common.cli_options import quiet_libraries
+
+    BertModel(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
+                         num_attention_heads=2, intermediate_size=32)).save_pretrained(tmp_path)
+    was_enabled = transformers.utils.logging.is_progress_bar_enabled()
+    try:
+        transformers.logging.enable_progress_bar()
+        capfd.readouterr()
+        AutoModel.from_pretrained(tmp_path)
+        assert "Loading weights" in capfd.readouterr().err  # the bar every load draws
+        quiet_libraries()  # what every command calls first
+        AutoModel.from_pretrained(tmp_path)
+        assert capfd.readouterr().err == ""
+    finally:
+        (transformers.logging.enable_progress_bar if was_enabled
+         else transformers.logging.disable_progress_bar)()
+
+
 def test_a_teacher_that_cannot_be_had_says_what_to_pass(tiny_suite_file, tmp_path):
     from harness.assets.checkpoints import load_base_config
 

@@ -28,10 +28,13 @@ def fail(message: str) -> None:
 
 
 def quiet_libraries() -> None:
+    """Libraries' warnings below errors and their progress bars off (transformers draws one
+    for every checkpoint it loads or saves); the harness shows its own progress."""
     import datasets
     import transformers
 
     transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
     datasets.logging.set_verbosity_error()
     datasets.disable_progress_bars()
 
