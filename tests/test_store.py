@@ -342,6 +342,21 @@ def test_an_entry_without_checksums_is_read_before_they_are_recorded(
     assert not entry.exists()
 
 
+@pytest.mark.parametrize("bad_index", [None, 0, 6, 7, 59])
+def test_old_entries_arrays_are_checked_for_non_finite_numbers_block_by_block(
+        tmp_path: Path, bad_index: int | None) -> None:
+    """The check reads a memory-mapped array in blocks (no mask the array's size): a NaN
+    in any block, the first and last included, is found."""
+    from harness.common.cache import _all_finite
+
+    values = np.arange(60, dtype=np.float16).reshape(6, 10)
+    if bad_index is not None:
+        values.reshape(-1)[bad_index] = np.inf if bad_index % 2 else np.nan
+    np.save(tmp_path / "a.npy", values)
+    mapped = np.load(tmp_path / "a.npy", mmap_mode="r")
+    assert _all_finite(mapped, block=7) is (bad_index is None)
+
+
 class FullDisk:
     """A value whose serialisation fails part-way, as a write on a full disk does."""
 

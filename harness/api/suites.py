@@ -25,8 +25,8 @@ from harness.config.schema import (
     SuiteSource,
     has_key_path,
     parse_assignment,
-    parse_suite,
     read_suite,
+    suite_source,
 )
 from harness.data.tasks import get_task
 
@@ -199,13 +199,16 @@ def unused_assignments(name_or_path: str, overrides: list[str], suite: SuiteConf
     is a method's own ``stages.<stage>.<field>`` outranking ``training.<field>``."""
     cells = [(method, task) for method in methods for task in tasks]
     views: dict[tuple[str, str], dict[str, Any]] = {}
+    source: SuiteSource | None = None
     lines = []
     for index, assignment in enumerate(overrides):
         key_path, _ = parse_assignment(assignment)
         if key_path[0] not in SHADOWED_ROOTS:
             continue
+        if source is None:  # the suite's files, read once for every assignment
+            source = suite_source(name_or_path)
         try:
-            without = parse_suite(name_or_path, overrides[:index] + overrides[index + 1:])
+            without, _ = source.apply(overrides[:index] + overrides[index + 1:])
         except ConfigError:  # another assignment needs this one: it has an effect
             continue
         if not views:  # the runs as asked for, read once for every assignment

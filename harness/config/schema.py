@@ -707,6 +707,24 @@ class SuiteSource:
     files: tuple[tuple[Path, dict[str, Any]], ...]
     assignments: dict[str, str]
 
+    def apply(self, overrides: list[str] | None) -> tuple[SuiteConfig, SuiteSource]:
+        """The suite its files give with ``overrides`` applied, validated, and its source
+        with those assignments; the files are not read again."""
+        tree: dict[str, Any] = {}
+        for _, layer in reversed(self.files):
+            tree = deep_merge(tree, layer)
+        tree = copy.deepcopy(tree)  # the assignments below must not write into ``files``
+        assignments = {}
+        for assignment in overrides or []:
+            key_path, value = parse_assignment(assignment)
+            set_path(tree, key_path, value)
+            assignments[".".join(key_path)] = assignment.strip()
+        source = SuiteSource(self.path, self.files, assignments)
+        try:
+            return SuiteConfig.model_validate(tree), source
+        except ValidationError as error:
+            raise ConfigError(_format_validation_error(str(self.path), error, source)) from None
+
     def origin(self, key_path: str) -> str:
         """`` (from --set ...)`` for a key an assignment wrote, `` (in <file>)`` for one
         written in a suite this one extends, '' for the suite's own keys (and keys that no
@@ -770,22 +788,13 @@ def read_suite(name_or_path: str, overrides: list[str] | None = None
     errors). A suite that ``extends`` another is merged over it (mappings merge key by key,
     anything else is replaced), so a suite that differs from another in a few keys states
     only those."""
+    return suite_source(name_or_path).apply(overrides)
+
+
+def suite_source(name_or_path: str) -> SuiteSource:
+    """A suite's files as read (its own, then those it extends), not yet validated."""
     path = resolve_suite_path(name_or_path)
-    files = _read_suite_files(path, seen=())
-    tree: dict[str, Any] = {}
-    for _, layer in reversed(files):
-        tree = deep_merge(tree, layer)
-    tree = copy.deepcopy(tree)  # the assignments below must not write into ``files``
-    assignments = {}
-    for assignment in overrides or []:
-        key_path, value = parse_assignment(assignment)
-        set_path(tree, key_path, value)
-        assignments[".".join(key_path)] = assignment.strip()
-    source = SuiteSource(path, tuple(files), assignments)
-    try:
-        return SuiteConfig.model_validate(tree), source
-    except ValidationError as error:
-        raise ConfigError(_format_validation_error(str(path), error, source)) from None
+    return SuiteSource(path, tuple(_read_suite_files(path, seen=())), {})
 
 
 def parse_suite(name_or_path: str, overrides: list[str] | None = None) -> SuiteConfig:
