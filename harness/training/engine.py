@@ -316,10 +316,13 @@ def train_stage(
     loader = _loader(train_split, sampler, accelerator, pad_token_id)
     processes = accelerator.num_processes
     batches_per_epoch = len(loader)
-    total_steps = math.ceil(config.epochs * batches_per_epoch / config.grad_accum_steps)
+    # An epoch's last group of batches steps the optimiser even when it is short, so an
+    # epoch is this many steps and accumulation never carries over an epoch's end.
+    steps_per_epoch = math.ceil(batches_per_epoch / config.grad_accum_steps)
+    total_steps = math.ceil(config.epochs * steps_per_epoch)
     if config.max_steps is not None:
         total_steps = min(total_steps, config.max_steps)
-    eval_every = config.eval_every_steps or max(1, batches_per_epoch // config.grad_accum_steps)
+    eval_every = config.eval_every_steps or max(1, steps_per_epoch)
 
     optimizer = _optimizer([student, extra], config)
     scheduler = get_linear_schedule_with_warmup(
@@ -418,7 +421,10 @@ def train_stage(
                     share = own * processes / rows
                     loss = loss * share
                     values = {name: value * share for name, value in values.items()}
-                accelerator.backward(loss / config.grad_accum_steps)
+                # The mean over the group's batches, a short last group of the epoch too.
+                group_start = batch_index - batch_index % config.grad_accum_steps
+                group_size = min(config.grad_accum_steps, batches_per_epoch - group_start)
+                accelerator.backward(loss / group_size)
                 for name, value in values.items():
                     window[name].append(value.detach())
                 window["loss"].append(loss.detach())

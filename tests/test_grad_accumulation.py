@@ -1,0 +1,46 @@
+"""Gradient accumulation keeps a stage's epochs: an epoch's short last group of batches
+steps the optimiser, so a stage of E epochs trains on E epochs of rows and evaluates at
+each epoch's end, whatever the number of batches per group."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from accelerate import Accelerator
+
+from harness.api.context import StudentContext
+from harness.api.registry import instantiate
+from harness.config.schema import StudentConfig, TrainConfig
+from harness.data.metrics import TaskEvaluator
+from harness.data.tasks import get_task
+from harness.teacher.outputs import TeacherRuntime
+from harness.training.engine import train_stage
+from tests.test_intermediate_cache import teacher_config, tiny_split
+
+TASK = get_task("rte")
+
+
+def train(grad_accum_steps: int):
+    method = instantiate("finetune")
+    shape = StudentConfig(num_layers=1, hidden_size=16, num_heads=4, intermediate_size=32)
+    context = StudentContext(task=TASK, shape_name="tiny", shape=shape,
+                             teacher_config=teacher_config())
+    torch.manual_seed(1)
+    student = method.build_student(context)
+    split = tiny_split(20)  # 4 batches of 5 an epoch
+    config = TrainConfig(epochs=3, batch_size=5, lr=1e-3, log_every_steps=1,
+                         grad_accum_steps=grad_accum_steps)
+    return train_stage(method=method, stage=method.stages(TASK)[0], student=student,
+                       extra=method.extra_modules(context), config=config, train_split=split,
+                       eval_split=split, evaluator=TaskEvaluator(TASK), teacher=TeacherRuntime(),
+                       accelerator=Accelerator(), seed=3, log=lambda line: None)
+
+
+@pytest.mark.parametrize(("grad_accum_steps", "steps_per_epoch"), [(1, 4), (2, 2), (3, 2), (4, 1)])
+def test_accumulation_trains_every_epoch_and_evaluates_at_its_end(grad_accum_steps,
+                                                                   steps_per_epoch):
+    result = train(grad_accum_steps)
+    assert result.examples_seen == 3 * 20
+    assert result.steps == 3 * steps_per_epoch
+    assert [e["epoch"] for e in result.evaluations] == [1, 2, 3]
+    assert [e["step"] for e in result.evaluations] == [steps_per_epoch * k for k in (1, 2, 3)]
