@@ -164,7 +164,8 @@ class DistilBERT(Method):
             "0-based list of teacher layers; random: no teacher weights (ablation)")
         mask_prob: float = Field(0.15, gt=0, lt=1)
         vocabulary_terms: bool = Field(
-            True, description="False: drop ce and mlm (no masked-LM head for the teacher)")
+            True, description="False: drop the general stage's ce and mlm (no masked-LM "
+            "head for the teacher); the task stage's ce on the logits stays")
         mlm_head: MLMHeadConfig = Field(
             default_factory=MLMHeadConfig, description="how to fit the teacher's masked-LM "
             "head when its checkpoint has none")
@@ -194,12 +195,22 @@ class DistilBERT(Method):
 
     # -- declaration ---------------------------------------------------------------------
     def default_weights(self) -> dict[str, float]:
-        vocabulary = 1.0 if self.params.vocabulary_terms else 0.0
-        return {"ce": 5.0 * vocabulary, "mlm": 2.0 * vocabulary, "cos": 1.0, "gold": 1.0}
+        return {"ce": 5.0, "mlm": 2.0, "cos": 1.0, "gold": 1.0}
+
+    def general_weights(self) -> dict[str, float]:
+        """The general stage's weights: ``vocabulary_terms: false`` drops its ce and mlm
+        (they need the teacher's masked-LM head), not the task stage's ce on the logits."""
+        vocabulary = self.params.vocabulary_terms
+        return {term: self.weights[term] if vocabulary or term == "cos" else 0.0
+                for term in GENERAL_TERMS}
+
+    def _vocabulary_terms_on(self) -> bool:
+        weights = self.general_weights()
+        return bool(weights["ce"] or weights["mlm"])
 
     def stage_weights(self, stage: Stage) -> dict[str, float]:
         if stage.is_general:
-            return {term: self.weights[term] for term in GENERAL_TERMS}
+            return self.general_weights()
         if stage.name == "task":
             alpha = self.params.task_alpha
             return {"ce": alpha if self.weights["ce"] else 0.0,
@@ -210,12 +221,12 @@ class DistilBERT(Method):
         params = self.params
         return {"init": params.init, "temperature": params.temperature,
                 "mask_prob": params.mask_prob, "mlm_head": params.mlm_head.model_dump(),
-                "weights": {term: self.weights[term] for term in GENERAL_TERMS}}
+                "weights": self.general_weights()}
 
     def stages(self, task: TaskSpec) -> list[Stage]:
         stages = []
         if self.params.general_distillation:
-            if not any(self.weights[term] for term in GENERAL_TERMS):
+            if not any(self.general_weights().values()):
                 raise ConfigError("methods.distilbert: every general-distillation term (ce, "
                                   "mlm, cos) is off; set general_distillation: false instead")
             stages.append(Stage("general", GENERAL_TERMS, teacher="pretrained",
@@ -270,8 +281,7 @@ class DistilBERT(Method):
         """The student's MLM head (general distillation), started from the teacher's head
         when the student starts from teacher weights."""
         modules = nn.ModuleDict()
-        if not (self.params.general_distillation and
-                (self.weights["ce"] or self.weights["mlm"])):
+        if not (self.params.general_distillation and self._vocabulary_terms_on()):
             return modules
         teacher = context.teacher_config
         head = StudentMLMHead(context.shape.hidden_size, teacher.vocab_size,
@@ -298,7 +308,7 @@ class DistilBERT(Method):
                       generator: torch.Generator) -> dict[str, torch.Tensor]:
         """Dynamic masking for the general stage (a fresh mask every time a sentence is
         seen); task batches pass through."""
-        if not stage.is_general or not (self.weights["ce"] or self.weights["mlm"]):
+        if not stage.is_general or not self._vocabulary_terms_on():
             return batch
         vocabulary = self._vocabulary
         if vocabulary is None:
@@ -336,7 +346,7 @@ class DistilBERT(Method):
             head = inputs.extra["mlm_head"]
             student_logits = head(student_hidden, inputs.student.word_embeddings)
             teacher_logits = None
-            if self.weights["ce"]:
+            if self.general_weights()["ce"]:
                 teacher_head = self._load_teacher_head(self._assets)
                 teacher_head.to(student_hidden.device)
                 with torch.inference_mode():

@@ -219,8 +219,12 @@ def test_switches_choose_terms_stages_and_what_general_distillation_depends_on()
     assert no_cos.stage_weights(no_cos.stages(sst2)[0]) == {"ce": 5.0, "mlm": 2.0, "cos": 0.0}
     assert no_cos.general_key() != distilbert().general_key()
     assert distilbert(params={"init": "random"}).general_key() != distilbert().general_key()
-    no_vocabulary = distilbert(params={"vocabulary_terms": False})
-    assert no_vocabulary.weights["ce"] == no_vocabulary.weights["mlm"] == 0.0
+    no_vocabulary = distilbert(params={"vocabulary_terms": False, "task_distillation": True})
+    general, task = no_vocabulary.stages(sst2)
+    assert no_vocabulary.stage_weights(general) == {"ce": 0.0, "mlm": 0.0, "cos": 1.0}
+    assert no_vocabulary.general_key() == distilbert(disabled_losses=["ce", "mlm"]).general_key()
+    # the task stage's ce reads the logits, not the vocabulary: it stays
+    assert no_vocabulary.stage_weights(task) == pytest.approx({"ce": 0.5, "gold": 0.5})
     assert [s.name for s in distilbert(params={"general_distillation": False}).stages(sst2)] \
         == ["finetune"]
     with pytest.raises(ConfigError, match="every general-distillation term"):
