@@ -325,7 +325,7 @@ def table(
             records = pd.DataFrame(common.records(),
                                    columns=["method", "task", "seed", "score", "seconds"])
         else:
-            records = finished_records(results, config.record_suite)
+            records = finished_records(config, results)
             records = records[records["task"].isin(config.tasks)
                               & records["seed"].isin(config.seeds)]
     except (ConfigError, KeyError, FileNotFoundError, ValueError) as error:

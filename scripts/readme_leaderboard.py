@@ -72,7 +72,7 @@ def ablation_table(suite: str = "tinybert-ablation", repo: Path = REPO) -> str:
     change against the full model, beside the paper's values and change on the same tasks."""
     config = load_suite(suite)
     tasks = config.tasks
-    records = finished_records(repo / "results", config.record_suite)
+    records = finished_records(config, repo / "results")
     records = records[records["task"].isin(tasks) & records["seed"].isin(config.seeds)]
     table = suite_table(config, records)
     published = load_published()

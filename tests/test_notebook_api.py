@@ -16,6 +16,7 @@ import yaml
 from typer.testing import CliRunner
 
 from harness import load_records, records_frame, run
+from harness.api.suites import load_suite
 from harness.cli import app
 from harness.experiments.record import RunRecord
 from harness.reporting.tables import finished_records, score_table
@@ -166,7 +167,7 @@ def test_readme_python_api_examples_run(store, tmp_path, monkeypatch):
     namespace, printed = _exec(reading)
     runs = namespace["runs"]
     assert len(runs) == len(list((REPO / "results" / "glue-cpu").glob("**/*.json")))
-    expected = finished_records(REPO / "results", "glue-cpu")
+    expected = finished_records(load_suite("glue-cpu"), REPO / "results")
     table = score_table(expected, sorted(set(expected["task"])))
     shown = namespace["scores"]
     for label, task in expected.groupby(["method", "task"]).groups:

@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+import torch
 
+from harness.api.suites import load_suite
+from harness.experiments.runner import SuiteRunner
 from harness.experiments.store import ResultsStore
+from harness.reporting.report import collect_runs
 from harness.reporting.tables import finished_records, score_table, with_anchors
 from tests.records import run_record
+
+SUITE = load_suite("glue-cpu")
 
 
 def write(store: ResultsStore, method: str, task: str, seed: int, score: float,
           status: str = "finished") -> None:
-    store.write(store.record_path("s", method, task, f"seed{seed}"),
+    store.write(store.record_path(SUITE.record_suite, method, task, f"seed{seed}"),
                 run_record(status=status, method=method, task=task, seed=seed,
                            main_score=score))
 
@@ -24,7 +30,7 @@ def test_means_over_seeds_average_over_tasks_and_failed_runs_left_out(tmp_path):
         write(store, "kd", "rte", seed, b)
     write(store, "kd", "rte", 3, 0.0, status="failed")
     write(store, "x", "mrpc", 1, 70.0)  # no rte: no average
-    table = score_table(finished_records(tmp_path, "s"), ["mrpc", "rte"], ["x", "kd"])
+    table = score_table(finished_records(SUITE, tmp_path), ["mrpc", "rte"], ["x", "kd"])
     assert list(table.index) == ["x", "kd"]
     assert table.loc["kd", "mrpc"] == 81.0 and table.loc["kd", "rte"] == 52.0
     assert table.loc["kd", "average"] == pytest.approx(66.5)
@@ -35,7 +41,7 @@ def test_means_over_seeds_average_over_tasks_and_failed_runs_left_out(tmp_path):
 def test_anchor_rows_join_beside_ours(tmp_path):
     store = ResultsStore(tmp_path)
     write(store, "kd", "mrpc", 1, 80.0)
-    table = score_table(finished_records(tmp_path, "s"), ["mrpc"])
+    table = score_table(finished_records(SUITE, tmp_path), ["mrpc"])
     paper = pd.DataFrame({"paper_mrpc": [85.0, 1.0], "paper_average": [70.0, 2.0]},
                          index=["kd", "other"])
     joined = with_anchors(table, paper)
@@ -53,9 +59,9 @@ def test_runs_off_their_recipe_get_rows_of_their_own(tmp_path):
                   "kd-grid": {"variation": {"task_epochs": 1.0}},
                   "kd-wide": {"variation": {"student": "wide"}}}
     for name, extra in variations.items():
-        store.write(store.record_path("s", "kd", "mrpc", name),
+        store.write(store.record_path(SUITE.record_suite, "kd", "mrpc", name),
                     run_record(method="kd", task="mrpc", seed=1, main_score=90.0, **extra))
-    table = score_table(finished_records(tmp_path, "s"), ["mrpc"])
+    table = score_table(finished_records(SUITE, tmp_path), ["mrpc"])
     assert table.loc["kd", "mrpc"] == 80.0
     assert sorted(table.index) == ["kd", "kd [grid budget]", "kd [tuned]", "kd [wide]"]
 
@@ -71,7 +77,7 @@ def test_ablation_changes_compare_the_same_tasks_ours_and_the_papers(tmp_path):
         write(store, method, "mrpc", 1, mrpc)
         write(store, method, "cola", 1, cola)
     write(store, "partial", "mrpc", 1, 90.0)
-    table = score_table(finished_records(tmp_path, "s"), ["mrpc", "cola"],
+    table = score_table(finished_records(SUITE, tmp_path), ["mrpc", "cola"],
                         ["full", "no-x", "no-y", "partial"])
     paper = pd.DataFrame({"paper_mrpc": [86.0, 84.0], "paper_cola": [50.0, 40.0],
                           "paper_mnli": [83.0, 70.0], "paper_average": [73.0, 64.7]},
@@ -95,8 +101,66 @@ def test_ablation_p_is_the_sign_flip_test_against_the_full_model(tmp_path):
             write(store, "full", task, seed, full + seed)
             write(store, "worse", task, seed, full + seed - 5.0)  # below on all 6 pairs
             write(store, "mixed", task, seed, full + seed + (1.0 if seed == 1 else -1.0))
-    records = finished_records(tmp_path, "s")
+    records = finished_records(SUITE, tmp_path)
     table = with_paired_p(score_table(records, ["mrpc", "cola"]), records, "full")
     assert pd.isna(table.loc["full", "p_change"])
     assert table.loc["worse", "p_change"] == pytest.approx(2 / 64)  # the exact minimum
     assert table.loc["mixed", "p_change"] > 0.2
+
+
+def test_a_row_never_averages_two_configurations(tiny_suite_file, tmp_path):
+    """A run made with a --set (or by an earlier recipe) into the suite's store has the
+    recipe's row label: tables keep the runs of the suite as each reads, never both."""
+    results, cache = tmp_path / "results", tmp_path / "cache"
+    suite = load_suite(str(tiny_suite_file), ["seeds=[1, 2]"])
+    runner = SuiteRunner(suite, results, cache, log=lambda _: None)
+    recipe_ids = {seed: runner.run_one("finetune", "rte", seed).path.stem[-16:]
+                  for seed in (1, 2)}
+    edited = load_suite(str(tiny_suite_file), ["seeds=[1, 2]", "training.lr=0.002"])
+    edited_id = SuiteRunner(edited, results, cache, log=lambda _: None).run_one(
+        "finetune", "rte", 1).path.stem[-16:]
+    assert edited_id not in recipe_ids.values()
+
+    logged: list[str] = []
+    runs, _ = collect_runs(suite, results, log=logged.append)
+    rte = runs[(runs["label"] == "finetune") & (runs["task"] == "rte")]
+    assert sorted(rte["seed"]) == [1, 2]
+    assert {run_id[:16] for run_id in rte["run_id"]} == set(recipe_ids.values())
+    assert any(line.startswith("left out 1 record") for line in logged)
+    assert any(edited_id in line for line in logged)
+
+    runs, _ = collect_runs(edited, results, log=lambda _: None)
+    rte = runs[(runs["label"] == "finetune") & (runs["task"] == "rte")]
+    assert [run_id[:16] for run_id in rte["run_id"]] == [edited_id]
+    table = finished_records(suite, results, log=lambda _: None)
+    assert sorted(table[table["task"] == "rte"]["seed"]) == [1, 2]
+
+
+def test_of_one_seeds_two_auto_resolutions_the_later_run_counts(tiny_suite_file, tmp_path):
+    """The same recipe recorded in both resolutions of ``auto`` (two machines, one seed):
+    both are the recipe's runs, and the row counts the seed once."""
+    from harness.common.cache import content_hash
+    from harness.common.precision import AUTO_RESOLUTIONS
+    from harness.experiments.planner import RunPlanner
+
+    results = tmp_path / "results"
+    suite = load_suite(str(tiny_suite_file), ["training.mixed_precision=auto"])
+    path = SuiteRunner(suite, results, tmp_path / "cache", log=lambda _: None).run_one(
+        "finetune", "rte", 1).path
+    store = ResultsStore(results)
+    made = store.load(path)
+    ran_in = next(iter(made.config["stages"].values()))["mixed_precision"]
+    other = next(resolution for resolution in AUTO_RESOLUTIONS
+                 if resolution["mixed_precision"] != ran_in)
+    planner = RunPlanner(suite, torch.device("cpu"), log=lambda _: None, precision=other)
+    spec = planner.resolve("finetune", "rte", 1)[1]
+    twin = made.model_copy(update={"config": spec, "run_id": content_hash(spec),
+                                   "config_hash": content_hash(spec), "main_score": 1.0,
+                                   "finished_at": "2999-01-01T00:00:00+00:00"})
+    store.write(path.with_name(f"tiny-seed1-{twin.run_id[:16]}.json"), twin)
+
+    logged: list[str] = []
+    runs, _ = collect_runs(suite, results, log=logged.append)
+    rte = runs[(runs["label"] == "finetune") & (runs["task"] == "rte")]
+    assert list(rte["score"]) == [1.0] and list(rte["run_id"]) == [twin.run_id]
+    assert any("the later counts" in line for line in logged)

@@ -6,6 +6,7 @@ the plans; the grid and tuning ask the planner for ids before they decide what t
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ from harness.api.context import StudentKindConfig
 from harness.api.method import Method, Stage
 from harness.api.registry import instantiate, typed_student_shape
 from harness.api.students import resolve_teacher_sizes, student_pooling
+from harness.api.suites import load_suite
 from harness.assets.checkpoints import (
     AssetNotFoundError,
     Checkpoint,
@@ -33,6 +35,7 @@ from harness.config.schema import (
     StudentConfig,
     SuiteConfig,
     TrainConfig,
+    available_suites,
     recipe_with_overrides,
     student_kind,
     with_resolved_precision,
@@ -41,7 +44,7 @@ from harness.data.corpus import Corpus, build_corpus
 from harness.data.features import EncodedSplit, encode_split
 from harness.data.loading import TaskData, load_task, resolve_data_dir
 from harness.data.tasks import TaskSpec, get_task
-from harness.experiments.record import RECORD_VERSION
+from harness.experiments.record import RECORD_VERSION, RunRecord
 from harness.teacher.finetune import teacher_key, teacher_pooling
 from harness.teacher.outputs import intermediate_cache_spec
 
@@ -367,3 +370,57 @@ class RunPlanner:
                        **({"pairs": True} if self.suite.corpus.pairs else {})},
             "stages": {stage.name: stage_configs[stage.name].identity() for stage in stages},
         })
+
+
+def record_variation(record: RunRecord) -> Variation:
+    """The variation a record was planned with, from its ``variation`` annotation (which
+    leaves out what changed nothing, so the variation plans the same run)."""
+    departure = record.variation or {}
+    return Variation.of(student=departure.get("student"),
+                        overrides=departure.get("overrides"),
+                        task_epochs=departure.get("task_epochs"))
+
+
+def current_records(suite: SuiteConfig, records: Iterable[RunRecord],
+                    log: Callable[[str], None] = print) -> list[RunRecord]:
+    """The records that are runs of ``suite`` as it now reads: each record's method, task,
+    seed and variation, planned again, give its run id (in either resolution of an ``auto``
+    precision).  A method ``suite`` does not declare is planned by the shipped suite of the
+    same protocol that does (tinybert-ablation's variants in glue-cpu's store), else as a
+    plugin run by name.  A record of an earlier recipe, of a ``--set``, or of a method
+    neither plans is left out and named in the log, so that no table averages two
+    configurations under one row."""
+    records = list(records)
+    if not records:
+        return []
+    suites = [suite] + [other for other in map(load_suite, available_suites())
+                        if other.record_suite == suite.record_suite and other.name != suite.name]
+    planners: dict[str, RunPlanner] = {}
+
+    def planner_for(method: str) -> RunPlanner:
+        # The suite that declares the method, else the suite itself (a plugin run by name)
+        declaring = next((candidate for candidate in suites if method in candidate.methods),
+                         suite)
+        if declaring.name not in planners:
+            planners[declaring.name] = RunPlanner(declaring, torch.device("cpu"),
+                                                  log=lambda message: None)
+        return planners[declaring.name]
+
+    kept, left_out = [], []
+    for record in records:
+        planner = planner_for(record.method)
+        variation = record_variation(record)
+        ids: set[str] = set()
+        with contextlib.suppress(ConfigError, KeyError, ValueError):  # cannot plan it
+            ids = {planner.run_id(record.method, record.task, record.seed, variation),
+                   *planner.equivalent_run_ids(record.method, record.task, record.seed,
+                                               variation)}
+        (kept if record.run_id in ids else left_out).append(record)
+    if left_out:
+        log(f"left out {len(left_out)} record(s) that are not runs of suite {suite.name} as "
+            "it now reads (an earlier recipe, a --set, or a method it cannot plan); "
+            "report them with the suite they were made with:")
+        for record in left_out:
+            log(f"  {record.method} {record.task} seed {record.seed}: run id "
+                f"{record.run_id[:16]}")
+    return kept

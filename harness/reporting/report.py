@@ -80,8 +80,10 @@ def _run_row(label: str, record: RunRecord) -> dict[str, Any]:
 
 
 def collect_runs(config: SuiteConfig, results: Path, *, grid: bool = False,
-                 cache_dir: Path | None = None) -> tuple[pd.DataFrame, dict[str, RunRecord]]:
-    """One row per finished run: the suite's tasks and seeds from its store, or (``grid``)
+                 cache_dir: Path | None = None, log: Callable[[str], None] = print
+                 ) -> tuple[pd.DataFrame, dict[str, RunRecord]]:
+    """One row per finished run: the suite's tasks and seeds from its store, no row
+    holding two configurations (:func:`harness.reporting.tables.recipe_runs`), or (``grid``)
     exactly the cells of its grid. Returns the rows and the records by run id."""
     records: dict[str, RunRecord] = {}
     rows = []
@@ -94,10 +96,10 @@ def collect_runs(config: SuiteConfig, results: Path, *, grid: bool = False,
             rows.append(_run_row(label, record))
             records[record.run_id] = record
     else:
-        for record in ResultsStore(results / config.record_suite).records():
-            if (not record.finished or record.task not in config.tasks
-                    or record.seed not in config.seeds):
-                continue
+        in_suite = [record for record in ResultsStore(results / config.record_suite).records()
+                    if record.finished and record.task in config.tasks
+                    and record.seed in config.seeds]
+        for record in tables.recipe_runs(config, in_suite, log):
             rows.append(_run_row(record.label(), record))
             records[record.run_id] = record
     return pd.DataFrame(rows, columns=RUN_COLUMNS), records
@@ -564,8 +566,8 @@ def comparisons(runs: pd.DataFrame, board: pd.DataFrame) -> tuple[pd.DataFrame, 
 # --------------------------------------------------------------------------- figure inputs
 
 
-def ablation_frame(results: Path, config: SuiteConfig, published: pd.DataFrame
-                   ) -> tuple[pd.DataFrame, str]:
+def ablation_frame(results: Path, config: SuiteConfig, published: pd.DataFrame,
+                   log: Callable[[str], None] = print) -> tuple[pd.DataFrame, str]:
     """Ours beside the paper's for each published ablation table whose variants have runs
     in this suite's store, in long form for :func:`figures.plot_ablation`.  Each table is
     ``harness table``'s ablation view (:func:`tables.score_table`, :func:`tables.with_changes`)
@@ -576,7 +578,7 @@ def ablation_frame(results: Path, config: SuiteConfig, published: pd.DataFrame
     groups = published[published["group"] != ""]
     if groups.empty:
         return pd.DataFrame(), ""
-    records = tables.finished_records(results, config.record_suite)
+    records = tables.finished_records(config, results, log)
     ours = records[records["method"].isin(set(groups["method"]))]
     rows = []
     described = []
@@ -725,7 +727,7 @@ def make_figures(inputs: ReportInputs, results: Path, out: Path,
                                       title=f"{label} · {student} · "
                                             f"{get_task(run['task']).display_name} · "
                                             f"seed {run['seed']}"))
-    ablation, described = ablation_frame(results, config, inputs.anchors)
+    ablation, described = ablation_frame(results, config, inputs.anchors, log)
     if not ablation.empty:
         keep("TinyBERT ablations: change against the full model, ours beside the paper's "
              f"({described}). Our tasks and budget differ from the paper's.",
@@ -989,7 +991,7 @@ def build_report(config: SuiteConfig, results: Path, out: Path, *, grid: bool = 
     from harness.bench.efficiency import latest_bench
 
     log(f"collecting runs of {config.name}{' (grid cells)' if grid else ''} from {results}")
-    runs, records = collect_runs(config, results, grid=grid, cache_dir=cache_dir)
+    runs, records = collect_runs(config, results, grid=grid, cache_dir=cache_dir, log=log)
     if runs.empty:
         raise FileNotFoundError(f"no finished runs of suite {config.name} under {results}")
     bench = latest_bench(results, config.name) or latest_bench(results, config.record_suite)

@@ -4,24 +4,79 @@ with the papers' values (harness.config.published) beside ours where a suite ask
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pandas as pd
 
+from harness.common.cache import content_hash
 from harness.config.published import ablation_columns, load_published
 from harness.config.schema import SuiteConfig
+from harness.experiments.record import RunRecord
 from harness.experiments.store import ResultsStore
 from harness.reporting.frame import records_to_frame
 from harness.reporting.stats import paired_comparison
 
 
-def finished_records(results: Path, suite: str) -> pd.DataFrame:
-    """One row per finished run of ``suite``: method (its row label, see
+def _configuration(record: RunRecord) -> str:
+    """The record's resolved configuration without its seed: the runs of one recipe on one
+    task share it."""
+    return content_hash({key: value for key, value in record.config.items() if key != "seed"})
+
+
+def recipe_runs(config: SuiteConfig, records: Iterable[RunRecord],
+                log: Callable[[str], None] = print) -> list[RunRecord]:
+    """``records`` without two configurations under one row.  A row (label and student)
+    that holds more than one configuration for a task (a recipe edited after some of its
+    runs, a ``--set`` run into the same store, the two resolutions of an ``auto``
+    precision) keeps, on that task, the runs of the suite as it now reads
+    (:func:`harness.experiments.planner.current_records`, which names the others in the
+    log); where two of those share a seed (one per resolution of ``auto``), the later."""
+    records = list(records)
+    groups: dict[tuple[str, str, str], list[RunRecord]] = defaultdict(list)
+    for record in records:
+        groups[(record.label(), record.student_shape, record.task)].append(record)
+    mixed = [record for group in groups.values()
+             if len({_configuration(record) for record in group}) > 1 for record in group]
+    if not mixed:
+        return records
+    # Planning reads the suite's data and tokenizer: only for rows that need it.
+    from harness.experiments.planner import current_records
+
+    current = {record.run_id for record in current_records(config, mixed, log)}
+    latest: dict[tuple[str, str, str, int], RunRecord] = {}
+    for record in mixed:
+        if record.run_id not in current:
+            continue
+        key = (record.label(), record.student_shape, record.task, record.seed)
+        if key in latest:
+            earlier, later = sorted((latest[key], record),
+                                    key=lambda run: run.finished_at or run.started_at)
+            log(f"{record.method} {record.task} seed {record.seed}: two runs of the recipe "
+                f"(run ids {earlier.run_id[:16]}, {later.run_id[:16]}); the later counts")
+            record = later
+        latest[key] = record
+    mixed_ids = {record.run_id for record in mixed}
+    kept = {record.run_id for record in latest.values()}
+    return [record for record in records
+            if record.run_id not in mixed_ids or record.run_id in kept]
+
+
+def finished_records(config: SuiteConfig, results: Path,
+                     log: Callable[[str], None] = print) -> pd.DataFrame:
+    """One row per finished run in the store of ``config`` (its
+    :attr:`~harness.config.schema.SuiteConfig.record_suite`), no row holding two
+    configurations (:func:`recipe_runs`): method (its row label, see
     :meth:`~harness.experiments.record.RunRecord.label`), task, seed, main score, seconds."""
-    runs = records_to_frame(ResultsStore(results / suite).records())
-    finished = runs[runs["status"] == "finished"]
-    return finished[["label", "task", "seed", "main_score", "wall_seconds"]].set_axis(
-        ["method", "task", "seed", "score", "seconds"], axis=1).reset_index(drop=True)
+    finished = [record for record in ResultsStore(results / config.record_suite).records()
+                if record.finished]
+    runs = records_to_frame(recipe_runs(config, finished, log))
+    columns = ["label", "task", "seed", "main_score", "wall_seconds"]
+    if runs.empty:
+        return pd.DataFrame(columns=["method", "task", "seed", "score", "seconds"])
+    return runs[columns].set_axis(["method", "task", "seed", "score", "seconds"],
+                                  axis=1).reset_index(drop=True)
 
 
 def score_table(records: pd.DataFrame, tasks: list[str], methods: list[str] | None = None
