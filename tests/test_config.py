@@ -279,6 +279,25 @@ def test_unknown_task_in_max_train_examples(tmp_path: Path) -> None:
     assert "sst3" in config_error(path)
 
 
+def test_max_train_examples_keys_are_stored_as_the_task_names(tmp_path: Path) -> None:
+    # The planner looks caps up by the task's own name: an alias key must reach it.
+    path = write_suite(tmp_path, _set("data", "max_train_examples", value={"SST-2": 100,
+                                                                            "sts-b": 7}))
+    caps = load_suite(str(path)).data.max_train_examples
+    assert caps == {"sst2": 100, "stsb": 7}
+    assert caps.get(get_task("SST-2").name) == 100
+    message = config_error(path, ["data.max_train_examples.sst2=5"])  # SST-2 and sst2
+    assert "'SST-2' and 'sst2' both name task sst2" in error_line(
+        message, "data.max_train_examples")
+
+
+@pytest.mark.parametrize("cap", [0, -3])
+def test_max_train_examples_must_keep_a_row(tmp_path: Path, cap: int) -> None:
+    path = write_suite(tmp_path, _set("data", "max_train_examples", value={"sst2": cap}))
+    line = error_line(config_error(path), "data.max_train_examples.sst2")
+    assert "greater than or equal to 1" in line
+
+
 def test_unknown_task_is_at_least_rejected(tmp_path: Path) -> None:
     # whatever the exception type, an unknown task must not load (see the xfail above)
     with pytest.raises((ConfigError, KeyError), match="sst3"):

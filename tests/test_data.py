@@ -748,3 +748,64 @@ def test_a_tsv_export_is_read_with_its_quoting(shared_tasks: dict[str, TaskData]
     # 504 fields were wrapped in quotes by the export; 6 sentences are quotations
     assert sum(text.startswith('"') and text.endswith('"') for text in texts) == 6
     assert '"the witness"' in shared_tasks["mrpc"].splits["train"][0]["text_a"]
+
+
+# --------------------------------------------------------------------------- row numbers, caps
+
+
+def test_a_quoted_record_over_several_lines_is_reported_at_its_first_line(
+        tmp_path: Path) -> None:
+    header = "sentence\tlabel\tidx"  # a Hugging Face TSV export: read with its quoting
+    train = write(tmp_path, "SST-2", "train.tsv",
+                  lines(header, "a\t1\t0", '"first\nsecond\nthird"\t7\t1', "b\t0\t2"))
+    write(tmp_path, "SST-2", "dev.tsv", lines(header, "e\t1\t0"))
+    with pytest.raises(DataFormatError, match="label '7'") as info:
+        load_task("sst2", data_dir=tmp_path)
+    assert (info.value.path, info.value.line) == (train, 3)  # not 5, where the record ends
+
+
+def test_a_runaway_quote_is_reported_at_the_line_it_opens(tmp_path: Path) -> None:
+    header = "sentence\tlabel\tidx"
+    filler = "".join(f"word{i} " * 20 + "\n" for i in range(1500))  # past csv's field limit
+    train = write(tmp_path, "SST-2", "train.tsv", lines(header, "a\t1\t0") + '"open' + filler)
+    write(tmp_path, "SST-2", "dev.tsv", lines(header, "e\t1\t0"))
+    with pytest.raises(DataFormatError, match="not valid CSV") as info:
+        load_task("sst2", data_dir=tmp_path)
+    assert (info.value.path, info.value.line) == (train, 3)
+
+
+def test_a_parquet_shard_s_rows_are_numbered_after_a_malformed_shard(tmp_path: Path) -> None:
+    def shard(first: int, texts: list[str]) -> datasets.Dataset:
+        count = len(texts)
+        return datasets.Dataset.from_dict(
+            {"sentence1": texts, "sentence2": ["b"] * count, "label": [0] * count,
+             "idx": list(range(first, first + count))},
+            features=datasets.Features({
+                "sentence1": datasets.Value("string"), "sentence2": datasets.Value("string"),
+                "label": datasets.ClassLabel(names=["entailment", "not_entailment"]),
+                "idx": datasets.Value("int32")}))
+
+    folder = tmp_path / "RTE"
+    export(shard(0, ["", "a1", "a2"]), folder / "train-00000-of-00002.parquet", "parquet")
+    export(shard(3, ["a3", "a4", "a5"]), folder / "train-00001-of-00002.parquet", "parquet")
+    export(shard(0, ["d0"]), folder / "validation-00000-of-00001.parquet", "parquet")
+    with pytest.raises(DataFormatError) as info:
+        load_task("rte", data_dir=tmp_path)
+    # Only the empty sentence is reported: the second shard's rows 3..5 are in place.
+    assert str(info.value).splitlines() == [
+        f"{folder / 'train-00000-of-00002.parquet'}: row 1: sentence1 is empty (expected text)"]
+    # An unreadable shard's row count is unknown: the next shard's numbers go unchecked.
+    (folder / "train-00000-of-00002.parquet").write_bytes(b"not parquet")
+    with pytest.raises(DataFormatError) as info:
+        load_task("rte", data_dir=tmp_path)
+    assert len(str(info.value).splitlines()) == 1
+    assert "not a readable parquet file" in str(info.value)
+
+
+def test_a_train_cap_below_one_is_refused(tmp_path: Path) -> None:
+    write(tmp_path, "SST-2", "train.tsv", lines("sentence\tlabel", "a\t1", "b\t0", "c\t1"))
+    write(tmp_path, "SST-2", "dev.tsv", lines("sentence\tlabel", "e\t1"))
+    for cap in (0, -1):  # an empty train split is never what a cap asks for
+        with pytest.raises(ValueError, match=f"max_train_examples must be >= 1, got {cap}"):
+            load_task("sst2", data_dir=tmp_path, max_train_examples=cap)
+    assert len(load_task("sst2", data_dir=tmp_path, max_train_examples=1).splits["train"]) == 1

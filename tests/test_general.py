@@ -56,6 +56,26 @@ def test_corpus_adds_text_files_drops_short_lines_and_samples_by_seed(tmp_path, 
     assert sample.sentences != other.sentences and set(sample.sentences) <= set(corpus.sentences)
 
 
+def test_blank_lines_never_enter_the_corpus_or_its_pairs(tmp_path):
+    text = tmp_path / "doc.txt"
+    text.write_text("first line here\n\n   \n\t\nsecond line\n")
+    corpus = build_corpus(CorpusConfig(task_sentences=False, text_files=[str(text)],
+                                       min_words=1, pairs=True), [])
+    assert corpus.sentences == ["first line here", "second line"]
+    assert corpus.pairs == [("first line here", "second line")]
+
+
+def test_a_byte_order_mark_opening_a_text_file_is_not_part_of_its_first_line(tmp_path):
+    plain, marked = tmp_path / "plain.txt", tmp_path / "marked.txt"
+    plain.write_bytes(b"the cat sat down\nthe cat sat down\nthe dog sat up\n")
+    marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+    for pairs in (False, True):
+        read = [build_corpus(CorpusConfig(task_sentences=False, text_files=[str(path)],
+                                          pairs=pairs), []) for path in (plain, marked)]
+        assert read[1].sentences == ["the cat sat down", "the dog sat up"]
+        assert read[1].fingerprint == read[0].fingerprint
+
+
 def test_missing_corpus_file_and_empty_corpus_are_clear_errors(tmp_path):
     with pytest.raises(DataNotFoundError, match=r"corpus\.text_files"):
         build_corpus(CorpusConfig(text_files=[str(tmp_path / "nope.txt")]), [])
@@ -92,6 +112,24 @@ def test_long_lines_are_split_at_word_boundaries_and_every_piece_is_kept(tiny_te
                for ids in split.input_ids)
     assert split.input_ids[-1][1:-1].tolist() == tokenizer(short, add_special_tokens=False)[
         "input_ids"]
+
+
+def test_a_word_longer_than_a_window_keeps_its_pieces_across_windows(tiny_teacher_dir):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_teacher_dir)
+    line = "hello supercalifragilisticexpialidociousness antidisestablishmentarianism world"
+    pieces = tokenizer(line, add_special_tokens=False)["input_ids"]
+    for pairs in (None, [(line, "a short line")]):  # a long pair is read as its sentences
+        corpus = Corpus([] if pairs else [line], "fingerprint", [], pairs=pairs)
+        split = encode_corpus(corpus, tokenizer, 6)
+        windows = [ids[1:-1].tolist() for ids in split.input_ids][:-1 if pairs else None]
+        assert split.lengths.max() <= 6
+        # every piece once, in order, continuation marks ("##...") included
+        assert [piece for window in windows for piece in window] == pieces
+        assert tokenizer.convert_ids_to_tokens(windows[2][0]).startswith("##")
+        assert all(ids[0] == tokenizer.cls_token_id and ids[-1] == tokenizer.sep_token_id
+                   for ids in split.input_ids)
 
 
 def test_split_into_windows_cuts_inside_a_word_only_when_it_is_longer_than_a_window():

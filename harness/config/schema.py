@@ -128,19 +128,30 @@ class SeqLengths(StrictModel):
     pair: int = Field(128, gt=8)
 
 
+def _canonical_task_keys(caps: dict[str, int]) -> dict[str, int]:
+    """``max_train_examples`` keyed by the tasks' own names (``SST-2`` -> ``sst2``), which
+    is what the planner looks up; an unknown task, or two keys naming one task, is refused."""
+    canonical: dict[str, int] = {}
+    written: dict[str, str] = {}
+    for key, cap in caps.items():
+        name = get_task(key).name  # raises, naming the known tasks
+        if name in canonical:
+            raise ValueError(f"{written[name]!r} and {key!r} both name task {name}; keep one")
+        canonical[name] = cap
+        written[name] = key
+    return canonical
+
+
 class DataConfig(StrictModel):
     source: Literal["local", "hub"] = "local"
     dir: str | None = Field(None, description="local data folder; default: HARNESS_DATA_DIR, "
                             "then ../shared/data/glue beside the checkout")
-    max_train_examples: dict[str, int] = Field(default_factory=dict)
+    max_train_examples: Annotated[dict[str, Annotated[int, Field(ge=1)]],
+                                  AfterValidator(_canonical_task_keys)] = Field(
+        default_factory=dict, description="train rows kept per task (a seeded subsample, "
+        "at least 1); keys are task names or aliases (SST-2), stored as the task's name")
     subsample_seed: int = 0
     max_seq_length: SeqLengths = SeqLengths()
-
-    @model_validator(mode="after")
-    def _known_tasks(self) -> DataConfig:
-        for task in self.max_train_examples:
-            get_task(task)
-        return self
 
 
 class IntermediateCacheConfig(StrictModel):

@@ -107,7 +107,8 @@ def resolve_text_file(name: str, data_dir: Path | None) -> Path:
 
 
 def _text_file_lines(path: Path) -> Iterable[str]:
-    with path.open(encoding="utf-8", errors="replace") as handle:
+    # utf-8-sig: a byte-order mark opening the file is not part of its first line
+    with path.open(encoding="utf-8-sig", errors="replace") as handle:
         yield from handle
 
 
@@ -125,17 +126,19 @@ def _hub_lines(config: CorpusConfig) -> Iterable[str]:
 
 def build_corpus(config: CorpusConfig, tasks: list[TaskData],
                  data_dir: Path | None = None) -> Corpus:
-    """Unique, whitespace-normalised lines of at least ``min_words`` words, in first-seen
-    order, then a seeded sample of ``max_sentences`` if set; with ``pairs``, also the unique
-    pairs (see :class:`Corpus`), sampled alike.  Short lines are dropped before a file's
-    lines are paired, so a pair joins the lines that surround a dropped one.  Relative text
-    files are looked up beside ``data_dir`` (see :func:`resolve_text_file`)."""
+    """Unique, whitespace-normalised lines of at least ``min_words`` words (a blank line
+    never is one), in first-seen order, then a seeded sample of ``max_sentences`` if set;
+    with ``pairs``, also the unique pairs (see :class:`Corpus`), sampled alike.  Short
+    lines are dropped before a file's lines are paired, so a pair joins the lines that
+    surround a dropped one.  Relative text files are looked up beside ``data_dir`` (see
+    :func:`resolve_text_file`)."""
     seen: dict[str, None] = {}
     pairs: dict[tuple[str, str | None], None] = {}
     sources: list[str] = []
 
     def long_enough(text: str | None) -> bool:
-        return text is None or len(text.split(" ")) >= config.min_words
+        """None (no B segment), or at least ``min_words`` words: never an empty line."""
+        return text is None or len(text.split()) >= config.min_words  # min_words >= 1
 
     def add(lines: Iterable[str], pair_them: bool = True) -> None:
         """The lines' sentences; with ``pairs``, also the lines two by two (``pair_them``)."""
@@ -197,7 +200,8 @@ def split_into_windows(word_ids: list[int | None] | None, length: int,
                        budget: int) -> list[tuple[int, int]]:
     """Consecutive ``(start, end)`` ranges of at most ``budget`` of ``length`` pieces, each
     cut moved back to the start of the word it would split (a single word longer than
-    ``budget`` is cut inside).  ``word_ids``: the word of each piece (None: cut anywhere)."""
+    ``budget`` is cut between its pieces).  ``word_ids``: the word of each piece (None: cut
+    anywhere)."""
     windows, start = [], 0
     while start < length:
         end = min(start + budget, length)
@@ -220,8 +224,9 @@ def encode_corpus(corpus: Corpus, tokenizer: PreTrainedTokenizerBase, max_length
     than ``max_length`` pieces (special tokens included) is either cut (``truncate``: a
     single sentence keeps its start, a pair is cut longest side first, as the tasks' pairs
     are read) or split (``split``: a sentence into consecutive windows at word boundaries,
-    so every word is seen once, as masked-LM pre-training packs long documents; a pair that
-    does not fit is read as its two sentences, each split so)."""
+    so every word is seen once, as masked-LM pre-training packs long documents; a word
+    longer than a window is cut between its pieces; a pair that does not fit is read as
+    its two sentences, each split so)."""
     if long_lines not in ("split", "truncate"):
         raise ValueError(f"long_lines {long_lines!r}: expected split or truncate")
     if corpus.pairs is None:
@@ -258,40 +263,31 @@ def encode_corpus(corpus: Corpus, tokenizer: PreTrainedTokenizerBase, max_length
 
 def _encode_sentences(sentences: list[str], tokenizer: PreTrainedTokenizerBase,
                       max_length: int, long_lines: str) -> tuple[list[list[int]], list[list[int]]]:
-    """Single-segment encodings of ``sentences`` (see :func:`encode_corpus`)."""
+    """Single-segment encodings of ``sentences`` (see :func:`encode_corpus`).  A long
+    sentence's windows are cut from its own encoding: each keeps the special tokens around
+    a run of the sentence's pieces, so a word cut between windows keeps its pieces as the
+    whole sentence has them (continuation marks included)."""
     if not sentences:
         return [], []
     encoded = tokenizer(sentences, truncation=long_lines == "truncate",
                         max_length=max_length, return_attention_mask=False,
-                        return_token_type_ids=True, verbose=False)
-    pieces, types = list(encoded["input_ids"]), list(encoded["token_type_ids"])
-    long = [index for index, ids in enumerate(pieces) if len(ids) > max_length]
-    if not long:  # always so with long_lines: truncate
-        return pieces, types
-    lines = [sentences[index] for index in long]
-    bare = tokenizer(lines, add_special_tokens=False, return_offsets_mapping=True,
-                     return_attention_mask=False)
+                        return_token_type_ids=True, return_special_tokens_mask=True,
+                        verbose=False)
     budget = max_length - tokenizer.num_special_tokens_to_add(pair=False)
-    spans: list[list[str]] = []
-    for row, line in enumerate(lines):
-        offsets = bare["offset_mapping"][row]
-        words = bare.word_ids(row) if tokenizer.is_fast else None
-        spans.append([line[offsets[start][0]:offsets[end - 1][1]] for start, end in
-                      split_into_windows(words, len(offsets), budget)])
-    windows = tokenizer([span for line_spans in spans for span in line_spans],
-                        truncation=True, max_length=max_length,
-                        return_attention_mask=False, return_token_type_ids=True)
-    windows_of: dict[int, slice] = {}
-    position = 0
-    for index, line_spans in zip(long, spans, strict=True):
-        windows_of[index] = slice(position, position + len(line_spans))
-        position += len(line_spans)
-    pieces, types = [], []
+    pieces: list[list[int]] = []
+    types: list[list[int]] = []
     for index, ids in enumerate(encoded["input_ids"]):
-        if index in windows_of:
-            pieces.extend(windows["input_ids"][windows_of[index]])
-            types.extend(windows["token_type_ids"][windows_of[index]])
-        else:
+        kinds = encoded["token_type_ids"][index]
+        if len(ids) <= max_length:  # always so with long_lines: truncate
             pieces.append(ids)
-            types.append(encoded["token_type_ids"][index])
+            types.append(kinds)
+            continue
+        # The sentence's pieces: the run between the template's special tokens.
+        text_at = [at for at, special in enumerate(encoded["special_tokens_mask"][index])
+                   if not special]
+        first, last = text_at[0], text_at[-1] + 1
+        words = encoded.word_ids(index)[first:last] if tokenizer.is_fast else None
+        for start, end in split_into_windows(words, last - first, budget):
+            pieces.append(ids[:first] + ids[first + start:first + end] + ids[last:])
+            types.append(kinds[:first] + kinds[first + start:first + end] + kinds[last:])
     return pieces, types

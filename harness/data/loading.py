@@ -426,12 +426,15 @@ def _read_csv(path: Path, content: str, delimiter: str = ",") -> _Table:
     writes CSV and TSV."""
     reader = csv.reader(io.StringIO(content, newline=""), delimiter=delimiter)
     records = []
+    start = 1  # the first line of the next record (a quoted field may span several)
     try:
         for fields in reader:
             if any(field.strip() for field in fields):
-                records.append((reader.line_num, fields))
+                records.append((start, fields))
+            start = reader.line_num + 1
     except csv.Error as error:
-        raise DataFormatError(path, reader.line_num, f"not valid CSV ({error})") from None
+        raise DataFormatError(path, start, f"not valid CSV ({error}) in the record that "
+                              "starts here") from None
     return _Table(records, separator="comma-separated " if delimiter == "," else
                   "tab-separated ", quoted=delimiter == "\t")
 
@@ -487,6 +490,16 @@ def _read_parquet(path: Path, raw: bytes) -> _Table:
                   separator="")
 
 
+def _parquet_rows(raw: bytes) -> int | None:
+    """A parquet file's row count from its footer; None when the footer is unreadable."""
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_metadata(io.BytesIO(raw)).num_rows
+    except Exception:  # pyarrow raises several types for a damaged file
+        return None
+
+
 def _parquet_label_names(table) -> tuple[str, ...] | None:
     """The ClassLabel names ``datasets`` stores in a parquet file's metadata, if any."""
     metadata = (table.schema.metadata or {}).get(b"huggingface")
@@ -517,10 +530,11 @@ class _SplitRows:
 
 
 def _read_split_file(spec: TaskSpec, path: Path, raw: bytes, is_test: bool,
-                     first_row: int = 0) -> _SplitRows:
+                     first_row: int | None = 0) -> _SplitRows:
     """Parse one split file, checking every row against the task's schema.
     ``first_row``: the number of the file's first row (a later shard of a parquet export
-    continues the count)."""
+    continues the count; None: unknown, as after an unreadable shard, so row numbers are
+    not checked)."""
     table = _read_table(spec, path, raw)
     unit = table.unit
     if not table.records:
@@ -559,7 +573,7 @@ def _read_split_file(spec: TaskSpec, path: Path, raw: bytes, is_test: bool,
                 if not pattern.fullmatch(fields[position].strip()):
                     raise DataFormatError(path, lineno, f"{column} {fields[position]!r} is not "
                                           f"{expected}", unit=unit)
-            if file_layout.index_col is not None:
+            if file_layout.index_col is not None and first_row is not None:
                 _check_index(fields[file_layout.index_col], first_row + len(texts) +
                              len(problems), path, lineno, unit)
             if file_layout.label_col is None:
@@ -653,18 +667,23 @@ def _load_local(
         texts: list[tuple[str, ...]] = []
         labels: list[int | float] = []
         parts: list[_SplitRows] = []
+        first_row: int | None = 0  # the next shard's first row number (None: unknown)
         for path in paths:
             raw = path.read_bytes()
             digest.update(raw)
             try:
                 part = _read_split_file(spec, path, raw, is_test=split in spec.test_splits,
-                                        first_row=len(labels))
+                                        first_row=first_row)
             except DataFormatError as error:
                 failures.append(error)
+                # The next shard's rows continue this one's count, malformed or not.
+                rows = _parquet_rows(raw) if path.suffix.lower() == ".parquet" else None
+                first_row = None if first_row is None or rows is None else first_row + rows
                 continue
             parts.append(part)
             texts += part.texts
             labels += part.labels
+            first_row = None if first_row is None else first_row + len(part.labels)
         if len(parts) < len(paths):
             continue
         splits[split] = _build_dataset(spec, texts, labels)
@@ -746,10 +765,10 @@ def _subsample(
     ds: datasets.Dataset, max_examples: int | None, seed: int
 ) -> tuple[datasets.Dataset, str]:
     """Keep a deterministic random ``max_examples`` rows, in file order; returns the spec."""
+    if max_examples is not None and max_examples < 1:  # a split is never empty
+        raise ValueError(f"max_train_examples must be >= 1, got {max_examples}")
     if max_examples is None or max_examples >= len(ds):
         return ds, "subsample=none"
-    if max_examples < 0:
-        raise ValueError(f"max_train_examples must be >= 0, got {max_examples}")
     keep = np.sort(np.random.default_rng(seed).permutation(len(ds))[:max_examples])
     return ds.select(keep.tolist()).flatten_indices(), f"subsample={max_examples},seed={seed}"
 
