@@ -291,6 +291,26 @@ def test_max_train_examples_keys_are_stored_as_the_task_names(tmp_path: Path) ->
         message, "data.max_train_examples")
 
 
+def test_every_per_task_setting_is_stored_under_the_task_name(tmp_path: Path) -> None:
+    """Per-task budgets, parameters and task lists written with an alias apply to the task:
+    each is read by the task's own name, so under ``CoLA`` it would never be found."""
+    path = write_suite(tmp_path)
+    suite = load_suite(str(path), [
+        "tasks=[CoLA, mrpc]", "task_training.CoLA.epochs=2",
+        "teacher.task_training.CoLA.epochs=4", "corpus.tasks=[CoLA]",
+        "methods.kd.task_params.CoLA.alpha=0.9",
+        "methods.kd.task_stages.CoLA.task.lr=1.0e-4"])
+    assert suite.tasks == ["cola", "mrpc"] and suite.corpus.tasks == ["cola"]
+    assert suite.train_config("cola").epochs == 2
+    assert suite.teacher_train_config("cola").epochs == 4
+    kd = suite.methods["kd"]
+    assert kd.params_for("cola")["alpha"] == 0.9
+    assert kd.stage_overrides("cola", "task")[1].lr == 1.0e-4
+    message = config_error(path, ["methods.kd.task_params.CoLA.alpha=0.9",
+                                  "methods.kd.task_params.cola.alpha=0.1"])
+    assert "both name task cola" in error_line(message, "methods.kd.task_params")
+
+
 @pytest.mark.parametrize("cap", [0, -3])
 def test_max_train_examples_must_keep_a_row(tmp_path: Path, cap: int) -> None:
     path = write_suite(tmp_path, _set("data", "max_train_examples", value={"sst2": cap}))

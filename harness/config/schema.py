@@ -33,12 +33,31 @@ from harness.data.tasks import get_task
 
 
 def _known_task(name: str) -> str:
-    get_task(name)  # raises, naming the known tasks
-    return name
+    return get_task(name).name  # raises, naming the known tasks
 
 
 TaskName = Annotated[str, AfterValidator(_known_task)]
-"""A GLUE task name, checked where it is written (the error's key path ends at it)."""
+"""A GLUE task name, checked where it is written (the error's key path ends at it) and
+stored as the task's own name (``SST-2`` -> ``sst2``), which is what runs look up."""
+
+
+def _canonical_task_keys(mapping: dict[str, Any]) -> dict[str, Any]:
+    """A per-task mapping keyed by the tasks' own names (``SST-2`` -> ``sst2``), which is
+    what runs look up: under an alias a per-task setting would pass and never apply.  An
+    unknown task, or two keys naming one task, is refused."""
+    canonical: dict[str, Any] = {}
+    written: dict[str, str] = {}
+    for key, value in mapping.items():
+        name = get_task(key).name  # raises, naming the known tasks
+        if name in canonical:
+            raise ValueError(f"{written[name]!r} and {key!r} both name task {name}; keep one")
+        canonical[name] = value
+        written[name] = key
+    return canonical
+
+
+PerTask = AfterValidator(_canonical_task_keys)
+"""Validates a per-task mapping's keys (see :func:`_canonical_task_keys`)."""
 
 
 def _yaml_no(value: Any) -> Any:
@@ -128,26 +147,12 @@ class SeqLengths(StrictModel):
     pair: int = Field(128, gt=8)
 
 
-def _canonical_task_keys(caps: dict[str, int]) -> dict[str, int]:
-    """``max_train_examples`` keyed by the tasks' own names (``SST-2`` -> ``sst2``), which
-    is what the planner looks up; an unknown task, or two keys naming one task, is refused."""
-    canonical: dict[str, int] = {}
-    written: dict[str, str] = {}
-    for key, cap in caps.items():
-        name = get_task(key).name  # raises, naming the known tasks
-        if name in canonical:
-            raise ValueError(f"{written[name]!r} and {key!r} both name task {name}; keep one")
-        canonical[name] = cap
-        written[name] = key
-    return canonical
-
-
 class DataConfig(StrictModel):
     source: Literal["local", "hub"] = "local"
     dir: str | None = Field(None, description="local data folder; default: HARNESS_DATA_DIR, "
                             "then ../shared/data/glue beside the checkout")
     max_train_examples: Annotated[dict[str, Annotated[int, Field(ge=1)]],
-                                  AfterValidator(_canonical_task_keys)] = Field(
+                                  PerTask] = Field(
         default_factory=dict, description="train rows kept per task (a seeded subsample, "
         "at least 1); keys are task names or aliases (SST-2), stored as the task's name")
     subsample_seed: int = 0
@@ -172,7 +177,8 @@ class TeacherConfig(StrictModel):
                             "shipped in an installed package")
     finetune: bool = Field(True, description="False: the checkpoint is already fine-tuned")
     training: TrainConfig = TrainConfig()
-    task_training: dict[str, TrainOverride] = Field(default_factory=dict)  # type: ignore[valid-type]
+    task_training: Annotated[dict[str, TrainOverride], PerTask] = Field(  # type: ignore[valid-type]
+        default_factory=dict)
     seed: int = 42
     min_margin: float = Field(5.0, description="points the teacher must beat the majority-class "
                               "(or mean-prediction) baseline by on the dev main metric")
@@ -341,7 +347,7 @@ class CorpusConfig(StrictModel):
 
     task_sentences: bool = Field(True, description="include the training sentences of the "
                                  "tasks below (labels unused)")
-    tasks: list[str] | None = Field(None, description="whose training sentences; default: the "
+    tasks: list[TaskName] | None = Field(None, description="whose training sentences; default: the "
                                     "suite's tasks (name them to share one corpus, and so one "
                                     "general-distillation checkpoint, across suites)")
     text_files: list[str] = Field(
@@ -380,21 +386,15 @@ class MethodRecipe(StrictModel):
         "(corpus) stages produce on the same student shape, e.g. kd and finetune from the "
         "general TinyBERT: methods compared on a student then start from one checkpoint")
     params: dict[str, Any] = Field(default_factory=dict)
-    task_params: dict[str, dict[str, Any]] = Field(
+    task_params: Annotated[dict[str, dict[str, Any]], PerTask] = Field(
         default_factory=dict, description="per-task overrides of params, e.g. fewer "
         "augmented copies for the large tasks")
     loss_weights: dict[str, float] = Field(default_factory=dict)
     disabled_losses: list[str] = Field(default_factory=list)
     stages: dict[str, TrainOverride] = Field(default_factory=dict)  # type: ignore[valid-type]
-    task_stages: dict[str, dict[str, TrainOverride]] = Field(  # type: ignore[valid-type]
+    task_stages: Annotated[dict[str, dict[str, TrainOverride]], PerTask] = Field(  # type: ignore[valid-type]
         default_factory=dict, description="per-task stage budgets, e.g. the paper's 50 "
         "intermediate epochs for CoLA: {cola: {intermediate: {epochs: 50}}}")
-
-    @model_validator(mode="after")
-    def _known_tasks(self) -> MethodRecipe:
-        for task in [*self.task_params, *self.task_stages]:
-            get_task(task)
-        return self
 
     def params_for(self, task: str | None) -> dict[str, Any]:
         """``params`` with ``task``'s overrides merged in (nested mappings merge too)."""
@@ -444,7 +444,7 @@ class GridBudget(StrictModel):
         None, gt=0, description="training examples seen over a cell's task stages, in "
         "units of the task's training-set size (stage epochs are scaled in proportion, "
         "augmented stages count with epoch_size: task); None: each recipe's own budget")
-    task_epochs_for: dict[str, float] = Field(
+    task_epochs_for: Annotated[dict[str, float], PerTask] = Field(
         default_factory=dict, description="per-task task_epochs, e.g. {sst2: 1}")
     own_budget: list[str] = Field(
         default_factory=list, description="methods whose cells train their recipe's own "
@@ -460,7 +460,6 @@ class GridBudget(StrictModel):
     @model_validator(mode="after")
     def _known_tasks(self) -> GridBudget:
         for task, epochs in self.task_epochs_for.items():
-            get_task(task)
             if epochs <= 0:
                 raise ValueError(f"task_epochs_for.{task}: must be positive (got {epochs})")
         return self
@@ -531,7 +530,8 @@ class SuiteConfig(StrictModel):
     students: dict[str, StudentShape] = Field(min_length=1)
     default_student: str
     training: TrainConfig = TrainConfig()
-    task_training: dict[str, TrainOverride] = Field(default_factory=dict)  # type: ignore[valid-type]
+    task_training: Annotated[dict[str, TrainOverride], PerTask] = Field(  # type: ignore[valid-type]
+        default_factory=dict)
     methods: dict[str, MethodRecipe] = Field(default_factory=dict)
     default_method: str | list[str] = Field(
         "kd", description="what `harness run` runs without --method: a name, a list, or 'all'")
@@ -549,9 +549,6 @@ class SuiteConfig(StrictModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> SuiteConfig:
-        for task in [*self.tasks, *self.task_training, *self.teacher.task_training,
-                     *(self.corpus.tasks or [])]:
-            get_task(task)
         if self.default_student not in self.students:
             raise ValueError(
                 f"default_student {self.default_student!r} is not one of {sorted(self.students)}"
