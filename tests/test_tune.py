@@ -246,3 +246,70 @@ def test_tune_killed_mid_trial_resumes_and_retries_that_trial(tmp_path, suite_fi
     states = [t.state.name for t in study.trials]
     assert states.count("COMPLETE") + states.count("PRUNED") == 3
     assert load_tuned(name, results).study == name
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")  # ask(), not optimize()
+def test_parallel_workers_propose_their_own_parameters_and_one_alone_repeats(tmp_path,
+                                                                              suite_file):
+    """Workers sharing a study must not sample what another worker sampled (one sampler
+    seed per study had every worker propose the same parameters in turn), while a study
+    one worker runs alone draws the same parameters every time."""
+    suite = load_suite(str(suite_file))
+
+    def proposals(storage: str, workers: int, trials: int = 7) -> list[dict]:
+        tuners = [Tuner(suite, TuningTarget("kd", "rte", [1]), tmp_path / "results", storage,
+                        tmp_path / "cache", log=lambda _: None) for _ in range(workers)]
+        studies = [tuner.study() for tuner in tuners]  # each worker's own sampler
+        drawn = []
+        for number in range(trials):  # the workers take turns asking for a trial
+            study = studies[number % workers]
+            trial = study.ask()
+            drawn.append(tuners[number % workers]._search_space(trial))
+            study.tell(trial, 50.0)
+        return drawn
+
+    parallel = proposals(f"sqlite:///{tmp_path / 'two.db'}", workers=2)
+    assert len({json.dumps(point, sort_keys=True) for point in parallel}) == len(parallel)
+    alone = proposals(f"sqlite:///{tmp_path / 'one.db'}", workers=1)
+    assert proposals(f"sqlite:///{tmp_path / 'again.db'}", workers=1) == alone
+    assert alone[0] == parallel[0]  # the recipe's own point, queued first
+
+
+def test_a_study_whose_every_trial_fails_stops_and_says_so(tmp_path, suite_file):
+    # A weight decay that blows the weights up at the first step, whatever the searched
+    # learning rate: every trial's run diverges and writes a failed record.
+    diverging = ["training.weight_decay=1.0e+30", "training.max_grad_norm=null",
+                 "training.warmup_ratio=0"]
+    results, cache = tmp_path / "results", tmp_path / "cache"
+    lines: list[str] = []
+    tuner = Tuner(load_suite(str(suite_file), diverging), TuningTarget("kd", "stsb", [1]),
+                  results, f"sqlite:///{results / 'optuna.db'}", cache, log=lines.append)
+    results.mkdir()
+    run_trial, asked = tuner.run_trial, []
+
+    def counted(study) -> None:
+        asked.append(study)
+        if len(asked) > 6:
+            raise AssertionError("optimize(2) asked for a 7th trial after 6 failed ones")
+        run_trial(study)
+
+    tuner.run_trial = counted
+    tuner.optimize(2, poll_seconds=0.01)
+    assert len(asked) == 2
+    counts = tuner.counts()
+    assert (counts["fail"], counts["complete"]) == (2, 0)
+    assert any("stopping: the runs of 2 trials failed, as many as the 2 trials asked for"
+               in line for line in lines)
+    with pytest.raises(RuntimeError, match="no complete trial") as error:
+        tuner.write_best()
+    assert "non-finite loss" in str(error.value)
+    assert not tuned_path(results, tuner.name).exists()
+
+    # the command resumes the study, runs no more trials and fails with that message
+    sets = [arg for assignment in diverging for arg in ("--set", assignment)]
+    tune = CliRunner().invoke(app, ["tune", "--method", "kd", "--task", "stsb", "--trials",
+                                    "2", "--suite", str(suite_file), "--results",
+                                    str(results), "--cache-dir", str(cache), *sets])
+    assert tune.exit_code != 0, tune.output
+    assert f"study {tuner.name}: no complete trial" in tune.output
+    assert tuner.counts()["fail"] == 2

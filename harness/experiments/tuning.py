@@ -10,7 +10,10 @@ their own store (``<results>/tuning/<study>/``), apart from the suite's leaderbo
 
 Workers record a heartbeat: a trial whose worker died is marked failed after the grace
 period and re-queued with the same parameters (``RetryFailedTrialCallback``), and the next
-worker to ask for a trial takes it.  Under ``accelerate launch`` process 0 talks to the
+worker to ask for a trial takes it.  Each trial's random draws are seeded from the study's
+name and the trial's number (:func:`make_sampler`), so parallel workers do not propose one
+another's parameters.  A study whose trials keep failing stops once as many have failed as
+it was asked to finish.  Under ``accelerate launch`` process 0 talks to the
 storage and broadcasts every trial's parameters and pruning decisions to the others.
 """
 
@@ -116,6 +119,57 @@ def study_name(runner, target: TuningTarget) -> str:
     return f"tune-{runner.suite.record_suite}-{target.method}-{target.task}-{digest}"
 
 
+def trial_seed(study: str, number: int) -> int:
+    """The sampler's seed for trial ``number`` of ``study``."""
+    return int(content_hash({"study": study, "trial": number})[:8], 16)
+
+
+def make_sampler(study: str, n_startup_trials: int = 5):
+    """TPE whose random draws in each trial are seeded from the study's name and the
+    trial's number (:func:`trial_seed`).  The storage numbers trials once, whichever worker
+    asks, so parallel workers draw differently (with one seed per study, every worker
+    drew the same parameters as the others), while a study one worker runs alone repeats.
+    Between trials a fresh TPE sampler replaces the last one: a TPE sampler keeps no state
+    across trials but its random generator."""
+    import optuna
+
+    def tpe(number: int) -> optuna.samplers.TPESampler:
+        return optuna.samplers.TPESampler(seed=trial_seed(study, number),
+                                          n_startup_trials=n_startup_trials)
+
+    class TrialSeededSampler(optuna.samplers.BaseSampler):
+        def __init__(self) -> None:
+            self.sampler = tpe(0)
+
+        def before_trial(self, study, trial) -> None:
+            self.sampler = tpe(trial.number)
+            self.sampler.before_trial(study, trial)
+
+        def infer_relative_search_space(self, study, trial):
+            return self.sampler.infer_relative_search_space(study, trial)
+
+        def sample_relative(self, study, trial, search_space):
+            return self.sampler.sample_relative(study, trial, search_space)
+
+        def sample_independent(self, study, trial, param_name, param_distribution):
+            return self.sampler.sample_independent(study, trial, param_name,
+                                                   param_distribution)
+
+        def after_trial(self, study, trial, state, values) -> None:
+            self.sampler.after_trial(study, trial, state, values)
+
+        def reseed_rng(self) -> None:
+            self.sampler.reseed_rng()
+
+    return TrialSeededSampler()
+
+
+def retried_trials(trials) -> set[int]:
+    """The numbers of the failed trials that a retry replaced (queued again)."""
+    return {number for trial in trials
+            for number in trial.system_attrs.get("retry_history", [])}
+
+
 def make_pruner(kind: str):
     import optuna
 
@@ -168,11 +222,9 @@ class Tuner:
         first trial (see :meth:`recipe_point`)."""
         import optuna
 
-        digest = int(self.name.rsplit("-", 1)[1][:8], 16)
         study = optuna.create_study(
             study_name=self.name, storage=open_storage(self.storage_url),
-            direction="maximize", load_if_exists=True,
-            sampler=optuna.samplers.TPESampler(seed=digest, n_startup_trials=5),
+            direction="maximize", load_if_exists=True, sampler=make_sampler(self.name),
             pruner=make_pruner(self.pruner))
         if not study.trials and "recipe_point" not in study.user_attrs:
             point = self.recipe_point()
@@ -253,7 +305,9 @@ class Tuner:
                 accelerator.free_memory()  # the stopped stage's prepared model and optimiser
                 raise
             if outcome.main_score is None:
-                raise RuntimeError(f"seed {seed}: run {outcome.status} ({outcome.path})")
+                error = outcome.record.error if outcome.record is not None else None
+                raise RuntimeError(f"seed {seed}: run {outcome.status}"
+                                   f"{f': {error}' if error else ''} ({outcome.path})")
             scores.append(float(outcome.main_score))
         return scores
 
@@ -270,6 +324,9 @@ class Tuner:
         except optuna.TrialPruned as pruned:
             self.log(f"[tune] trial {trial.number}: {pruned} after "
                      f"{time.perf_counter() - started:.0f}s with {overrides}")
+            raise
+        except RuntimeError as error:  # a failed run: counts towards the cap (see optimize)
+            trial.set_user_attr("error", str(error))
             raise
         trial.set_user_attr("overrides", overrides)
         trial.set_user_attr("scores", scores)
@@ -302,15 +359,22 @@ class Tuner:
             counts[trial.state.name.lower()] += 1
         return counts
 
+    def failed(self, study) -> int:
+        """Trials whose runs failed (a diverged run, say): not those of a worker that died
+        or was interrupted, which say nothing about their parameters."""
+        return sum(1 for trial in study.get_trials(deepcopy=False)
+                   if trial.state.name == "FAIL" and "error" in trial.user_attrs)
+
     def run_trial(self, study) -> None:
         """One trial (a re-queued one first), with the worker's heartbeat."""
         study.optimize(self.objective, n_trials=1, catch=(RuntimeError,))
 
     def optimize(self, trials: int, poll_seconds: float | None = None,
                  reclaim_local: bool = True) -> None:
-        """Add trials until the study has ``trials`` finished (complete or pruned) ones;
-        waits for other workers' running trials (a dead worker's are failed after the
-        grace period and re-queued)."""
+        """Add trials until the study has ``trials`` finished (complete or pruned) ones, or
+        until as many trials' runs have failed (a study whose every trial fails would
+        otherwise never stop); waits for other workers' running trials (a dead worker's
+        are failed after the grace period and re-queued)."""
         from optuna.storages import fail_stale_trials
 
         accelerator = self.runner.accelerator
@@ -328,6 +392,13 @@ class Tuner:
                 finished = counts["complete"] + counts["pruned"]
                 if finished >= trials and not counts["waiting"]:
                     break
+                failed = self.failed(study)
+                if failed >= trials:
+                    self.log(f"[tune] {self.name}: stopping: the runs of {failed} trials "
+                             f"failed, as many as the {trials} trials asked for (their "
+                             f"errors are above; their records under "
+                             f"{self.runner.store.root})")
+                    break
                 if counts["waiting"] or finished + counts["running"] < trials:
                     self.run_trial(study)
                 else:
@@ -339,10 +410,19 @@ class Tuner:
                  f"pruned, {counts['fail']} failed")
 
     def write_best(self, study=None) -> Path:
-        """The best trial's overrides as a parameter file ``run`` and ``grid`` accept."""
+        """The best trial's overrides as a parameter file ``run`` and ``grid`` accept;
+        a RuntimeError when no trial completed."""
         study = study or self.study()
-        best = study.best_trial
         counts = self.counts(study)
+        if not counts["complete"]:
+            errors = [str(trial.user_attrs["error"]) for trial in
+                      study.get_trials(deepcopy=False) if "error" in trial.user_attrs]
+            raise RuntimeError(
+                f"study {self.name}: no complete trial to take parameters from "
+                f"({counts['fail']} failed, {counts['pruned']} pruned, {counts['running']} "
+                f"running); no parameters written"
+                + (f". The last failed trial: {errors[-1]}" if errors else ""))
+        best = study.best_trial
         document = {
             "study": self.name,
             "suite": self.suite.record_suite,
