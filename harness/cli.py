@@ -214,7 +214,8 @@ def _grid(suite: str, storage: str | None, results: Path, cache_dir: Path | None
         return
     echo(f"\ngrid {grid.study_name}: {summary['complete']} of {summary['cells']} cells "
           f"complete, {summary['fail'] - summary['retried']} failed, {summary['retried']} "
-          f"retried after a worker died\nrecords: {results / config.record_suite}; table: "
+          f"queued again (a worker died or was stopped)\nrecords: "
+          f"{results / config.record_suite}; table: "
           f"harness table --suite {suite}")
     if summary["complete"] < summary["cells"]:
         raise typer.Exit(1)

@@ -8,11 +8,15 @@ whichever worker asks next, so several workers never run the same cell and a dea
 worker's cell is failed by the heartbeat check and re-queued.  Cells are runs of the
 results store, identified by the hash of their resolved configuration: a cell whose
 record exists is not trained again, whichever worker, machine or `harness run` made it.
+Whether a cell is done is the store's answer, not its trial's: a worker starting on a
+queue first queues again every cell that has neither a record nor a waiting or running
+trial (one stopped by Ctrl-C or an exception, which Optuna fails and never retries).
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import statistics
 import time
 from collections.abc import Callable
@@ -29,12 +33,14 @@ from harness.experiments.runner import RunOutcome, SuiteRunner
 from harness.experiments.store import ResultsStore
 from harness.experiments.tracking import Tracking
 from harness.experiments.tuning import (
+    MAX_RETRIES,
     TunedParams,
     Tuner,
     TuningTarget,
     fail_dead_local_trials,
     load_tuned,
     open_storage,
+    retried_trials,
     tuned_path,
     worker_id,
 )
@@ -203,6 +209,18 @@ class Grid:
     def variation(self, cell: GridCell, overrides: dict[str, Any]) -> Variation:
         return Variation.of(cell.student, overrides, cell.task_epochs)
 
+    def recorded_status(self, cell: GridCell) -> str | None:
+        """The status of the cell's record in the store (``finished`` or ``failed``; its
+        id may be that of the other precision), None without one or before its tuning."""
+        overrides = self.tuned_overrides(cell)
+        if overrides is None:
+            return None
+        variation = self.variation(cell, overrides)
+        _, spec, _ = self.runner.resolve(cell.method, cell.task, cell.seed, variation)
+        existing = self.runner.recorded(content_hash(spec), cell.method, cell.task,
+                                        cell.seed, variation)
+        return None if existing is None else self.runner.store.load(existing).status
+
     # -- planning -------------------------------------------------------------------------
     def plan(self) -> list[PlannedCell]:
         costs = CostModel.from_store(self.results)
@@ -348,6 +366,51 @@ class Grid:
         study.set_user_attr("enqueued", len(self.cells))
         return study
 
+    def unsettled(self, study) -> list[tuple[GridCell, int | None]]:
+        """The cells to queue again, each with the number of its last trial (None: it has
+        none): those without a waiting or running trial whose record does not settle them.
+        A finished record settles a cell once a trial of it completed (else its trial
+        finds the record and completes); a failed record (a diverged run) is the cell's
+        result unless the runner retries failed runs; without a record the cell runs,
+        unless its last trial is a dead worker's that the heartbeat check gave up
+        retrying (its worker died ``MAX_RETRIES + 1`` times in a row: an out-of-memory
+        kill, say, which would kill every worker that starts)."""
+        trials: dict[GridCell, list] = {}
+        for trial in study.get_trials(deepcopy=False):
+            if "cell" in trial.user_attrs and not trial.user_attrs.get("duplicate"):
+                trials.setdefault(GridCell(**trial.user_attrs["cell"]), []).append(trial)
+        unsettled = []
+        for cell in self.cells:
+            own = trials.get(cell, [])
+            states = {trial.state.name for trial in own}
+            if states & {"WAITING", "RUNNING"}:
+                continue
+            status = self.recorded_status(cell)
+            if status == "finished" and "COMPLETE" in states:
+                continue
+            if status == "failed" and not self.runner.retry_failed:
+                continue
+            last = max(own, key=lambda trial: trial.number) if own else None
+            if status is None and last is not None and _given_up(last):
+                self.log(f"[grid] {cell.label}: not queued again: its worker died "
+                         f"{len(last.system_attrs.get('retry_history', [])) + 1} times "
+                         f"in a row (trial {last.number})")
+                continue
+            unsettled.append((cell, None if last is None else last.number))
+        return unsettled
+
+    def enqueue_again(self, study, cells: list[tuple[GridCell, int | None]]) -> None:
+        """Queue ``cells`` again, each as a retry of its last trial (as the heartbeat check
+        retries a dead worker's: a cell queued twice by workers starting together, or by
+        both, runs once, see :func:`_duplicate`)."""
+        import optuna
+
+        for cell, last in cells:
+            retry = {} if last is None else {"failed_trial": last, "retry_history": [last]}
+            study.add_trial(optuna.trial.create_trial(
+                state=optuna.trial.TrialState.WAITING, user_attrs={"cell": asdict(cell)},
+                system_attrs=retry))
+
     def work(self) -> dict[str, int]:
         """Tune (if the budget says so), then run cells until the queue is empty."""
         accelerator = self.runner.accelerator
@@ -383,6 +446,15 @@ class Grid:
         study = self._grid_study()
         self.log(f"[grid] study {self.study_name} on {self.storage_url}: "
                  f"{len(self.cells)} cells")
+        fail_stale_trials(study)  # dead workers' cells are retried, not queued again here
+        if self.reclaim_local:
+            fail_dead_local_trials(study)
+        again = self.unsettled(study)
+        if again:
+            self.enqueue_again(study, again)
+            labels = [cell.label for cell, _ in again]
+            self.log(f"[grid] queued again {len(again)} cells stopped without a record: "
+                     + "; ".join(labels[:5]) + (" ..." if len(labels) > 5 else ""))
         if not self._estimates:
             self.plan()
         started = time.perf_counter()
@@ -413,6 +485,9 @@ class Grid:
         if cell_fields is None:  # another worker emptied the queue between check and pop
             trial.set_user_attr("empty", True)
             raise optuna.TrialPruned("no cell left")
+        if _duplicate(trial.study, trial.number):
+            trial.set_user_attr("duplicate", True)
+            raise optuna.TrialPruned("its cell was queued again twice; the other copy runs")
         cell = GridCell(**cell_fields)
         trial.set_user_attr("worker", worker_id())
         overrides = self.tuned_overrides(cell)
@@ -425,9 +500,13 @@ class Grid:
             annotations["tuned"] = self.tuned[cell.method, cell.task].annotation()
         elif overrides:
             annotations["tuned"] = {"study": self.tuner(cell).name}
-        outcome: RunOutcome = self.runner.run_one(
-            cell.method, cell.task, cell.seed, self.variation(cell, overrides),
-            annotations=annotations)
+        try:
+            outcome: RunOutcome = self.runner.run_one(
+                cell.method, cell.task, cell.seed, self.variation(cell, overrides),
+                annotations=annotations)
+        except BaseException as error:  # Ctrl-C or a crash, not a dead worker (_given_up)
+            trial.set_user_attr("stopped", f"{type(error).__name__}: {error}"[:1000])
+            raise
         trial.set_user_attr("status", outcome.status)
         trial.set_user_attr("record", str(outcome.path))
         ran.append(cell)
@@ -448,9 +527,9 @@ class Grid:
         ratio = (sum(seconds for _, seconds in estimated)
                  / sum(estimate for estimate, _ in estimated)) if estimated else 1.0
         mean = (sum(seconds for _, seconds in trained) / len(trained)) if trained else None
-        pending = [GridCell(**trial.user_attrs["cell"]) for trial in
+        pending = {GridCell(**trial.user_attrs["cell"]) for trial in
                    study.get_trials(deepcopy=False)
-                   if trial.state.name in {"WAITING", "RUNNING"} and "cell" in trial.user_attrs]
+                   if trial.state.name in {"WAITING", "RUNNING"} and "cell" in trial.user_attrs}
         left = 0.0
         for cell in pending:
             estimate = self._estimates.get(cell)
@@ -468,16 +547,23 @@ class Grid:
                  f"{_duration(left / workers)} left")
 
     def summary(self, study=None) -> dict[str, int]:
+        """Trial counts; ``complete`` counts cells (a cell whose record went missing
+        completes a second trial when it runs again)."""
         study = study or self._grid_study()
-        return {**_counts(study), "cells": len(self.cells), "retried": _retried(study)}
+        complete = {json.dumps(trial.user_attrs["cell"], sort_keys=True)
+                    for trial in study.get_trials(deepcopy=False)
+                    if trial.state.name == "COMPLETE" and "cell" in trial.user_attrs}
+        return {**_counts(study), "complete": len(complete), "cells": len(self.cells),
+                "retried": _retried(study)}
 
 
 def _counts(study) -> dict[str, int]:
+    """Trials by state, less the empty pops and the duplicates of queued-again cells."""
     from optuna.trial import TrialState
 
     counts = {state.name.lower(): 0 for state in TrialState}
     for trial in study.get_trials(deepcopy=False):
-        if not trial.user_attrs.get("empty"):
+        if not (trial.user_attrs.get("empty") or trial.user_attrs.get("duplicate")):
             counts[trial.state.name.lower()] += 1
     return counts
 
@@ -485,10 +571,35 @@ def _counts(study) -> dict[str, int]:
 def _retried(study) -> int:
     """Failed trials that a retry replaced (their cell is queued or ran again)."""
     trials = study.get_trials(deepcopy=False)
-    replaced = {number for trial in trials
-                for number in trial.system_attrs.get("retry_history", [])}
+    replaced = retried_trials(trials)
     return sum(1 for trial in trials if trial.state.name == "FAIL"
                and "cell" in trial.user_attrs and trial.number in replaced)
+
+
+def _given_up(trial) -> bool:
+    """Whether ``trial`` is a dead worker's (failed by the heartbeat check, not stopped
+    in its own process) that the check did not retry: the last of ``MAX_RETRIES``
+    retries (the check's callback retries while the history is at most that long)."""
+    return (trial.state.name == "FAIL" and "stopped" not in trial.user_attrs
+            and "status" not in trial.user_attrs
+            and len(trial.system_attrs.get("retry_history", [])) + 1 > MAX_RETRIES)
+
+
+def _duplicate(study, number: int) -> bool:
+    """Whether trial ``number`` is a second copy of a retry: a cell's failed trial may be
+    queued again by the heartbeat check and by a starting worker, or by two starting
+    workers at once (neither sees the other's copy yet).  The copies retry the same trial;
+    the first copy runs and the later ones step aside, whichever worker pops them and
+    whenever: the first exists (waiting, running or finished) before a later one does."""
+    trials = study.get_trials(deepcopy=False)
+    trial = next(trial for trial in trials if trial.number == number)
+    history = trial.system_attrs.get("retry_history")
+    if not history:
+        return False
+    return any(other.number < number
+               and other.user_attrs.get("cell") == trial.user_attrs.get("cell")
+               and (other.system_attrs.get("retry_history") or [None])[-1] == history[-1]
+               for other in trials)
 
 
 def _duration(seconds: float) -> str:
