@@ -10,7 +10,7 @@ import yaml
 from harness.api.suites import load_suite
 from harness.config.schema import ConfigError, CorpusConfig
 from harness.data.corpus import Corpus, build_corpus, encode_corpus, split_into_windows
-from harness.data.loading import DataNotFoundError, load_task
+from harness.data.loading import DataFormatError, DataNotFoundError, load_task
 from harness.experiments.runner import SuiteRunner
 from harness.teacher.augmented import prepare_augmented
 from tests.conftest import tiny_suite_dict
@@ -74,6 +74,13 @@ def test_a_byte_order_mark_opening_a_text_file_is_not_part_of_its_first_line(tmp
                                           pairs=pairs), []) for path in (plain, marked)]
         assert read[1].sentences == ["the cat sat down", "the dog sat up"]
         assert read[1].fingerprint == read[0].fingerprint
+
+
+def test_a_byte_that_is_not_utf8_is_an_error_naming_its_line(tmp_path):
+    text = tmp_path / "latin1.txt"
+    text.write_bytes(b"a first good line\nthe caf\xe9 sat down\n")
+    with pytest.raises(DataFormatError, match=r"latin1\.txt:2: byte 0xe9 at column 8 is not"):
+        build_corpus(CorpusConfig(task_sentences=False, text_files=[str(text)]), [])
 
 
 def test_missing_corpus_file_and_empty_corpus_are_clear_errors(tmp_path):

@@ -18,7 +18,7 @@ import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from harness.data.features import EncodedSplit
-from harness.data.loading import DataNotFoundError, TaskData
+from harness.data.loading import DataFormatError, DataNotFoundError, TaskData
 
 if TYPE_CHECKING:  # the recipe layer sits above the data it describes
     from harness.config.schema import CorpusConfig
@@ -107,9 +107,21 @@ def resolve_text_file(name: str, data_dir: Path | None) -> Path:
 
 
 def _text_file_lines(path: Path) -> Iterable[str]:
-    # utf-8-sig: a byte-order mark opening the file is not part of its first line
-    with path.open(encoding="utf-8-sig", errors="replace") as handle:
-        yield from handle
+    """The file's lines, decoded as UTF-8 (a byte-order mark opening the file is not part
+    of its first line); a byte that is not UTF-8 is an error naming its line and column."""
+    try:
+        with path.open(encoding="utf-8-sig") as handle:
+            yield from handle
+    except UnicodeDecodeError:
+        with path.open("rb") as raw:  # the decoder reads in blocks: find the line
+            for number, line in enumerate(raw, start=1):
+                try:
+                    line.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    raise DataFormatError(path, number, f"byte 0x{line[error.start]:02x} at "
+                                          f"column {error.start + 1} is not UTF-8 (expected "
+                                          "UTF-8 text)") from None
+        raise
 
 
 def _hub_lines(config: CorpusConfig) -> Iterable[str]:
