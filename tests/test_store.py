@@ -103,11 +103,27 @@ def test_every_committed_record_is_a_valid_run_record() -> None:
 
 def test_atomic_write_of_an_unserialisable_document_leaves_nothing(tmp_path: Path) -> None:
     path = tmp_path / "suite" / "run.json"
-    # a long string first, so bytes reach the temporary file before the failure
+    path.parent.mkdir()
     with pytest.raises(RuntimeError, match="cannot serialise"):
         write_json_atomic(path, {"padding": "x" * 50_000, "bad": Unprintable()})
     assert not path.exists()
     assert files_in(path.parent) == []
+
+
+def test_atomic_text_write_killed_mid_way_keeps_the_previous_file(tmp_path: Path,
+                                                                 monkeypatch) -> None:
+    from harness.common import files
+
+    path = files.write_text_atomic(tmp_path / "best.yaml", "lr: 1.0e-4\n")
+
+    def full_disk(descriptor: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(files.os, "fsync", full_disk)  # after part of the text is written
+    with pytest.raises(OSError, match="No space"):
+        files.write_text_atomic(path, "lr: 3.0e-4\n" + "# padding\n" * 10_000)
+    assert path.read_text() == "lr: 1.0e-4\n"
+    assert files_in(tmp_path) == ["best.yaml"]
 
 
 def test_interrupted_rewrite_keeps_previous_record(tmp_path: Path) -> None:
@@ -119,23 +135,23 @@ def test_interrupted_rewrite_keeps_previous_record(tmp_path: Path) -> None:
     assert files_in(tmp_path) == ["run.json"]
 
 
-def test_interrupted_write_via_failing_dump(tmp_path: Path,
+def test_interrupted_write_via_failing_sync(tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.common import files
+
     seen_on_disk: list[tuple[str, int]] = []
 
-    def dump_then_fail(obj, handle, **kwargs):
-        handle.write('{"partial": ')
-        handle.flush()
+    def sync_fails(descriptor: int) -> None:  # the record's bytes are written, then the disk fills
         seen_on_disk.extend((path.name, path.stat().st_size) for path in tmp_path.iterdir())
         raise OSError("disk full")
 
     store = ResultsStore(tmp_path)
     path = store.write(tmp_path / "run.json", sample_record(50.0))
-    monkeypatch.setattr(json, "dump", dump_then_fail)
+    monkeypatch.setattr(files.os, "fsync", sync_fails)
     with pytest.raises(OSError, match="disk full"):
         store.write(path, sample_record(90.0))
     monkeypatch.undo()
-    # the failure came after a partial temporary file was on disk ...
+    # the failure came after a temporary file was on disk ...
     assert len(seen_on_disk) == 2
     assert any(name.startswith(".") and size > 0 for name, size in seen_on_disk)
     # ... and nothing of it remains: the previous record is intact

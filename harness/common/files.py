@@ -10,19 +10,17 @@ from pathlib import Path
 from typing import Any
 
 
-def write_json_atomic(path: Path, document: Any) -> Path:
-    """Write ``document`` as JSON to ``path`` through a temporary file in the same folder,
-    flushed to disk and renamed over the target: a process killed mid-way (or a full disk)
-    leaves the previous file, or none, never a partial one.  Non-finite numbers (a failed
-    run's NaN loss) are written as the strings ``"nan"``, ``"inf"`` and ``"-inf"``: strict
-    JSON, which every reader accepts and pydantic reads back as floats."""
+def write_text_atomic(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` through a temporary file in the same folder, flushed to
+    disk and renamed over the target: a process killed mid-way (or a full disk) leaves the
+    previous file, or none, never a partial one, and a reader never sees half of it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
+    descriptor, temporary = tempfile.mkstemp(prefix=".tmp-", suffix=path.suffix,
+                                             dir=path.parent)
     try:
         os.fchmod(descriptor, 0o644)  # mkstemp's 0600 would hide the file from other users
         with os.fdopen(descriptor, "w") as handle:
-            json.dump(_strict_json(document), handle, indent=2, sort_keys=False, default=str,
-                      allow_nan=False)
+            handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, path)
@@ -30,6 +28,15 @@ def write_json_atomic(path: Path, document: Any) -> Path:
         if os.path.exists(temporary):
             os.unlink(temporary)
     return path
+
+
+def write_json_atomic(path: Path, document: Any) -> Path:
+    """Write ``document`` as JSON to ``path`` atomically (:func:`write_text_atomic`).
+    Non-finite numbers (a failed run's NaN loss) are written as the strings ``"nan"``,
+    ``"inf"`` and ``"-inf"``: strict JSON, which every reader accepts and pydantic reads
+    back as floats."""
+    return write_text_atomic(path, json.dumps(_strict_json(document), indent=2,
+                                              sort_keys=False, default=str, allow_nan=False))
 
 
 def _strict_json(value: Any) -> Any:

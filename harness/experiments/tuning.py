@@ -33,6 +33,7 @@ import yaml
 
 from harness.api.registry import instantiate
 from harness.common.cache import content_hash
+from harness.common.files import write_text_atomic
 from harness.config.schema import ConfigError, SuiteConfig
 from harness.experiments.store import NESTED_STORES
 from harness.experiments.tracking import Tracking
@@ -450,7 +451,8 @@ class Tuner:
         }
         path = tuned_path(self.results, self.name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump(document, sort_keys=False))
+        # Other workers read it as it lands (load_tuned): never half a file.
+        write_text_atomic(path, yaml.safe_dump(document, sort_keys=False))
         return path
 
 
