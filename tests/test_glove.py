@@ -40,6 +40,14 @@ def test_nearest_orders_by_cosine_and_never_returns_the_word(glove):
     assert "cat" not in everything and len(everything) == len(VECTORS) - 1
 
 
+def test_a_cased_vocabularys_variants_of_the_word_do_not_cost_neighbours(tmp_path):
+    path = write_glove(tmp_path / "cased.txt", {
+        "apple": [1.0, 0.0, 0.0], "Apple": [0.99, 0.01, 0.0], "APPLE": [0.98, 0.02, 0.0],
+        "pear": [0.9, 0.1, 0.0], "plum": [0.85, 0.15, 0.0], "fig": [0.8, 0.2, 0.0],
+        "car": [0.0, 1.0, 0.0]})
+    assert GloveVectors(path).nearest(["apple"], 3) == {"apple": ["pear", "plum", "fig"]}
+
+
 def test_nearest_is_the_same_whatever_the_chunk_size(tmp_path):
     rng = np.random.default_rng(0)
     vectors = {f"w{i}": rng.normal(size=5).tolist() for i in range(200)}

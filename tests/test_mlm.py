@@ -144,6 +144,22 @@ def test_top_k_never_returns_pieces_specials_or_excluded_ids(tiny_teacher_dir):
     assert banned[vocab["##ing"]] and banned[vocab["[MASK]"]] and not banned[vocab["cat"]]
 
 
+def test_top_k_bans_the_ids_of_a_padded_vocabulary(tiny_teacher_dir):
+    """A model whose embedding matrix is padded past its tokenizer (DeBERTa-v3's 128,100
+    rows for 128,001 tokens) never offers the padding ids as words."""
+    tokenizer = AutoTokenizer.from_pretrained(MINILM_DIR)
+    encoder = AutoModel.from_pretrained(tiny_teacher_dir)
+    encoder.resize_token_embeddings(len(tokenizer) + 6)
+    head = TiedMLMHead(encoder.get_input_embeddings().weight, encoder.config.hidden_size)
+    with torch.no_grad():
+        head.bias[len(tokenizer):] = 1000.0  # the padding rows would win
+        head.bias[tokenizer.get_vocab()["cat"]] = 500.0
+    masked_lm = MaskedLM(encoder, head, tokenizer, "fitted_head", {})
+    top = masked_lm.top_k(torch.tensor([[101, 103, 102]]), torch.ones(1, 3, dtype=torch.long),
+                          torch.tensor([1]), 1)
+    assert tokenizer.convert_ids_to_tokens(top[0].tolist()) == ["cat"]
+
+
 def test_a_corpus_is_needed_to_fit(tiny_teacher_dir, tmp_path):
     checkpoint = resolve_checkpoint(str(tiny_teacher_dir))
     with pytest.raises(ValueError, match="no masked-LM head"):

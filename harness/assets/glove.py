@@ -176,10 +176,19 @@ class GloveVectors:
                 scores = matrix[rows] @ matrix.T
                 scores[torch.arange(len(rows)), rows] = -torch.inf  # never the word itself
                 top = scores.topk(take, dim=1).indices.tolist()
-                for (word, row), ids in zip(chunk, top, strict=True):
+                for index, ((word, row), ids) in enumerate(zip(chunk, top, strict=True)):
                     lowered = word.lower()
-                    neighbours = [vocab[i] for i in ids
-                                  if i != row and vocab[i].lower() != lowered][:k]
+
+                    def kept(ids: list[int], row: int = row, lowered: str = lowered) -> list[str]:
+                        return [vocab[i] for i in ids
+                                if i != row and vocab[i].lower() != lowered][:k]
+
+                    neighbours, wide = kept(ids), take
+                    # A cased vocabulary's variants of the word (Apple, APPLE) are not
+                    # neighbours: look further until k others are found.
+                    while len(neighbours) < k and wide < len(vocab):
+                        wide = min(len(vocab), 2 * wide)
+                        neighbours = kept(scores[index].topk(wide).indices.tolist())
                     if memo:
                         self._neighbours[(word, k)] = neighbours
                     result[word] = neighbours

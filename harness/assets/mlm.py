@@ -202,7 +202,10 @@ class MaskedLM:
                                 all_positions)
         self.forwards += 1
         vocab = logits.shape[1]
-        banned = self.banned[:vocab].to(logits.device)
+        banned = self.banned[:vocab]
+        if vocab > banned.numel():  # ids past the tokenizer's (a padded embedding matrix)
+            banned = torch.cat([banned, banned.new_ones(vocab - banned.numel())])
+        banned = banned.to(logits.device)
         logits = logits.masked_fill(banned, -torch.inf)
         if exclude_ids is not None:
             exclude = exclude_ids.to(logits.device)
