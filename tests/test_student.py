@@ -47,6 +47,26 @@ def test_teacher_layer_init_copies_exactly_the_chosen_layers():
     assert torch.equal(student_state["bert.pooler.dense.weight"], state["pooler.dense.weight"])
 
 
+def test_a_student_copied_from_every_teacher_layer_computes_what_the_teacher_does():
+    """Copied layers run under the teacher's activation and layer-norm epsilon (a BERT
+    teacher with non-default ones), so a full copy gives the teacher's hidden states."""
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=4, intermediate_size=64, max_position_embeddings=64,
+                        hidden_act="relu", layer_norm_eps=1e-6)
+    teacher = BertModel(config).eval()
+    shape = StudentConfig(num_layers=2, hidden_size=32, num_heads=4, intermediate_size=64,
+                          init="teacher_layers", teacher_layers=[0, 1], embedding_init="teacher")
+    student = build_bert_student(StudentContext(get_task("rte"), "s", shape, config,
+                                                teacher.state_dict())).eval()
+    assert (student.config.hidden_act, student.config.layer_norm_eps) == ("relu", 1e-6)
+    ids = torch.randint(0, 100, (2, 9))
+    with torch.no_grad():
+        expected = teacher(input_ids=ids).last_hidden_state
+        got = student(input_ids=ids, output_hidden_states=True).hidden_states[-1]
+    assert torch.allclose(got, expected, atol=1e-6)
+
+
 def test_teacher_layer_init_with_a_different_width_is_a_clear_error():
     config, state = _teacher(hidden=32)
     shape = StudentConfig(num_layers=2, hidden_size=16, num_heads=4, intermediate_size=32,

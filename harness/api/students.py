@@ -59,10 +59,19 @@ def resolve_teacher_sizes(shape: StudentConfig, teacher_config: PretrainedConfig
                           f"({', '.join(shape.teacher_sizes)}): {problems}") from None
 
 
+# What a BERT student computes with as its teacher does (a copied layer must run as it ran
+# in the teacher): the teacher's value, else BERT's default.
+BERT_COMPUTATION = ("hidden_act", "layer_norm_eps", "hidden_dropout_prob",
+                    "attention_probs_dropout_prob", "position_embedding_type")
+
+
 def student_bert_config(shape: StudentConfig, teacher_config: PretrainedConfig,
                         task: TaskSpec, pooling: str = "pooler") -> PretrainedConfig:
     shape = resolve_teacher_sizes(shape, teacher_config)
+    computation = {name: getattr(teacher_config, name) for name in BERT_COMPUTATION
+                   if getattr(teacher_config, name, None) is not None}
     config = BertConfig(
+        **computation,
         vocab_size=teacher_config.vocab_size,
         hidden_size=shape.hidden_size,
         num_hidden_layers=shape.num_layers,
@@ -79,7 +88,8 @@ def student_config(shape: StudentConfig, teacher_config: PretrainedConfig, task:
                    pooling: str = "pooler") -> PretrainedConfig:
     """The student's config: the teacher's architecture with the shape's depth, width, heads
     and feed-forward size (under that config class's own field names), for ``task``'s
-    labels and with the head's ``pooling``.  A BERT student is a fresh ``BertConfig``
+    labels and with the head's ``pooling``.  A BERT student is a fresh ``BertConfig`` with
+    the teacher's activation, layer-norm epsilon, dropouts and position embeddings
     (:func:`student_bert_config`); another architecture keeps the rest of the teacher's
     config (activation, dropout, position scheme, DeBERTa-v2's relative attention...)."""
     if teacher_config.model_type == "bert":
