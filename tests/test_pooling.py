@@ -118,6 +118,23 @@ def test_a_saved_model_reloads_with_its_head(tmp_path) -> None:
     assert torch.equal(model(input_ids=ids).logits, loaded(input_ids=ids).logits)
 
 
+def test_an_already_fine_tuned_teacher_keeps_its_own_heads_pooling(tmp_path) -> None:
+    """With finetune: false the checkpoint's head is the teacher's, so its pooling (not the
+    folder's sentence-transformers files or a default) is what a student's auto follows."""
+    from harness.assets.checkpoints import TeacherError, resolve_checkpoint
+    from harness.config.schema import TeacherConfig
+    from harness.teacher.finetune import teacher_pooling
+
+    PooledBertForSequenceClassification(tiny_config("mean")).save_pretrained(tmp_path / "m")
+    checkpoint = resolve_checkpoint(str(tmp_path / "m"))
+    fine_tuned = TeacherConfig(checkpoint=str(tmp_path / "m"), finetune=False)
+    assert teacher_pooling(checkpoint, fine_tuned) == "mean"
+    assert teacher_pooling(checkpoint, fine_tuned.model_copy(update={"finetune": True})) \
+        == "pooler"  # to be fine-tuned: a plain BERT folder's auto
+    with pytest.raises(TeacherError, match="its head reads mean"):
+        teacher_pooling(checkpoint, fine_tuned.model_copy(update={"pooling": "cls"}))
+
+
 def test_runs_record_the_resolved_pooling_and_it_changes_the_run_id(
         tiny_data_dir, tiny_teacher_dir, tmp_path) -> None:
     """The tiny teacher has no sentence-transformers metadata: auto resolves to the pooler;

@@ -112,8 +112,18 @@ def teacher_key(checkpoint: Checkpoint, task: TaskSpec, data_fingerprint: str,
 
 
 def teacher_pooling(checkpoint: Checkpoint, teacher: TeacherConfig) -> str:
-    """The pooling of the teacher's classification head, ``auto`` resolved."""
-    return resolve_pooling(teacher.pooling, checkpoint.location)
+    """The pooling of the teacher's classification head (what a student's ``auto``
+    follows): ``teacher.pooling`` with ``auto`` resolved for a head this harness fine-tunes;
+    the checkpoint's own for one already fine-tuned (``finetune: false``), whose head is
+    used as it is."""
+    if teacher.finetune:
+        return resolve_pooling(teacher.pooling, checkpoint.location)
+    own = config_pooling(load_base_config(checkpoint))
+    if teacher.pooling not in ("auto", own):
+        raise TeacherError(f"teacher.pooling is {teacher.pooling}, but {checkpoint.spec} is "
+                           f"already fine-tuned (finetune: false) and its head reads {own}; "
+                           f"set teacher.pooling to auto or {own}")
+    return own
 
 
 def _model_key(checkpoint: Checkpoint, task: TaskSpec, data_fingerprint: str,
