@@ -6,7 +6,7 @@ import contracts in ``pyproject.toml`` keep ``methods/`` on this side of the cor
 shared assets of :mod:`harness.assets`).
 """
 
-from harness.api.architectures import Dimensions, dimensions
+from harness.api.architectures import ARCHITECTURES, Dimensions, dimensions
 from harness.api.capture import capture_attention_scores, token_pair_mask
 from harness.api.context import (
     AugmentContext,
@@ -48,6 +48,7 @@ from harness.config.schema import ConfigError, StudentConfig
 from harness.data.tasks import TaskSpec
 
 __all__ = [
+    "ARCHITECTURES",
     "GOLD",
     "STUDENT_OUTPUTS",
     "TEACHER_OUTPUTS",

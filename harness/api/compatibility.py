@@ -29,24 +29,22 @@ def method_architecture_problem(method: Method, stages: Iterable[Stage],
                                 ) -> str | None:
     """Why ``method`` with these ``stages`` cannot distil a teacher of ``config``'s
     architecture into a student of ``student_kind`` (``bert``: a Transformer of the
-    teacher's architecture); None when it can.  The method's own
-    :meth:`~harness.api.method.Method.architecture_problem` is asked first."""
+    teacher's architecture); None when it can.  Stages that read inside an attention that
+    cannot be captured come first, then the method's own
+    :meth:`~harness.api.method.Method.architecture_problem`."""
     arch = ARCHITECTURES.get(config.model_type)
     if arch is None:
         if student_kind == "bert":
             return (f"Transformer students are built for the architectures "
                     f"{', '.join(ARCHITECTURES)}, not {config.model_type!r}")
         arch = Architecture(config.model_type, config.model_type)
-    own = method.architecture_problem(config)
-    if own is not None:
-        return own
     needs = _attention_outputs(stages)
     if needs:
         reason = self_attention_problem(config)
         if reason is not None:
             return f"its stages read {', '.join(needs)} from inside the self-attention, and " \
                    f"{arch.name}: {reason}"
-    return None
+    return method.architecture_problem(config)
 
 
 def check_method_architecture(method_name: str, method: Method, stages: Iterable[Stage],

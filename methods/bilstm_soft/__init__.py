@@ -35,6 +35,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 from harness.api import (
+    ARCHITECTURES,
     ArtifactCache,
     AugmentContext,
     LossTerm,
@@ -422,6 +423,13 @@ class BiLSTMSoft(Method):
             return "BiLSTM students read words split by spaCy: pip install spacy"
         if self.params.augment:
             return pos_model_problem(self.params.augmentation.pos_model)
+        return None
+
+    def architecture_problem(self, teacher_config) -> str | None:
+        arch = ARCHITECTURES.get(teacher_config.model_type)
+        if self.params.augment and arch is not None and arch.mask_token != MASK:
+            return (f"its augmentation writes {MASK} into the text the teacher labels, and "
+                    f"{arch.name}'s mask token is {arch.mask_token}: set params.augment: false")
         return None
 
     def augmenter(self, context: AugmentContext) -> TangAugmenter:

@@ -46,6 +46,7 @@ from pydantic import Field
 from torch import nn
 
 from harness.api import (
+    ARCHITECTURES,
     AugmentContext,
     Augmenter,
     ConfigError,
@@ -211,6 +212,16 @@ class TinyBERT(Method):
         if not (self.params.augment and self.params.augmentation.copies > 0):
             return None
         return glove_problem(self.params.augmentation.glove_path)
+
+    def architecture_problem(self, teacher_config) -> str | None:
+        if not (self.params.augment and self.params.augmentation.copies > 0):
+            return None
+        arch = ARCHITECTURES.get(teacher_config.model_type)
+        if arch is not None and arch.vocabulary != "WordPiece":
+            return (f"its augmentation reads words from WordPiece pieces (## continuations), "
+                    f"and {arch.name}'s tokenizer is {arch.vocabulary}: set params.augment: "
+                    "false (the paper's w/o DA)")
+        return None
 
     def augmenter(self, context: AugmentContext) -> Augmenter | None:
         if not (self.params.augment and self.params.augmentation.copies > 0):
