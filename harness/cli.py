@@ -474,9 +474,6 @@ def new_method(
 
 
 
-if __name__ == "__main__":
-    app()
-
 
 @app.command()
 def export(
@@ -511,3 +508,6 @@ def export(
     call = result.loads_with.replace("folder", repr(str(result.folder)))
     echo(f"load it with: from {module} import {loader}; {call}")
 
+
+if __name__ == "__main__":  # last: every command above is registered by now
+    app()

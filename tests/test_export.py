@@ -227,3 +227,35 @@ def test_a_bilstm_student_exports_in_its_own_format_and_scores_the_record(
     student = load_student(out)
     with pytest.raises(ValueError, match="reads sentence pairs"):
         student.predict(["only one sentence"])
+
+
+def test_the_cards_command_names_the_suite_that_trains_the_run_and_a_zero_share_is_shown():
+    """A tinybert-ablation variant records into glue-cpu's store; its card's command must
+    name tinybert-ablation, whose recipe gives the run id (glue-cpu does not declare the
+    variant). A student at 0% of its teacher (CoLA MCC 0) shows 0.0, not '-'."""
+    from harness.experiments.export import model_card, reproduce_command, suite_for
+
+    store = ResultsStore(Path(__file__).resolve().parents[1] / "results")
+    record = next(record for record in store.records()
+                  if record.method == "tinybert-no-da" and record.task == "cola")
+    assert record.suite == "glue-cpu"
+    chosen, _ = suite_for(record)
+    command = reproduce_command(record, chosen.name)
+    assert command == (f"harness run --suite tinybert-ablation --method tinybert-no-da "
+                       f"--tasks cola --seeds {record.seed}")
+    assert reproduce_command(record, "tiny", ["training.lr=3e-4"]).endswith(
+        "--set training.lr=3e-4")
+    card = model_card(record.model_copy(update={"pct_of_teacher": 0.0}), "AutoModel", command)
+    assert "| % of teacher | 0.0 |" in card
+    assert "| % of teacher | - |" in model_card(
+        record.model_copy(update={"pct_of_teacher": None}), "AutoModel", command)
+
+
+def test_every_command_runs_as_a_module_too():
+    """``python -m harness.cli`` (how docs/benchmarks.md runs a checkout) has every command
+    the ``harness`` entry point has, export included."""
+    result = subprocess.run([sys.executable, "-m", "harness.cli", "export", "--help"],
+                            capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 0, result.stderr
+    assert "Hugging Face" in result.stdout

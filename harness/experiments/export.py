@@ -20,9 +20,10 @@ module copied verbatim) under a model type of its own, so it loads only with
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,7 +44,7 @@ from harness.common.cache import (
 from harness.common.precision import AUTO_RESOLUTIONS
 from harness.config.schema import ConfigError, SuiteConfig, available_suites
 from harness.data.tasks import get_task
-from harness.experiments.planner import RunPlanner, Variation
+from harness.experiments.planner import RunPlanner, record_variation
 from harness.experiments.record import RunRecord
 from harness.experiments.store import ResultsStore
 from harness.experiments.students import STUDENT_FILE, kept_student
@@ -194,7 +195,7 @@ def model_card(record: RunRecord, loads_with: str, command: str) -> str:
         f"| task | {task.display_name} ({record.task}); labels: {labels} |",
         f"| seed | {record.seed} |",
         f"| dev | {metrics} |",
-        f"| % of teacher | {record.pct_of_teacher:.1f} |" if record.pct_of_teacher else
+        f"| % of teacher | {record.pct_of_teacher:.1f} |" if record.pct_of_teacher is not None else
         "| % of teacher | - |",
         f"| parameters | {parameters:,} |" if parameters else "| parameters | - |",
         f"| data fingerprint | {record.data.fingerprint} ({record.data.source}) |",
@@ -269,13 +270,6 @@ def find_record(store: ResultsStore, run_id: str) -> RunRecord:
     return matches[0]
 
 
-def record_variation(record: RunRecord) -> Variation:
-    """The grid budget, student or overrides the run departed from its recipe by."""
-    departure = record.variation or {}
-    return Variation.of(departure.get("student"), departure.get("overrides"),
-                        departure.get("task_epochs"))
-
-
 def suite_for(record: RunRecord, suite_names: list[str] | None = None,
               overrides: list[str] | None = None) -> tuple[SuiteConfig, dict[str, str]]:
     """The suite whose recipe resolves to ``record``'s configuration (its hash is the run
@@ -312,14 +306,24 @@ def suite_for(record: RunRecord, suite_names: list[str] | None = None,
     raise ExportError(
         f"no suite here resolves {record.method} / {record.task} / seed {record.seed} to run "
         f"id {record.run_id[:16]} (tried: {'; '.join(tried) or 'none'}): the recipe, data or "
-        "teacher changed since it ran, so it cannot be retrained as it was")
+        "teacher changed since it ran, or it ran with --set assignments (pass the same ones), "
+        "so it cannot be retrained as it was")
 
 
-def reproduce_command(record: RunRecord) -> str:
-    """The command that trains ``record``'s run again (the store skips it if present)."""
+def reproduce_command(record: RunRecord, suite_name: str | None = None,
+                      overrides: Sequence[str] = ()) -> str:
+    """The command that trains ``record``'s run again (the store skips it if present):
+    ``suite_name`` is the suite whose recipe gives its run id (:func:`suite_for`; a view
+    such as tinybert-ablation records into its protocol's store), ``overrides`` the
+    ``--set`` assignments that recipe needed; a tuned run names its parameter file."""
     command = "grid" if record.grid else "run"
-    return (f"harness {command} --suite {record.suite} --method {record.method} "
-            f"--tasks {record.task} --seeds {record.seed}")
+    parts = [f"harness {command} --suite {suite_name or record.suite} --method "
+             f"{record.method} --tasks {record.task} --seeds {record.seed}"]
+    parts += [f"--set {shlex.quote(assignment)}" for assignment in overrides]
+    study = (record.tuned or {}).get("study")
+    if study:
+        parts.append(f"--params {study}")
+    return " ".join(parts)
 
 
 def retrain_with_student(record: RunRecord, suite: SuiteConfig, cache_dir: Path,
@@ -350,9 +354,20 @@ def export_run(run_id: str, out_dir: Path, results_dir: Path, cache_dir: Path | 
     student or one trained again, written to ``out_dir``."""
     record = find_record(ResultsStore(results_dir), run_id)
     cache = ArtifactCache(cache_dir or default_cache_dir(), log=log)
+    try:
+        chosen, precision = suite_for(record, [suite] if suite else None, overrides)
+    except ExportError as error:  # a kept student still exports; retraining it cannot
+        unreproducible = error
+        command = (reproduce_command(record) + "\n# No suite here gives this run id now "
+                   "(its recipe, data or teacher changed, or it ran with --set): this "
+                   "command trains the recipe as it reads.")
+    else:
+        unreproducible = None
+        command = reproduce_command(record, chosen.name, overrides or [])
 
     def retrain(record: RunRecord) -> Path:
-        chosen, precision = suite_for(record, [suite] if suite else None, overrides)
+        if unreproducible is not None:
+            raise unreproducible
         return retrain_with_student(record, chosen, cache.root, log, precision)
 
-    return export_student(record, out_dir, cache, retrain, reproduce_command(record))
+    return export_student(record, out_dir, cache, retrain, command)
