@@ -92,7 +92,13 @@ def run(
         echo(f"{outcome.method:<12} {outcome.task:<6} {outcome.seed:>4} {outcome.status:<9} "
               f"{score}  {outcome.path}")
     echo(f"\nrecords: {results / done.suite.record_suite}")
-    if any(outcome.status == "failed" for outcome in done.outcomes):
+    # A run skipped because its record is a failure has no result either.
+    failed_before = [outcome for outcome in done.outcomes if outcome.status == "skipped"
+                     and outcome.record is not None and not outcome.record.finished]
+    if failed_before:
+        echo(f"{len(failed_before)} of these runs failed before (their records say why); "
+             "--retry-failed runs them again")
+    if failed_before or any(outcome.status == "failed" for outcome in done.outcomes):
         raise typer.Exit(1)
 
 
@@ -497,7 +503,7 @@ def export(
     try:
         result = export_run(run_id, out_dir, results, cache_dir, suite,
                             recipe_overrides(set_, data_dir, teacher) or None, log=echo)
-    except (ExportError, ConfigError, FileNotFoundError) as error:
+    except (ExportError, ConfigError, OSError, ValueError) as error:  # ValueError: a bad record
         fail(str(error))
         return
     how = "retrained" if result.retrained else "kept"

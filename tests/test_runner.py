@@ -318,3 +318,20 @@ def test_a_missing_asset_stops_the_run_before_any_cell_trains(tiny_suite_file, t
     assert result.exit_code != 0
     assert "methods.tinybert: GloVe vectors need the PyPI package" in result.output
     assert not (tmp_path / "cli-cache" / "teachers").exists()
+
+
+def test_a_run_whose_record_is_a_failure_exits_non_zero_when_skipped(tiny_suite_file,
+                                                                     tmp_path):
+    """The store skips a configuration that failed before, and the command says so and
+    exits 1: that run has no result, as when it failed the first time."""
+    common = ["run", "--suite", str(tiny_suite_file), "--method", "finetune", "--tasks", "rte",
+              "--seeds", "1", "--results", str(tmp_path / "results"),
+              "--cache-dir", str(tmp_path / "cache"),
+              "--set", "training.weight_decay=1e30", "--set", "training.max_grad_norm=null",
+              "--set", "training.warmup_ratio=0.0"]  # the weights blow up: a NaN loss
+    first = CliRunner().invoke(app, common)
+    assert first.exit_code == 1 and " failed " in first.output
+    again = CliRunner().invoke(app, common)
+    assert again.exit_code == 1, again.output
+    assert " skipped " in again.output
+    assert "1 of these runs failed before" in again.output and "--retry-failed" in again.output
