@@ -50,6 +50,9 @@ data_app = typer.Typer(no_args_is_help=True, help="GLUE data: check a local copy
 app.add_typer(data_app, name="data")
 app.add_typer(bench_app, name="bench")
 
+RetryFailedOpt = Annotated[bool, typer.Option(help="re-run configurations that failed")]
+
+
 @app.command()
 def run(
     suite: SuiteOpt = "glue-cpu",
@@ -64,7 +67,7 @@ def run(
     teacher: TeacherOpt = None,
     results: ResultsOpt = DEFAULT_RESULTS,
     cache_dir: CacheOpt = None,
-    retry_failed: Annotated[bool, typer.Option(help="re-run configurations that failed")] = False,
+    retry_failed: RetryFailedOpt = False,
     params: ParamsOpt = None,
     save_students: Annotated[bool, typer.Option(
         help="keep each trained student in the cache for `harness export`")] = False,
@@ -187,7 +190,7 @@ def _grid(suite: str, storage: str | None, results: Path, cache_dir: Path | None
           set_: list[str] | None, data_dir: str | None, teacher: str | None,
           dry_run: bool, poll_seconds: float | None, reclaim_local: bool,
           params: list[str] | None = None, log_with: list[str] | None = None,
-          log_dir: Path | None = None) -> None:
+          log_dir: Path | None = None, retry_failed: bool = False) -> None:
     quiet_libraries()
     from harness.experiments.grid import Grid
     from harness.experiments.tuning import default_storage, load_tuned
@@ -205,7 +208,7 @@ def _grid(suite: str, storage: str | None, results: Path, cache_dir: Path | None
                     seeds=[int(s) for s in split_csv(seeds)] if seeds else None,
                     poll_seconds=poll_seconds, reclaim_local=reclaim_local,
                     tuned=[load_tuned(reference, results) for reference in params or []],
-                    tracking=tracking)
+                    tracking=tracking, retry_failed=retry_failed)
         planned = grid.plan()
         if dry_run or grid.runner.accelerator.is_main_process:
             for line in grid.describe(planned):
@@ -250,10 +253,12 @@ def grid(
     params: ParamsOpt = None,
     log_with: LogWithOpt = None,
     log_dir: LogDirOpt = None,
+    retry_failed: RetryFailedOpt = False,
 ) -> None:
     """Run the suite's common grid (resumable: finished cells are skipped by config hash)."""
     _grid(suite, storage, results, cache_dir, method, tasks, seeds, set_, data_dir, teacher,
-          dry_run, None, reclaim_local=True, params=params, log_with=log_with, log_dir=log_dir)
+          dry_run, None, reclaim_local=True, params=params, log_with=log_with, log_dir=log_dir,
+          retry_failed=retry_failed)
 
 
 @app.command()

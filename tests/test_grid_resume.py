@@ -12,8 +12,10 @@ from pathlib import Path
 
 import optuna
 import pytest
+from typer.testing import CliRunner
 
 from harness.api.suites import load_suite
+from harness.cli import app
 from harness.experiments.grid import Grid
 from harness.experiments.tuning import MAX_RETRIES
 from tests.test_grid import _check_every_cell_once, _records, grid_suite
@@ -108,10 +110,13 @@ def test_a_cell_whose_run_failed_runs_again_only_when_failed_runs_are_retried(
     assert len(_trials(again)) == 1
     assert list(_records(path.parent / "results").values()) == [[record]]
 
-    retrying = _grid(path)
-    retrying.runner.retry_failed = True  # what `harness run --retry-failed` sets
-    summary = retrying.work()
-    trials = _trials(retrying)
+    results = path.parent / "results"
+    retried = CliRunner().invoke(app, [
+        "grid", "--suite", str(path), "--results", str(results), "--cache-dir",
+        str(path.parent / "cache"), "--storage", f"sqlite:///{results / 'optuna.db'}",
+        "--retry-failed"])
+    assert retried.exit_code == 1, retried.output  # it failed again
+    trials = _trials(again)
     assert [trial.state.name for trial in trials] == ["FAIL", "FAIL"]
     assert trials[1].user_attrs["status"] == "failed"  # trained again, and failed again
     [[rerun]] = _records(path.parent / "results").values()

@@ -148,8 +148,10 @@ class Grid:
                  seeds: list[int] | None = None, poll_seconds: float | None = None,
                  reclaim_local: bool = True, tuned: list[TunedParams] | None = None,
                  tracking: Tracking | None = None,
-                 precision: dict[str, str] | None = None) -> None:
-        """``reclaim_local``: fail a dead local worker's running cell at once (see
+                 precision: dict[str, str] | None = None, retry_failed: bool = False) -> None:
+        """``retry_failed``: train again the cells whose runs failed (a non-finite loss,
+        say); otherwise a failed record is the cell's result.
+        ``reclaim_local``: fail a dead local worker's running cell at once (see
         :func:`fail_dead_local_trials`) instead of after the heartbeat grace period.
         ``tuned``: parameter files (``--params``) for the cells of their method and task,
         in place of the grid's own tuning.  ``tracking``: experiment trackers for every
@@ -166,6 +168,7 @@ class Grid:
         self.reclaim_local = reclaim_local
         self.tracking = tracking
         self.runner = SuiteRunner(suite, results, cache_dir, log=log, tracking=tracking,
+                                  retry_failed=retry_failed,
                                   precision=precision)
         self.tuned: dict[tuple[str, str], TunedParams] = {}
         for params in tuned or []:
