@@ -96,7 +96,7 @@ def run_suite(method: Names | None = None, suite: str | Path = "glue-cpu",
     check_method_names(config, methods, method_option, str(resolve_suite_path(str(suite))))
     if "all" in methods:
         methods = config.method_names()
-    task_list = _names(tasks) or config.tasks
+    task_list = _task_names(_names(tasks)) or config.tasks
     for line in unused_assignments(str(suite), assignments, config, methods, task_list):
         (log or _silent)(f"warning: {line}")
     seed_list = _seeds(seeds) or config.seeds
@@ -211,8 +211,27 @@ def _names(value: Names | None) -> list[str] | None:
 
 
 def _seeds(value: Seeds | None) -> list[int] | None:
+    from harness.config.schema import ConfigError
+
     values = [value] if isinstance(value, int | str) else list(value or [])
-    return [int(seed) for seed in split_csv([str(seed) for seed in values]) or []] or None
+    seeds = []
+    for seed in split_csv([str(seed) for seed in values]) or []:
+        try:
+            seeds.append(int(seed))
+        except ValueError:
+            raise ConfigError(f"seeds: {seed!r} is not an integer") from None
+    return seeds or None
+
+
+def _task_names(names: list[str] | None) -> list[str] | None:
+    """The tasks' own names (``SST-2`` -> ``sst2``); an unknown one is a ConfigError."""
+    from harness.config.schema import ConfigError
+    from harness.data.tasks import UnknownTaskError, get_task
+
+    try:
+        return [get_task(name).name for name in names] if names else None
+    except UnknownTaskError as error:
+        raise ConfigError(f"tasks: {error}") from None
 
 
 def _assignments(overrides: Mapping[str, Any] | Sequence[str] | None) -> list[str]:

@@ -188,3 +188,16 @@ def test_readme_python_api_examples_run(store, tmp_path, monkeypatch):
     assert records[0].config["stages"]["task"]["max_steps"] == 20
     assert load_records(tmp_path / "scratch") == records
     assert records[0].run_id[:16] in printed
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    ({"tasks": "sst3"}, "tasks: unknown task 'sst3'"),
+    ({"tasks": "rte", "seeds": "1,x"}, "seeds: 'x' is not an integer"),
+])
+def test_a_mistaken_task_or_seed_is_a_config_error_before_anything_runs(arguments, message,
+                                                                         tmp_path):
+    from harness.config.schema import ConfigError
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        run("kd", results=tmp_path / "results", log=None, **arguments)
+    assert not (tmp_path / "results").exists()
