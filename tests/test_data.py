@@ -764,6 +764,20 @@ def test_a_quoted_record_over_several_lines_is_reported_at_its_first_line(
     assert (info.value.path, info.value.line) == (train, 3)  # not 5, where the record ends
 
 
+@pytest.mark.parametrize("header", ["sentence\tlabel", "sentence\tlabel\tidx"])
+def test_a_line_of_only_tabs_is_a_malformed_row_not_skipped(tmp_path: Path,
+                                                            header: str) -> None:
+    """GLUE's TSV and a Hugging Face TSV export (read with its quoting) alike: a row whose
+    fields are all empty is reported at its line, never dropped without a word."""
+    empty = "\t" * header.count("\t")
+    first, second = ("a\t1\t0", "b\t0\t2") if "idx" in header else ("a\t1", "b\t0")
+    train = write(tmp_path, "SST-2", "train.tsv", lines(header, first, empty, second))
+    write(tmp_path, "SST-2", "dev.tsv", lines(header, "e\t1\t0" if "idx" in header else "e\t1"))
+    with pytest.raises(DataFormatError) as info:
+        load_task("sst2", data_dir=tmp_path)
+    assert (info.value.path, info.value.line) == (train, 3)
+
+
 def test_a_runaway_quote_is_reported_at_the_line_it_opens(tmp_path: Path) -> None:
     header = "sentence\tlabel\tidx"
     filler = "".join(f"word{i} " * 20 + "\n" for i in range(1500))  # past csv's field limit

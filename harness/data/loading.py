@@ -417,8 +417,9 @@ def _read_table(spec: TaskSpec, path: Path, raw: bytes) -> _Table:
         return _read_csv(path, content, delimiter="\t")
     if suffix == ".csv" and first is not None and "\t" not in first:
         return _read_csv(path, content)
+    # A blank line (spaces at most) is no row; one with tabs has fields, checked as any row.
     return _Table([(number, text.rstrip("\r").split("\t"))
-                   for number, text in enumerate(lines, start=1) if text.strip()])
+                   for number, text in enumerate(lines, start=1) if text.strip(" \r")])
 
 
 def _read_csv(path: Path, content: str, delimiter: str = ",") -> _Table:
@@ -429,7 +430,8 @@ def _read_csv(path: Path, content: str, delimiter: str = ",") -> _Table:
     start = 1  # the first line of the next record (a quoted field may span several)
     try:
         for fields in reader:
-            if any(field.strip() for field in fields):
+            # A blank line (spaces at most) is no row; one of empty fields is a row.
+            if len(fields) > 1 or (fields and fields[0].strip()):
                 records.append((start, fields))
             start = reader.line_num + 1
     except csv.Error as error:
