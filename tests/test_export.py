@@ -259,3 +259,22 @@ def test_every_command_runs_as_a_module_too():
                             env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert result.returncode == 0, result.stderr
     assert "Hugging Face" in result.stdout
+
+
+def test_a_refused_export_leaves_no_folder_behind(tmp_path):
+    """The checks on the student come before anything is written, and a refusal while
+    writing removes the folder it made (a mean-pooled RoBERTa has no loadable folder)."""
+    from tests.records import run_record
+
+    record = run_record()
+    source = tmp_path / "kept"
+    source.mkdir()
+    (source / STUDENT_FILE).write_text(json.dumps({
+        "main_score": record.main_score, "kind": "transformers", "class": "x"}))
+    (source / "config.json").write_text(json.dumps({"model_type": "roberta",
+                                                    "classifier_pooling": "mean"}))
+    out_dir = tmp_path / "out" / "student"
+    with pytest.raises(ExportError, match="pooling: pooler"):
+        export_student(record, out_dir, ArtifactCache(tmp_path / "cache"),
+                       retrain=lambda _: source, command="harness run")
+    assert not out_dir.exists()

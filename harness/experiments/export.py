@@ -95,6 +95,7 @@ def export_student(record: RunRecord, out_dir: Path, cache: ArtifactCache,
         raise ExportError(f"{record.method}'s student ({kept['class']}) is not a Transformers "
                           "model and its method writes no export format of its own "
                           f"(Method.save_student); its weights are kept in {source}")
+    created = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=".export-", dir=out_dir))
     try:
@@ -112,6 +113,10 @@ def export_student(record: RunRecord, out_dir: Path, cache: ArtifactCache,
         (scratch / "README.md").write_text(model_card(record, loads_with, command))
         for path in scratch.iterdir():
             path.rename(out_dir / path.name)
+    except BaseException:  # a refused or failed export leaves no folder it made
+        if created:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return ExportResult(out_dir, retrained, kept["main_score"], loads_with)
