@@ -112,10 +112,13 @@ def test_method_costs_sum_a_seed_over_the_tasks_and_take_peaks_where_measured(
     write(results, "kd", "stsb", 1, 999.0, variation={"task_epochs": 3})  # a grid budget
     write(results, "finetune", "rte", 1, 30.0)
     write(measured, "kd", "rte", 1, 61.0, memory={"peak_rss_mb": 812.0})
+    write(measured, "kd", "stsb", 1, 600.0, memory={"peak_rss_mb": 700.0})  # lower, longer
     rows, lines = method_costs(results, str(tiny_suite_file), [measured])
     kd = next(row for row in rows if row["method"] == "kd")
     assert kd["complete_seeds"] == 2 and kd["seed_minutes_mean"] == pytest.approx(3.5)
+    # the peak's own run: its task and minutes, not another run's
     assert kd["peak_rss_mb"] == 812.0 and kd["peak_tasks"] == ["rte"]
+    assert kd["peak_run_minutes"] == pytest.approx(61.0 / 60)
     assert "finetune" not in [row["method"] for row in rows]  # neither a full seed nor a peak
     rows, lines = method_costs(results, str(tiny_suite_file), [measured], ["finetune", "kd"])
     assert rows[0]["complete_seeds"] == 0 and rows[0]["peak_rss_mb"] is None

@@ -20,3 +20,26 @@ def test_threads_benchmark_times_both_modes_on_a_real_cell(tiny_suite_file, tmp_
     assert messages[0].startswith("warming")
     # the timed runs wrote to their own stores, not to the repository's results/
     assert (tmp_path / "cache" / "teachers").is_dir()
+
+
+def test_each_parallel_job_is_timed_when_it_ends(monkeypatch):
+    """Jobs that end in another order than they started keep their own times (the jobs
+    are processes sleeping 1.5 s and 0.1 s: what is checked is which job the time of each
+    is, not a speed)."""
+    import subprocess
+    import sys
+
+    import harness.bench.threads as threads
+
+    sleeps = iter([0.0, 0.0, 1.5, 0.1])  # warm-up, alone, then job 0 (slow), job 1 (fast)
+
+    def sleeping(arguments, threads_count, results):
+        return subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({next(sleeps)})"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    monkeypatch.setattr(threads, "_run", sleeping)
+    result = threads.run_threads_benchmark(suite="s", method="m", task="t", sets=[], cores=2,
+                                           log=lambda _: None)
+    slow, fast = result.parallel_seconds
+    assert slow >= 1.5 and fast < slow - 1.0
+    assert result.parallel_wall >= slow

@@ -495,8 +495,8 @@ def method_costs(results: Path, suite_name: str, memory_results: Sequence[Path] 
                  methods: Sequence[str] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
     """Per method: a full seed's wall time (sum of ``wall_seconds`` over the suite's tasks;
     seeds with every task finished, plain runs only: no grid budget, no tuned values) from
-    ``results``, and the peak RSS of every record carrying ``memory`` in
-    ``memory_results`` (and ``results``)."""
+    ``results``, and the highest peak RSS of the records carrying ``memory`` in
+    ``memory_results`` (and ``results``), with that run's task and minutes."""
     from harness.api.suites import load_suite
 
     suite = load_suite(suite_name)
@@ -527,15 +527,16 @@ def method_costs(results: Path, suite_name: str, memory_results: Sequence[Path] 
                  if set(by_task) >= set(tasks)}
         per_seed = sorted(seeds.values())
         peak = peaks.get(name, [])
+        top = max(peak, key=lambda measured: measured[1]) if peak else None  # the peak's run
         rows.append({
             "method": name, "complete_seeds": len(per_seed),
             "seed_minutes_mean": np.mean(per_seed) / 60 if per_seed else None,
             "seed_minutes_median": np.median(per_seed) / 60 if per_seed else None,
             "seed_minutes_min": per_seed[0] / 60 if per_seed else None,
             "seed_minutes_max": per_seed[-1] / 60 if per_seed else None,
-            "peak_rss_mb": max(p[1] for p in peak) if peak else None,
-            "peak_tasks": sorted({p[0] for p in peak}),
-            "peak_run_minutes": max(p[2] for p in peak) / 60 if peak else None,
+            "peak_rss_mb": top[1] if top else None,
+            "peak_tasks": [top[0]] if top else [],
+            "peak_run_minutes": top[2] / 60 if top else None,
         })
     lines = [f"{suite_name}: wall time of one seed over {len(tasks)} tasks "
              f"({', '.join(tasks)}) from {results / suite.record_suite} (records' "
