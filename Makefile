@@ -34,9 +34,11 @@ $(STAMP): pyproject.toml
 # RESULTS picks the results store; ARGS passes more options (e.g. ARGS="--seeds 1").
 RESULTS ?= results
 ARGS ?=
+# The shipped store's report is the reference one in reports/; another store's goes beside it.
+REPORT_OUT := $(if $(filter results,$(RESULTS)),reports/glue-cpu,$(RESULTS)/report-glue-cpu)
 run: $(STAMP)
 	$(BIN)/harness run --suite glue-cpu --results $(RESULTS) $(ARGS)
-	$(BIN)/harness report --suite glue-cpu --results $(RESULTS)
+	$(BIN)/harness report --suite glue-cpu --results $(RESULTS) --out $(REPORT_OUT)
 
 # The import contracts (layers along the data flow, methods on the API; pyproject.toml),
 # then every test.

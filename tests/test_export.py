@@ -278,3 +278,14 @@ def test_a_refused_export_leaves_no_folder_behind(tmp_path):
         export_student(record, out_dir, ArtifactCache(tmp_path / "cache"),
                        retrain=lambda _: source, command="harness run")
     assert not out_dir.exists()
+
+
+def test_load_student_reads_a_home_relative_path(tmp_path, monkeypatch):
+    """``load_student("~/students/x")`` (docs/export.md) looks in the home folder."""
+    from harness import load_student
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "students" / "x").mkdir(parents=True)
+    with pytest.raises(ExportError) as info:
+        load_student("~/students/x")
+    assert str(tmp_path / "students" / "x") in str(info.value)

@@ -127,7 +127,7 @@ def load_student(folder: str | Path) -> ExportedStudent:
     BiLSTM), rebuilt by the method that trained it: ``student.predict(texts_a, texts_b)``
     gives its logits and ``student.id2label`` their names. A Transformers student loads
     with ``AutoModelForSequenceClassification.from_pretrained(folder)`` instead."""
-    folder = Path(folder)
+    folder = Path(folder).expanduser()
     marker = folder / EXPORTED_FILE
     if not marker.is_file():
         hint = (" it is a Transformers folder: load it with "
