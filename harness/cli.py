@@ -484,8 +484,6 @@ def new_method(
           f"`harness run --suite glue-cpu --method {name} --tasks mrpc`")
 
 
-
-
 @app.command()
 def export(
     run_id: Annotated[str, typer.Argument(help="the run's id (at least its first 8 characters)")],

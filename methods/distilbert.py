@@ -204,9 +204,9 @@ class DistilBERT(Method):
         return {term: self.weights[term] if vocabulary or term == "cos" else 0.0
                 for term in GENERAL_TERMS}
 
+    @property
     def _vocabulary_terms_on(self) -> bool:
-        weights = self.general_weights()
-        return bool(weights["ce"] or weights["mlm"])
+        return self.params.vocabulary_terms and bool(self.weights["ce"] or self.weights["mlm"])
 
     def stage_weights(self, stage: Stage) -> dict[str, float]:
         if stage.is_general:
@@ -281,7 +281,7 @@ class DistilBERT(Method):
         """The student's MLM head (general distillation), started from the teacher's head
         when the student starts from teacher weights."""
         modules = nn.ModuleDict()
-        if not (self.params.general_distillation and self._vocabulary_terms_on()):
+        if not (self.params.general_distillation and self._vocabulary_terms_on):
             return modules
         teacher = context.teacher_config
         head = StudentMLMHead(context.shape.hidden_size, teacher.vocab_size,
@@ -308,7 +308,7 @@ class DistilBERT(Method):
                       generator: torch.Generator) -> dict[str, torch.Tensor]:
         """Dynamic masking for the general stage (a fresh mask every time a sentence is
         seen); task batches pass through."""
-        if not stage.is_general or not self._vocabulary_terms_on():
+        if not stage.is_general or not self._vocabulary_terms_on:
             return batch
         vocabulary = self._vocabulary
         if vocabulary is None:
@@ -346,7 +346,7 @@ class DistilBERT(Method):
             head = inputs.extra["mlm_head"]
             student_logits = head(student_hidden, inputs.student.word_embeddings)
             teacher_logits = None
-            if self.general_weights()["ce"]:
+            if self.params.vocabulary_terms and self.weights["ce"]:
                 teacher_head = self._load_teacher_head(self._assets)
                 teacher_head.to(student_hidden.device)
                 with torch.inference_mode():

@@ -176,19 +176,17 @@ class GloveVectors:
                 scores = matrix[rows] @ matrix.T
                 scores[torch.arange(len(rows)), rows] = -torch.inf  # never the word itself
                 top = scores.topk(take, dim=1).indices.tolist()
-                for index, ((word, row), ids) in enumerate(zip(chunk, top, strict=True)):
-                    lowered = word.lower()
-
-                    def kept(ids: list[int], row: int = row, lowered: str = lowered) -> list[str]:
-                        return [vocab[i] for i in ids
-                                if i != row and vocab[i].lower() != lowered][:k]
-
-                    neighbours, wide = kept(ids), take
-                    # A cased vocabulary's variants of the word (Apple, APPLE) are not
-                    # neighbours: look further until k others are found.
-                    while len(neighbours) < k and wide < len(vocab):
+                for index, (word, row) in enumerate(chunk):
+                    lowered, ids, wide = word.lower(), top[index], take
+                    while True:
+                        neighbours = [vocab[i] for i in ids
+                                      if i != row and vocab[i].lower() != lowered][:k]
+                        # A cased vocabulary's variants of the word (Apple, APPLE) are not
+                        # neighbours: look further until k others are found.
+                        if len(neighbours) == k or wide == len(vocab):
+                            break
                         wide = min(len(vocab), 2 * wide)
-                        neighbours = kept(scores[index].topk(wide).indices.tolist())
+                        ids = scores[index].topk(wide).indices.tolist()
                     if memo:
                         self._neighbours[(word, k)] = neighbours
                     result[word] = neighbours

@@ -176,10 +176,8 @@ class TinyBERT(Method):
             stages.append(Stage("finetune", ("gold",), teacher="none",
                                 teacher_outputs=frozenset()))
             return self._need_gold(stages)
-        augmented = params.augment and params.augmentation.copies > 0
-
         def data(stage: str) -> str:
-            return "augmented" if augmented and stage in params.augmented_stages else "task"
+            return "augmented" if self.augments and stage in params.augmented_stages else "task"
 
         outputs = set()
         if self._active("embedding") or self._active("hidden"):
@@ -206,15 +204,21 @@ class TinyBERT(Method):
                               "it cannot be disabled too")
         return stages
 
+    @property
+    def augments(self) -> bool:
+        """Whether task distillation reads augmented copies of the training set."""
+        params = self.params
+        return params.task_distillation and params.augment and params.augmentation.copies > 0
+
     def missing_assets(self) -> str | None:
         """The augmentation reads GloVe neighbours (also with masked-LM candidates, for
         words of several pieces)."""
-        if not (self.params.augment and self.params.augmentation.copies > 0):
+        if not self.augments:
             return None
         return glove_problem(self.params.augmentation.glove_path)
 
     def architecture_problem(self, teacher_config) -> str | None:
-        if not (self.params.augment and self.params.augmentation.copies > 0):
+        if not self.augments:
             return None
         arch = ARCHITECTURES.get(teacher_config.model_type)
         if arch is not None and arch.vocabulary != "WordPiece":
@@ -224,7 +228,7 @@ class TinyBERT(Method):
         return None
 
     def augmenter(self, context: AugmentContext) -> Augmenter | None:
-        if not (self.params.augment and self.params.augmentation.copies > 0):
+        if not self.augments:
             return None
         return build_augmenter(context.checkpoint, context.tokenizer, context.corpus,
                                context.cache, self.params.augmentation, context.log)
