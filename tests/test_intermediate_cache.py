@@ -4,6 +4,8 @@ on tiny random-weight BERTs."""
 
 from __future__ import annotations
 
+from contextlib import ExitStack
+
 import numpy as np
 import pytest
 import torch
@@ -172,6 +174,40 @@ def test_live_view_keeps_layer_numbering_with_none_for_layers_not_read():
     assert [h is None for h in view.hidden_states] == [False, False, False, True, True]
     assert [s is None for s in view.attention_scores] == [False, False, True, True]
     assert view.logits is None
+
+
+def _live_view_under_bf16_training(precision: str | None) -> TeacherView:
+    """The live teacher's view of a batch, filled inside the bf16 autocast that a student
+    training in bf16 steps under."""
+    method = tinybert(params={"mapping": "bottom"})
+    stage = {s.name: s for s in method.stages(TASK)}["intermediate"]
+    student, _ = student_for(method)
+    runtime = TeacherRuntime(model=tiny_teacher(), precision=precision)
+    view = TeacherView()
+    with ExitStack() as stack:
+        fill = runtime.open_stage(method, stage, student, tiny_split(), Accelerator(), stack,
+                                  live_logits=False)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            fill(batch_of(tiny_split(), range(6)), view)
+    return view
+
+
+def test_live_teacher_computes_in_its_inference_precision_not_the_students():
+    reference = _live_view_under_bf16_training(None)  # the stage's autocast: bf16
+    with torch.autocast("cpu", enabled=False):
+        fp32 = _live_view_under_bf16_training("fp32")
+    teacher = tiny_teacher()
+    batch = batch_of(tiny_split(), range(6))
+    with torch.no_grad():
+        plain = teacher(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                        token_type_ids=batch["token_type_ids"], output_hidden_states=True)
+    for layer in (1, 2):  # the bottom mapping's hidden states, computed in fp32
+        torch.testing.assert_close(fp32.hidden_states[layer], plain.hidden_states[layer])
+        assert not torch.allclose(reference.hidden_states[layer].float(),
+                                  plain.hidden_states[layer], rtol=1.3e-6, atol=1e-5)
+    bf16 = _live_view_under_bf16_training("bf16")
+    for layer in (1, 2):
+        torch.testing.assert_close(bf16.hidden_states[layer], reference.hidden_states[layer])
 
 
 # -- the disk cache ---------------------------------------------------------------------------

@@ -692,6 +692,7 @@ class SuiteRunner(RunPlanner):
             if stage.teacher == "finetuned":
                 assert teacher is not None
                 runtime.model = teacher.load_model(attention)
+                runtime.precision = teacher.inference_precision
                 runtime.intermediate_cache = intermediate_cache_request(
                     self.suite.teacher, self.cache, teacher, self.log)
             else:

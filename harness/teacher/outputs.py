@@ -29,7 +29,7 @@ import json
 import shutil
 import time
 from collections.abc import Callable, Iterable
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -481,6 +481,12 @@ class TeacherRuntime:
     intermediate_cache: IntermediateCacheRequest | None = None
     """Serve the stage's hidden states / attention scores from the disk cache (built on
     first use) instead of a live forward, where the stage allows it."""
+    precision: str | None = None
+    """The live forward's precision (``fp32`` / ``bf16``): the fine-tuned teacher's
+    ``teacher.inference_precision``, which its cached logits and intermediate outputs are
+    computed in too, whatever autocast the student trains under. None: the stage's own
+    (the pre-trained teacher of a general stage, whose precision is the stage's and enters
+    the general checkpoint's key)."""
 
     def open_stage(self, method: Method, stage: Stage, student: nn.Module,
                    train_split: EncodedSplit, accelerator: Any, stack: ExitStack,
@@ -517,10 +523,14 @@ class TeacherRuntime:
             model, sorted(layers.scores) if layers else None,
             record=inside - {"attention_scores"})) if inside else None)
 
+        precision = self.precision
+        device = accelerator.device
+
         def fill(batch: dict[str, torch.Tensor], view: TeacherView) -> None:
             # no_grad, not inference_mode: the outputs enter the loss's autograd graph as
             # constants, which inference tensors cannot.
-            with torch.no_grad():
+            with torch.no_grad(), (_autocast(device, precision) if precision is not None
+                                   else nullcontext()):
                 live_teacher_outputs(model, batch, stage, view, layers, scores, live_logits)
 
         return fill
