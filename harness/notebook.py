@@ -80,6 +80,7 @@ def run_suite(method: Names | None = None, suite: str | Path = "glue-cpu",
     argument (``--method`` from the command line). Raises :class:`ConfigError` for a
     mistake in the recipe or the arguments, before anything runs."""
     from harness.api.suites import check_method_names, load_suite, unused_assignments
+    from harness.common.progress import silent_progress
     from harness.config.schema import resolve_suite_path
     from harness.experiments.runner import SuiteRunner
     from harness.experiments.tracking import Tracking
@@ -105,7 +106,8 @@ def run_suite(method: Names | None = None, suite: str | Path = "glue-cpu",
     runner = SuiteRunner(config, results, Path(cache_dir) if cache_dir is not None else None,
                          log=log or _silent, retry_failed=retry_failed,
                          save_students=save_students, tracking=tracking)
-    outcomes = runner.run(methods, task_list, seed_list, tuned=tuned)
+    with silent_progress(log is None):
+        outcomes = runner.run(methods, task_list, seed_list, tuned=tuned)
     return SuiteRun(config, outcomes, runner.accelerator.is_main_process)
 
 
@@ -141,7 +143,7 @@ def run(method: Names | None = None, suite: str | Path = "glue-cpu",
         log_with, log_dir: experiment trackers (``"tensorboard"``, ``"wandb"``,
             ``"mlflow"``, ``"aim"``) and where the local ones write (``--log-with``,
             ``--log-dir``; default: ``runs/`` beside the results store).
-        log: where progress lines go (None: nowhere).
+        log: where progress lines go (None: nowhere, and no progress bars either).
 
     Transformers' and datasets' logging is set to errors only, as the command line does.
     """

@@ -201,3 +201,14 @@ def test_a_mistaken_task_or_seed_is_a_config_error_before_anything_runs(argument
     with pytest.raises(ConfigError, match=re.escape(message)):
         run("kd", results=tmp_path / "results", log=None, **arguments)
     assert not (tmp_path / "results").exists()
+
+
+def test_log_none_draws_no_progress_bar_where_a_logged_run_draws_them(store, tmp_path, capfd):
+    common = {"suite": store["suite"], "cache_dir": store["cache"], "tasks": "rte", "seeds": 2}
+    run("finetune", results=tmp_path / "logged", log=print, **common)
+    logged = capfd.readouterr()
+    assert "%|" in logged.err and "[run] finetune on rte, seed 2" in logged.out
+    run("finetune", results=tmp_path / "silent", log=None, **common)
+    silent = capfd.readouterr()
+    assert "%|" not in silent.err and silent.out == ""
+    assert len(load_records(tmp_path / "silent")) == 1
