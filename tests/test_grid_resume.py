@@ -1,8 +1,9 @@
 """Resuming a grid decides from the records what is done: a cell stopped by Ctrl-C or by an
 exception (which Optuna fails and never retries) runs when the grid restarts, a cell whose
 run failed (a failed record) does not unless failed runs are retried, one whose workers
-kept dying is left as the heartbeat check left it, and a cell queued again by two workers
-at once runs once."""
+kept dying is left as the heartbeat check left it, a cell queued (again) by two workers at
+once runs once, and a queue its first worker did not finish filling is filled by the
+next."""
 
 from __future__ import annotations
 
@@ -148,6 +149,40 @@ def test_a_cell_queued_again_by_two_workers_at_once_runs_once(
     _check_every_cell_once(other, path.parent / "results")
     [[record]] = _records(path.parent / "results").values()
     assert record["grid"] == {"study": other.study_name, "trial": 1}
+
+
+def test_a_queue_left_half_filled_by_a_killed_worker_is_filled_by_the_next_one(
+        tmp_path, tiny_data_dir, tiny_teacher_dir):
+    path = _suite(tmp_path, tiny_data_dir, tiny_teacher_dir, seeds=[1, 2, 3])
+    first = _grid(path)
+    first.enqueue_again(first._grid_study(), [(first.cells[0], None)])  # then it was killed
+
+    lines: list[str] = []
+    second = _grid(path, log=lines.append)
+    summary = second.work()
+    assert summary["complete"] == summary["cells"] == 3
+    assert "[grid] queued 2 cells no worker had queued yet" in lines
+    assert not [line for line in lines if "queued again" in line]
+    assert [trial.state.name for trial in _trials(second)] == ["COMPLETE"] * 3
+    _check_every_cell_once(second, path.parent / "results")
+
+
+def test_workers_filling_a_new_queue_at_once_run_each_cell_once(
+        tmp_path, tiny_data_dir, tiny_teacher_dir):
+    path = _suite(tmp_path, tiny_data_dir, tiny_teacher_dir, seeds=[1, 2])
+    one, other = _grid(path), _grid(path)
+    studies = one._grid_study(), other._grid_study()
+    unsettled = one.unsettled(studies[0]), other.unsettled(studies[1])
+    assert unsettled[0] == unsettled[1] == [(cell, None) for cell in one.cells]
+    one.enqueue_again(studies[0], unsettled[0])
+    other.enqueue_again(studies[1], unsettled[1])
+
+    summary = other.work()
+    assert (summary["complete"], summary["fail"]) == (2, 0)
+    trials = _trials(other)
+    assert [trial.state.name for trial in trials] == ["COMPLETE"] * 2 + ["PRUNED"] * 2
+    assert all(trial.user_attrs["duplicate"] for trial in trials[2:])
+    _check_every_cell_once(other, path.parent / "results")
 
 
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")  # ask(), not optimize()

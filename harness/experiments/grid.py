@@ -346,28 +346,15 @@ class Grid:
         return f"grid-{self.suite.record_suite}-{digest[:10]}"
 
     def _grid_study(self):
-        """The grid's queue: created (and filled) by the first worker, joined by the rest."""
+        """The grid's queue, created by the first worker and joined by the rest. Every
+        worker queues the cells that have no trial yet (:meth:`unsettled`), the first one
+        all of them: a worker killed while filling it leaves nothing to wait for, and a
+        cell queued by two workers at once runs once (:func:`_duplicate`)."""
         import optuna
 
         storage = open_storage(self.storage_url)
-        try:
-            study = optuna.create_study(study_name=self.study_name, storage=storage,
-                                        direction="maximize")
-        except optuna.exceptions.DuplicatedStudyError:
-            study = None
-        if study is None:
-            study = optuna.load_study(study_name=self.study_name, storage=storage)
-            deadline = time.monotonic() + 300
-            while "enqueued" not in study.user_attrs:  # the creator is still filling it
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"grid study {self.study_name} was created but never "
-                                       "filled (its creator died?): delete it and restart")
-                time.sleep(1.0)
-            return study
-        for cell in self.cells:
-            study.enqueue_trial({}, user_attrs={"cell": asdict(cell)})
-        study.set_user_attr("enqueued", len(self.cells))
-        return study
+        return optuna.create_study(study_name=self.study_name, storage=storage,
+                                   direction="maximize", load_if_exists=True)
 
     def unsettled(self, study) -> list[tuple[GridCell, int | None]]:
         """The cells to queue again, each with the number of its last trial (None: it has
@@ -385,6 +372,9 @@ class Grid:
         unsettled = []
         for cell in self.cells:
             own = trials.get(cell, [])
+            if not own:  # not queued yet: its trial finds a record, or runs it
+                unsettled.append((cell, None))
+                continue
             states = {trial.state.name for trial in own}
             if states & {"WAITING", "RUNNING"}:
                 continue
@@ -393,19 +383,20 @@ class Grid:
                 continue
             if status == "failed" and not self.runner.retry_failed:
                 continue
-            last = max(own, key=lambda trial: trial.number) if own else None
-            if status is None and last is not None and _given_up(last):
+            last = max(own, key=lambda trial: trial.number)
+            if status is None and _given_up(last):
                 self.log(f"[grid] {cell.label}: not queued again: its worker died "
                          f"{len(last.system_attrs.get('retry_history', [])) + 1} times "
                          f"in a row (trial {last.number})")
                 continue
-            unsettled.append((cell, None if last is None else last.number))
+            unsettled.append((cell, last.number))
         return unsettled
 
     def enqueue_again(self, study, cells: list[tuple[GridCell, int | None]]) -> None:
-        """Queue ``cells`` again, each as a retry of its last trial (as the heartbeat check
-        retries a dead worker's: a cell queued twice by workers starting together, or by
-        both, runs once, see :func:`_duplicate`)."""
+        """Queue ``cells``, each as a retry of its last trial (as the heartbeat check
+        retries a dead worker's), or for the first time (None): a cell queued twice by
+        workers starting together, or by one of them and the check, runs once, see
+        :func:`_duplicate`."""
         import optuna
 
         for cell, last in cells:
@@ -452,11 +443,14 @@ class Grid:
         fail_stale_trials(study)  # dead workers' cells are retried, not queued again here
         if self.reclaim_local:
             fail_dead_local_trials(study)
-        again = self.unsettled(study)
-        if again:
-            self.enqueue_again(study, again)
-            labels = [cell.label for cell, _ in again]
-            self.log(f"[grid] queued again {len(again)} cells stopped without a record: "
+        unsettled = self.unsettled(study)
+        self.enqueue_again(study, unsettled)
+        new = sum(1 for _, last in unsettled if last is None)
+        if 0 < new < len(self.cells):  # the rest were queued by a worker that died, or is
+            self.log(f"[grid] queued {new} cells no worker had queued yet")  # still queuing
+        labels = [cell.label for cell, last in unsettled if last is not None]
+        if labels:
+            self.log(f"[grid] queued again {len(labels)} cells stopped without a record: "
                      + "; ".join(labels[:5]) + (" ..." if len(labels) > 5 else ""))
         if not self._estimates:
             self.plan()
@@ -549,10 +543,9 @@ class Grid:
                  f"{_duration(time.perf_counter() - started)}; about "
                  f"{_duration(left / workers)} left")
 
-    def summary(self, study=None) -> dict[str, int]:
+    def summary(self, study) -> dict[str, int]:
         """Trial counts; ``complete`` counts cells (a cell whose record went missing
         completes a second trial when it runs again)."""
-        study = study or self._grid_study()
         complete = {json.dumps(trial.user_attrs["cell"], sort_keys=True)
                     for trial in study.get_trials(deepcopy=False)
                     if trial.state.name == "COMPLETE" and "cell" in trial.user_attrs}
@@ -589,19 +582,23 @@ def _given_up(trial) -> bool:
 
 
 def _duplicate(study, number: int) -> bool:
-    """Whether trial ``number`` is a second copy of a retry: a cell's failed trial may be
-    queued again by the heartbeat check and by a starting worker, or by two starting
-    workers at once (neither sees the other's copy yet).  The copies retry the same trial;
-    the first copy runs and the later ones step aside, whichever worker pops them and
-    whenever: the first exists (waiting, running or finished) before a later one does."""
+    """Whether trial ``number`` is a second copy of one queueing of its cell: a cell may be
+    queued for the first time by two workers filling a new queue at once, and a cell's
+    failed trial may be queued again by the heartbeat check and by a starting worker, or
+    by two starting workers at once (neither sees the other's copy yet).  Copies stand for
+    the same trial (the one they retry, or none); the first copy runs and the later ones
+    step aside, whichever worker pops them and whenever: the first exists (waiting,
+    running or finished) before a later one does."""
     trials = study.get_trials(deepcopy=False)
     trial = next(trial for trial in trials if trial.number == number)
-    history = trial.system_attrs.get("retry_history")
-    if not history:
-        return False
+
+    def retried(other) -> int | None:  # the trial it retries; None: a first queueing
+        return (other.system_attrs.get("retry_history") or [None])[-1]
+
     return any(other.number < number
                and other.user_attrs.get("cell") == trial.user_attrs.get("cell")
-               and (other.system_attrs.get("retry_history") or [None])[-1] == history[-1]
+               and not other.user_attrs.get("duplicate")
+               and retried(other) == retried(trial)
                for other in trials)
 
 
