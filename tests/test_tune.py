@@ -5,6 +5,7 @@ a worker killed inside a tuning trial, whose trial another worker retries."""
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -313,3 +314,32 @@ def test_a_study_whose_every_trial_fails_stops_and_says_so(tmp_path, suite_file)
     assert tune.exit_code != 0, tune.output
     assert f"study {tuner.name}: no complete trial" in tune.output
     assert tuner.counts()["fail"] == 2
+
+
+def test_a_seed_already_recorded_reports_its_evaluations_so_later_seeds_keep_their_steps(
+        tmp_path, suite_file):
+    """A trial whose seed 1 is in the study's store (a retried trial's, say) does not train
+    it again: its 4 recorded evaluations are reported as steps 0-3, so seed 2's are 4-7,
+    the steps at which the pruner compares every trial's seed 2."""
+    results, cache = tmp_path / "results", tmp_path / "cache"
+    common = ["--suite", str(suite_file), "--results", str(results), "--cache-dir", str(cache)]
+    ran = CliRunner().invoke(app, ["run", "--method", "kd", "--tasks", "stsb", "--seeds", "1",
+                                   *common])  # the recipe's point, which the first trial is
+    assert ran.exit_code == 0, ran.output
+    [plain] = sorted(results.rglob("*.json"))
+    name = Tuner(load_suite(str(suite_file)), TuningTarget("kd", "stsb", [1, 2]), results,
+                 "sqlite://").name
+    recorded = results / "tuning" / name / plain.relative_to(results)
+    recorded.parent.mkdir(parents=True)
+    shutil.copy(plain, recorded)
+    tune = CliRunner().invoke(app, ["tune", "--method", "kd", "--task", "stsb", "--trials",
+                                    "1", "--seeds", "1,2", *common])
+    assert tune.exit_code == 0, tune.output
+    assert "[skip]" in tune.output and recorded.read_bytes() == plain.read_bytes()
+    [trial] = optuna.load_study(study_name=name, storage=open_storage(
+        f"sqlite:///{results / 'optuna.db'}")).trials
+    assert trial.user_attrs["recipe"] and trial.state.name == "COMPLETE"
+    assert sorted(trial.intermediate_values) == list(range(8))
+    evaluations = json.loads(plain.read_text())["stages"][-1]["evaluations"]
+    assert [trial.intermediate_values[step] for step in range(4)] == [
+        evaluation["pearson"] for evaluation in evaluations]

@@ -309,6 +309,14 @@ class Tuner:
                 error = outcome.record.error if outcome.record is not None else None
                 raise RuntimeError(f"seed {seed}: run {outcome.status}"
                                    f"{f': {error}' if error else ''} ({outcome.path})")
+            if outcome.status == "skipped" and outcome.record is not None:
+                # A seed found in the store reports the evaluations it recorded, so the
+                # next seed's evaluations keep the numbers the pruner compares them under.
+                record = outcome.record
+                for stage in record.stages:
+                    for evaluation in stage.evaluations:
+                        on_evaluate(0, {"stage": stage.name, "step": evaluation["step"],
+                                        "main": float(evaluation[record.main_metric])})
             scores.append(float(outcome.main_score))
         return scores
 
