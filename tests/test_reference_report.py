@@ -25,7 +25,8 @@ from harness.reporting.report import (
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "results"
-COMPARED = ["label", "student", "average", "pct_of_teacher", "params_total", "speedup"]
+COMPARED = ["label", "student", "average", "pct_of_teacher", "params_total",
+            "params_non_embedding", "speedup"]
 
 
 @pytest.mark.integration

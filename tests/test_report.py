@@ -153,6 +153,24 @@ def test_leaderboard_rows_match_a_hand_computation(store):
     assert pd.isna(finetune["train_examples"]) and pd.isna(teacher["train_examples"])
 
 
+def test_the_teacher_rows_parameters_are_the_trained_teachers(store):
+    """The benchmark times the checkpoint's own classifier (BERT's pooler included); the
+    trained teacher may read the mean of its tokens and have no pooler. Both columns are
+    the trained teacher's: its total from the records, less the benchmark's embeddings."""
+    config = suite()
+    runs, _ = collect_runs(config, store)
+    bench = json.loads((store / "bench" / "glue-cpu" / "new.json").read_text())
+    trained = 22_713_986 - 147_840  # without the 384-wide pooler
+    board = leaderboard(runs, config.tasks, efficiency=efficiency_table(bench),
+                        teacher_params=trained)
+    teacher = board.iloc[0]
+    embeddings = 22_713_986 - 10_000_000  # the bench record's total less its non-embedding
+    assert teacher["params_total"] == trained
+    assert teacher["params_non_embedding"] == trained - embeddings == 10_000_000 - 147_840
+    unknown = leaderboard(runs, config.tasks, efficiency=efficiency_table(bench))
+    assert unknown.iloc[0]["params_non_embedding"] == 10_000_000  # the benchmark's own
+
+
 def test_published_rows_stay_beside_ours_with_split_and_metric_marked(store):
     config = load_suite("glue-cpu", ["tasks=[sst2, stsb, mrpc]"])
     published = published_board(load_published(), {"tinybert", "kd"}, config.tasks)
