@@ -151,6 +151,18 @@ def test_invalid_yaml(tmp_path: Path) -> None:
         load_suite(str(path))
 
 
+def test_a_key_given_twice_in_one_mapping_is_refused_with_both_lines(tmp_path: Path) -> None:
+    path = tmp_path / "twice.yaml"
+    path.write_text(BASE_SUITE.replace(
+        "training: {epochs: 3, batch_size: 32, lr: 3.0e-4,",
+        "training: {epochs: 3, batch_size: 32, lr: 3.0e-4, lr: 0.5,"))
+    message = config_error(path)
+    assert str(path) in message and "not valid YAML" in message
+    assert "key 'lr' given twice in one mapping" in message
+    path.write_text(BASE_SUITE + "tasks: [rte]\n")  # a top-level key the base gives too
+    assert "key 'tasks' given twice" in config_error(path)
+
+
 # --------------------------------------------------------------------------- unknown keys
 
 
@@ -191,6 +203,25 @@ def test_negative_lr(tmp_path: Path) -> None:
     message = config_error(write_suite(tmp_path, _set("training", "lr", value=-0.1)))
     line = error_line(message, "training.lr")
     assert "-0.1" in line
+
+
+@pytest.mark.parametrize(("keys", "value", "expected"), [
+    (("training", "lr"), float("nan"), "finite number"),
+    (("teacher", "min_margin"), float("nan"), "finite number"),  # NaN passes every margin
+    (("training", "warmup_ratio"), float("inf"), "finite number"),
+    (("methods", "kd", "params", "temperature"), float("inf"), "finite number"),
+    (("methods", "kd", "loss_weights", "soft"), -5.0, "greater than or equal to 0"),
+])
+def test_nan_infinite_and_negative_weights_are_refused(tmp_path: Path, keys: tuple[str, ...],
+                                                       value: float, expected: str) -> None:
+    def edit(tree: dict[str, Any]) -> None:
+        node = tree
+        for key in keys[:-1]:
+            node = node.setdefault(key, {})
+        node[keys[-1]] = value
+
+    message = config_error(write_suite(tmp_path, edit))
+    assert expected in error_line(message, ".".join(keys))
 
 
 def test_negative_lr_in_task_training(tmp_path: Path) -> None:
@@ -676,7 +707,8 @@ def test_errors_name_the_file_or_assignment_that_wrote_the_key(tmp_path: Path) -
     assert error_line(message, "teacher.training.epochz") == \
         "teacher.training.epochz: unknown key (from --set teacher.training.epochz=2)"
 
-    base.write_text(base.read_text().replace("epochz", "epochs"))
+    base.write_text("".join(line for line in base.read_text().splitlines(keepends=True)
+                            if "epochz" not in line))
     message = config_error(child, ["methods.kd.params.temperatur=3"])  # the plugins' check
     assert error_line(message, "methods.kd.params.alpah") == \
         f"methods.kd.params.alpah: unknown parameter (in {base})"

@@ -68,7 +68,7 @@ class MethodParams(BaseModel):
     plugin after records of it exist goes in ``added_later`` with its default: it is left
     out while at that default, so the records made before it keep their run ids."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     added_later: ClassVar[dict[str, Any]] = {}
 
     @model_serializer(mode="wrap")

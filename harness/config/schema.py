@@ -77,7 +77,9 @@ class ConfigError(ValueError):
 
 
 class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """A recipe section: unknown keys, and NaN or infinite numbers, are errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class TrainConfig(StrictModel):
@@ -287,7 +289,7 @@ class PluginStudentShape(BaseModel):
     :func:`harness.api.registry.typed_student_shape`), which the suite's loading does for
     every shape before anything runs."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
 
     kind: str = Field(min_length=1)
 
@@ -391,7 +393,7 @@ class MethodRecipe(StrictModel):
     task_params: Annotated[dict[str, dict[str, Any]], PerTask] = Field(
         default_factory=dict, description="per-task overrides of params, e.g. fewer "
         "augmented copies for the large tasks")
-    loss_weights: dict[str, float] = Field(default_factory=dict)
+    loss_weights: dict[str, Annotated[float, Field(ge=0)]] = Field(default_factory=dict)
     disabled_losses: list[str] = Field(default_factory=list)
     stages: dict[str, TrainOverride] = Field(default_factory=dict)  # type: ignore[valid-type]
     task_stages: Annotated[dict[str, dict[str, TrainOverride]], PerTask] = Field(  # type: ignore[valid-type]
@@ -755,6 +757,25 @@ def has_key_path(tree: Any, parts: Iterable[Any]) -> bool:
     return True
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML that refuses a key given twice in one mapping (plain YAML keeps the last value
+    without a word, so a pasted ``lr:`` line would silently win)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        lines: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                if key in lines:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} given twice in one mapping (first at line "
+                        f"{lines[key]})", key_node.start_mark)
+                lines[key] = key_node.start_mark.line + 1
+            except TypeError:  # an unhashable key: the base constructor says so
+                continue
+        return super().construct_mapping(node, deep=deep)
+
+
 def _read_suite_files(path: Path, seen: tuple[Path, ...]) -> list[tuple[Path, dict[str, Any]]]:
     """The suite's YAML mapping and, with ``extends: <suite>``, those of the suites it
     extends: its own first, each without its ``extends`` key."""
@@ -762,7 +783,7 @@ def _read_suite_files(path: Path, seen: tuple[Path, ...]) -> list[tuple[Path, di
         chain = " -> ".join(str(item) for item in (*seen, path.resolve()))
         raise ConfigError(f"{path}: 'extends' forms a cycle: {chain}")
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = yaml.load(path.read_text(), Loader=_UniqueKeyLoader) or {}  # a SafeLoader
     except yaml.YAMLError as error:
         raise ConfigError(f"{path}: not valid YAML: {error}") from error
     if not isinstance(raw, dict):
