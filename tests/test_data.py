@@ -231,6 +231,28 @@ def test_malformed_train_file(
     assert info.value.path == path and info.value.line == line
 
 
+@pytest.mark.parametrize(("task", "folder", "files", "key"), [
+    ("mrpc", "MRPC", ("train.tsv", "dev.tsv"), "(#1 ID, #2 ID)"),
+    ("stsb", "STS-B", ("sts-train.csv", "sts-dev.csv"), "(genre, file, year, id)"),
+])
+def test_a_repeated_row_of_the_shared_files_is_named_with_its_first_line(
+        shared_dir: Path, tmp_path: Path, task: str, folder: str, files: tuple[str, ...],
+        key: str) -> None:
+    """MRPC's and the STS Benchmark's files have no row numbers; every real row differs in
+    its ids, so a repeat (scored twice) is refused where it stands."""
+    (tmp_path / folder).mkdir()
+    for name in files:
+        (tmp_path / folder / name).write_bytes((shared_dir / folder / name).read_bytes())
+    assert len(load_task(task, data_dir=tmp_path).splits["dev"]) > 0  # as shipped: fine
+    dev = tmp_path / folder / files[1]
+    rows = dev.read_bytes().splitlines(keepends=True)
+    dev.write_bytes(b"".join([*rows[:9], rows[5], *rows[9:]]))  # line 6 again as line 10
+    with pytest.raises(DataFormatError) as info:
+        load_task(task, data_dir=tmp_path)
+    assert info.value.path == dev and info.value.line == 10
+    assert f"{key} of line 6" in str(info.value)
+
+
 def test_malformed_dev_file_names_dev(tmp_path: Path) -> None:
     write(tmp_path, "SST-2", "train.tsv", SST2_DEV)
     dev = write(tmp_path, "SST-2", "dev.tsv", lines("sentence\tlabel", "a\t1", "", "b\t7"))

@@ -132,6 +132,10 @@ class _Layout:
     shifted or swapped row apart: see ``_FIELD_CHECKS``."""
     requires: tuple[str, ...] = ()
     """Header layouts: further columns the header must hold (in a TSV) to be this layout."""
+    key: tuple[str, ...] = ()
+    """Columns that identify a row (every real file's rows differ in them): a row whose key
+    an earlier row had is a repeat, which would be trained on or scored twice. Files with
+    a row-number column catch repeats by the numbers instead."""
 
 
 _INDEX_COLUMNS = ("idx", "index")
@@ -147,7 +151,7 @@ _FIELD_CHECKS: dict[str, tuple[re.Pattern[str], str]] = {
 
 _HEADER_LAYOUTS: tuple[_Layout, ...] = (
     _Layout("glue-mrpc", text=("#1 String", "#2 String"), label="Quality",
-            checks=(("#1 ID", "integer"), ("#2 ID", "integer"))),
+            checks=(("#1 ID", "integer"), ("#2 ID", "integer")), key=("#1 ID", "#2 ID")),
     _Layout("glue-qqp", text=("question1", "question2"), label="is_duplicate",
             checks=(("qid1", "integer"), ("qid2", "integer"))),
     _Layout("glue-mnli", text=("sentence1", "sentence2"), label="gold_label"),
@@ -182,6 +186,7 @@ _HEADERLESS_LAYOUTS: tuple[_Layout, ...] = (
         extra_fields=(2,),
         tasks=("stsb",),
         checks=(("genre", "token"), ("file", "token"), ("year", "year"), ("id", "integer")),
+        key=("genre", "file", "year", "id"),
     ),
 )
 
@@ -225,6 +230,8 @@ class _FileLayout:
     checks: tuple[tuple[int, str, str], ...] = ()
     """(column position, column name, check) of the columns checked but not returned."""
     index_col: int | None = None
+    key_cols: tuple[int, ...] = ()
+    """Positions of the layout's ``key`` columns (all of them, or none)."""
 
 
 def _match_layout(
@@ -258,6 +265,8 @@ def _match_layout(
             checks=tuple((names.index(column), column, check) for column, check in lay.checks
                          if column in names),
             index_col=next((names.index(c) for c in _INDEX_COLUMNS if c in names), None),
+            key_cols=(tuple(names.index(c) for c in lay.key)
+                      if all(c in names for c in lay.key) else ()),
         )
     if with_text:
         raise DataFormatError(
@@ -279,6 +288,7 @@ def _match_layout(
                 has_header=False,
                 checks=tuple((cols.index(column), column, check)
                              for column, check in lay.checks),
+                key_cols=tuple(cols.index(c) for c in lay.key),
             )
     known = "; ".join(" ".join((*lay.text, lay.label)) for lay in candidates)
     raise DataFormatError(
@@ -555,6 +565,7 @@ def _read_split_file(spec: TaskSpec, path: Path, raw: bytes, is_test: bool,
     labels: list[int | float] = []
     problems: list[tuple[int | None, str]] = []
     text_names = layout.text
+    key_lines: dict[tuple[str, ...], int | None] = {}
     records = table.records[1:] if file_layout.has_header else table.records
     for lineno, fields in records:
         if len(problems) >= MAX_PROBLEMS:
@@ -583,6 +594,14 @@ def _read_split_file(spec: TaskSpec, path: Path, raw: bytes, is_test: bool,
             else:
                 label = _parse_label(spec, fields[file_layout.label_col], is_test, path,
                                      lineno, table.label_names, unit)
+            if file_layout.key_cols:
+                key = tuple(fields[i].strip() for i in file_layout.key_cols)
+                if key in key_lines:
+                    first = key_lines[key]
+                    raise DataFormatError(
+                        path, lineno, f"repeats the row {' / '.join(key)} "
+                        f"({', '.join(layout.key)}) of {unit} {first}", unit=unit)
+                key_lines[key] = lineno
         except DataFormatError as error:
             problems.append((error.line, error.detail))
             continue
