@@ -8,6 +8,7 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -154,6 +155,23 @@ def test_a_teacher_that_cannot_be_had_says_what_to_pass(tiny_suite_file, tmp_pat
     assert result.exit_code == 2
     assert f"teacher checkpoint folder {missing} does not exist" in result.output
     assert not (tmp_path / "r").exists() and not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize("damage", ["config.json", "model.safetensors"])
+def test_a_damaged_teacher_folder_is_named_not_a_traceback(tiny_suite_file, tiny_teacher_dir,
+                                                           tmp_path, damage):
+    teacher = tmp_path / "teacher"
+    shutil.copytree(tiny_teacher_dir, teacher)
+    (teacher / damage).write_bytes((teacher / damage).read_bytes()[:100])  # cut short
+    result = CliRunner().invoke(app, ["run", "--suite", str(tiny_suite_file), "--method", "kd",
+                                      "--tasks", "rte", "--teacher", str(teacher),
+                                      "--results", str(tmp_path / "r"),
+                                      "--cache-dir", str(tmp_path / "c")])
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert f"cannot be read from {teacher}" in result.output
+    assert "damaged or incomplete" in result.output
+    assert not list((tmp_path / "r").rglob("*.json"))
 
 
 def test_new_method_skeleton_registers_and_passes_the_contract(tiny_suite_file, tmp_path):

