@@ -174,6 +174,19 @@ def test_a_damaged_teacher_folder_is_named_not_a_traceback(tiny_suite_file, tiny
     assert not list((tmp_path / "r").rglob("*.json"))
 
 
+def test_a_results_path_that_cannot_hold_records_stops_before_anything_trains(
+        tiny_suite_file, tmp_path):
+    not_a_folder = tmp_path / "results"
+    not_a_folder.write_text("a file, not a folder\n")
+    result = CliRunner().invoke(app, ["run", "--suite", str(tiny_suite_file), "--method", "kd",
+                                      "--tasks", "rte", "--results", str(not_a_folder),
+                                      "--cache-dir", str(tmp_path / "c")])
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert f"results store {not_a_folder}: cannot write records into" in result.output
+    assert "[teacher]" not in result.output  # no teacher was fine-tuned first
+    assert not list((tmp_path / "c").rglob("*.safetensors"))
+
+
 def test_new_method_skeleton_registers_and_passes_the_contract(tiny_suite_file, tmp_path):
     result = CliRunner().invoke(app, ["new-method", "my-kd", "--directory", str(tmp_path)])
     assert result.exit_code == 0, result.output

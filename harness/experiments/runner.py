@@ -239,14 +239,16 @@ class SuiteRunner(RunPlanner):
                          f"({recorded.status}) at {existing}{other}")
                 return RunOutcome(method_name, task_name, seed, "skipped", existing,
                                   recorded.main_score, recorded)
-        # Peak memory from here (data, teacher, training, evaluation) to the record.
-        memory = MemoryProbe(self.accelerator.device).start()
         task = get_task(task_name)
-        prepared = self.prepare_task(task_name)
-        teacher = self.teacher(task_name)
         path = self.store.record_path(
             self.suite.record_suite, method_name, task.name,
             f"{spec['student']['name']}-seed{seed}-{run_hash[:16]}")
+        if self.accelerator.is_main_process:  # before any teacher or training time is spent
+            self.store.check_writable(path)
+        # Peak memory from here (data, teacher, training, evaluation) to the record.
+        memory = MemoryProbe(self.accelerator.device).start()
+        prepared = self.prepare_task(task_name)
+        teacher = self.teacher(task_name)
         fields: dict[str, Any] = {
             "run_id": run_hash,
             "status": "running",

@@ -10,6 +10,7 @@ record is an error that names it.
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from harness.common.files import write_json_atomic
 from harness.experiments.record import RECORD_VERSION, RunRecord
 
 __all__ = ["NESTED_STORES", "NOT_RUN_RECORDS", "RECORD_VERSION", "InvalidRecordError",
-           "ResultsStore"]
+           "ResultsStore", "StoreNotWritableError"]
 
 NESTED_STORES = ("tuning",)
 """Sub-folders of a results root holding stores of their own (a tuning study's trial runs):
@@ -33,6 +34,10 @@ NOT_RUN_RECORDS = ("bench",)
 
 class InvalidRecordError(ValueError):
     """A file in the store that is not a run record (the message names it)."""
+
+
+class StoreNotWritableError(RuntimeError):
+    """A results folder a run's record cannot be written into (the message names it)."""
 
 
 class ResultsStore:
@@ -56,6 +61,18 @@ class ResultsStore:
             raise InvalidRecordError(f"{path}: not a valid run record: {problems}") from None
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
             raise InvalidRecordError(f"{path}: not a valid run record: {error}") from None
+
+    def check_writable(self, path: Path) -> None:
+        """Stop before a run trains when its record ``path`` could not be written (a
+        results path that is a file, a read-only folder), rather than after training."""
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".probe-"):
+                pass
+        except OSError as error:
+            raise StoreNotWritableError(
+                f"results store {self.root}: cannot write records into {path.parent} "
+                f"({error.strerror or error}); pass a writable --results folder") from None
 
     def write(self, path: Path, record: RunRecord) -> Path:
         return write_json_atomic(path, record.document())
