@@ -90,6 +90,18 @@ def test_missing_corpus_file_and_empty_corpus_are_clear_errors(tmp_path):
         build_corpus(CorpusConfig(task_sentences=False), [])
 
 
+@pytest.mark.parametrize("text", ["", "\n\n", "too short\n   \nstill short\n"])
+def test_a_text_file_that_adds_no_line_is_an_error_not_a_source(tmp_path, tiny_data_dir, text):
+    """Records list the corpus's sources: a file that adds nothing (empty, or every line
+    under min_words) would be named there while the corpus is the tasks' alone."""
+    empty = tmp_path / "empty.txt"
+    empty.write_text(text)
+    rte = load_task("rte", data_dir=tiny_data_dir)
+    with pytest.raises(DataFormatError, match=r"empty\.txt: no line of at least 3 word\(s\) "
+                                              r"\(corpus\.min_words\)"):
+        build_corpus(CorpusConfig(text_files=[str(empty)], min_words=3), [rte])
+
+
 def test_encoded_corpus_is_single_segment_and_truncated(tiny_data_dir, tiny_teacher_dir):
     from transformers import AutoTokenizer
 

@@ -152,13 +152,15 @@ def build_corpus(config: CorpusConfig, tasks: list[TaskData],
         """None (no B segment), or at least ``min_words`` words: never an empty line."""
         return text is None or len(text.split()) >= config.min_words  # min_words >= 1
 
-    def add(lines: Iterable[str], pair_them: bool = True) -> None:
-        """The lines' sentences; with ``pairs``, also the lines two by two (``pair_them``)."""
+    def add(lines: Iterable[str], pair_them: bool = True) -> int:
+        """The lines' sentences; with ``pairs``, also the lines two by two (``pair_them``).
+        Returns how many lines were long enough to count."""
         kept = [text for line in lines if long_enough(text := _normalise(line))]
         for text in kept:
             seen.setdefault(text, None)
         if config.pairs and pair_them:
             add_pairs(_consecutive_pairs(kept))
+        return len(kept)
 
     def add_pairs(new: Iterable[tuple[str, str | None]]) -> None:
         for a, b in new:
@@ -172,11 +174,18 @@ def build_corpus(config: CorpusConfig, tasks: list[TaskData],
                 add_pairs(_task_pairs(data))
             sources.append(f"task:{data.task.name}:{data.fingerprint[:12]}")
     for name in config.text_files:
-        add(_text_file_lines(resolve_text_file(name, data_dir)))
+        path = resolve_text_file(name, data_dir)
+        if not add(_text_file_lines(path)):  # a source named in records that adds nothing
+            raise DataFormatError(path, None, f"no line of at least {config.min_words} "
+                                  "word(s) (corpus.min_words): the file adds nothing to the "
+                                  "corpus")
         sources.append(f"file:{name}")  # as the suite names it: records stay portable
     if config.hub_dataset is not None:
-        add(_hub_lines(config))
         spec = config.hub_dataset
+        if not add(_hub_lines(config)):
+            raise ValueError(f"corpus.hub_dataset {spec.path}/{spec.name}/{spec.split}: no "
+                             f"line of at least {config.min_words} word(s) "
+                             "(corpus.min_words)")
         sources.append(f"hub:{spec.path}/{spec.name}/{spec.split}")
     sentences = list(seen)
     if not sentences:
