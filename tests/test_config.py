@@ -742,6 +742,26 @@ def test_a_set_that_changes_none_of_the_runs_is_named(tmp_path: Path) -> None:
                               ["mrpc", "stsb"]) == []
 
 
+def test_a_per_task_set_for_a_task_not_run_is_named_unless_the_corpus_reads_it(
+        tmp_path: Path) -> None:
+    """A teacher's budget reaches only its task's runs; a training-set cap also reaches a
+    general distillation whose corpus holds the task's sentences."""
+    path = str(write_suite(tmp_path))
+    sets = ["teacher.task_training.SST-2.epochs=1", "data.max_train_examples.sst2=10"]
+    suite = load_suite(path, sets)
+    assert unused_assignments(path, sets, suite, ["kd"], ["mrpc"]) == [
+        "--set teacher.task_training.SST-2.epochs=1 changes none of these runs: they do not "
+        "include task SST-2",
+        "--set data.max_train_examples.sst2=10 changes none of these runs: they do not "
+        "include task sst2 (nor a general distillation on its sentences)"]
+    assert unused_assignments(path, sets, suite, ["kd"], ["mrpc", "sst2"]) == []
+    tinybert = ["methods.tinybert.params.augment=false", *sets]  # general distillation
+    with_general = load_suite(path, tinybert)
+    assert unused_assignments(path, tinybert, with_general, ["tinybert"], ["mrpc"]) == [
+        "--set teacher.task_training.SST-2.epochs=1 changes none of these runs: they do not "
+        "include task SST-2"]
+
+
 def test_paper_orderings_and_shares_name_methods_of_the_suite(tmp_path: Path) -> None:
     def orderings(tree: dict[str, Any]) -> None:
         tree["paper_orderings"] = [{"better": "kd", "worse": "finetune", "source": "Hinton"},

@@ -203,6 +203,13 @@ def unused_assignments(name_or_path: str, overrides: list[str], suite: SuiteConf
     lines = []
     for index, assignment in enumerate(overrides):
         key_path, _ = parse_assignment(assignment)
+        if tuple(key_path[:2]) in PER_TASK_ROOTS and len(key_path) > 2:
+            if not _reaches(suite, key_path[:2], key_path[2], cells):
+                lines.append(f"--set {assignment.strip()} changes none of these runs: they "
+                             f"do not include task {key_path[2]}" + (
+                                 "" if key_path[0] == "teacher" else
+                                 " (nor a general distillation on its sentences)"))
+            continue
         if key_path[0] not in SHADOWED_ROOTS:
             continue
         if source is None:  # the suite's files, read once for every assignment
@@ -226,6 +233,37 @@ def unused_assignments(name_or_path: str, overrides: list[str], suite: SuiteConf
                      "outrank the suite's training and task_training)")
         lines.append(line)
     return lines
+
+
+PER_TASK_ROOTS = {("data", "max_train_examples"), ("teacher", "task_training")}
+"""Per-task settings outside the recipes: they reach only runs on their task (a teacher is
+one task's), and a task's training-set cap also reaches the general distillation whose
+corpus holds that task's sentences."""
+
+
+def _reaches(suite: SuiteConfig, root: list[str], task_key: str,
+             cells: list[tuple[str, str]]) -> bool:
+    """Whether a per-task setting of ``task_key`` under ``root`` reaches any of ``cells``."""
+    try:
+        task = get_task(task_key).name
+    except KeyError:  # not a task: validation names it
+        return True
+    if any(cell_task == task for _, cell_task in cells):
+        return True
+    corpus = suite.corpus
+    if root[0] == "teacher" or not corpus.task_sentences or \
+            task not in (corpus.tasks or suite.tasks):
+        return False
+    return any(_distils_on_corpus(suite, method, cell_task) for method, cell_task in cells)
+
+
+def _distils_on_corpus(suite: SuiteConfig, method_name: str, task_name: str) -> bool:
+    """Whether the run trains a general stage or starts from one (``init_from``)."""
+    recipe = suite.recipe(method_name)
+    if recipe.init_from is not None:
+        return True
+    method = instantiate(suite.plugin(method_name), recipe, task_name)
+    return any(stage.is_general for stage in method.stages(get_task(task_name)))
 
 
 def _training_view(suite: SuiteConfig, method_name: str, task_name: str) -> dict[str, Any]:
