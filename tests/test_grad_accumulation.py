@@ -43,4 +43,8 @@ def test_accumulation_trains_every_epoch_and_evaluates_at_its_end(grad_accum_ste
     assert result.examples_seen == 3 * 20
     assert result.steps == 3 * steps_per_epoch
     assert [e["epoch"] for e in result.evaluations] == [1, 2, 3]
+    # the history's epochs are those completed when each entry is written, as there
+    assert [h["epoch"] for h in result.history][steps_per_epoch - 1::steps_per_epoch] == \
+        [1, 2, 3]
+    assert [h["epoch"] for h in result.history] == sorted(h["epoch"] for h in result.history)
     assert [e["step"] for e in result.evaluations] == [steps_per_epoch * k for k in (1, 2, 3)]

@@ -442,6 +442,7 @@ def train_stage(
                 optimizer.zero_grad(set_to_none=True)
                 step += 1
                 progress.update(1)
+                epochs_done = epoch + (batch_index + 1) / batches_per_epoch
                 if step % config.log_every_steps == 0 or step == total_steps:
                     means = {name: torch.stack(vals).float().mean().item()
                              for name, vals in window.items()}
@@ -450,9 +451,8 @@ def train_stage(
                         reduced = accelerator.reduce(torch.tensor(
                             [means[name] for name in names], device=accelerator.device), "mean")
                         means = dict(zip(names, reduced.tolist(), strict=True))
-                    result.history.append({"step": step, "epoch": epoch + batch_index /
-                                           batches_per_epoch, "lr": scheduler.get_last_lr()[0],
-                                           **means})
+                    result.history.append({"step": step, "epoch": epochs_done,
+                                           "lr": scheduler.get_last_lr()[0], **means})
                     result.final_losses = {k: v for k, v in means.items() if k != "loss"}
                     result.final_losses["total"] = means["loss"]
                     if on_log is not None:
@@ -466,10 +466,10 @@ def train_stage(
                         config.mixed_precision,
                         forward=lambda b: method.forward_student(seen_by_method, b, stage))
                     metrics = evaluator.score(logits, eval_split.labels)
-                    result.evaluations.append({"step": step, "epoch": epoch + 1, **metrics})
+                    result.evaluations.append({"step": step, "epoch": epochs_done, **metrics})
                     main = metrics[task.main_metric]
                     if on_evaluate is not None:
-                        on_evaluate({"stage": stage.name, "step": step, "epoch": epoch + 1,
+                        on_evaluate({"stage": stage.name, "step": step, "epoch": epochs_done,
                                      "metrics": metrics, "main": main})
                     if main > best_score:
                         best_score = main
