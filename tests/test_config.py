@@ -163,6 +163,18 @@ def test_a_key_given_twice_in_one_mapping_is_refused_with_both_lines(tmp_path: P
     assert "key 'tasks' given twice" in config_error(path)
 
 
+def test_yaml_merge_keys_still_merge_and_a_key_beside_one_overrides_it(tmp_path: Path) -> None:
+    path = tmp_path / "merge.yaml"
+    path.write_text(BASE_SUITE.replace(
+        "methods:\n",
+        "methods:\n  kd-fast:\n    base: kd\n    stages:\n"
+        "      task: {<<: &budget {lr: 5.0e-5, epochs: 2}, epochs: 1}\n"
+        "  kd-slow:\n    base: kd\n    stages:\n      task:\n        <<: *budget\n", 1))
+    suite = load_suite(str(path))
+    fast, slow = (suite.recipe(name).stages["task"] for name in ("kd-fast", "kd-slow"))
+    assert (fast.lr, fast.epochs, slow.lr, slow.epochs) == (5.0e-5, 1, 5.0e-5, 2)
+
+
 # --------------------------------------------------------------------------- unknown keys
 
 

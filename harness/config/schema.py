@@ -766,6 +766,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         lines: dict[Any, int] = {}
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: merged below, and
+                continue  # a key given beside it overrides the merged one, as YAML means
             key = self.construct_object(key_node, deep=True)
             try:
                 if key in lines:
