@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from harness.api.suites import load_suite
 from harness.cli import app
 from harness.experiments.grid import Grid
+from harness.experiments.store import StoreNotWritableError
 from harness.experiments.tuning import MAX_RETRIES
 from tests.test_grid import _check_every_cell_once, _records, grid_suite
 
@@ -183,6 +184,20 @@ def test_workers_filling_a_new_queue_at_once_run_each_cell_once(
     assert [trial.state.name for trial in trials] == ["COMPLETE"] * 2 + ["PRUNED"] * 2
     assert all(trial.user_attrs["duplicate"] for trial in trials[2:])
     _check_every_cell_once(other, path.parent / "results")
+
+
+def test_a_store_that_cannot_hold_records_stops_the_grid_at_its_first_cell(
+        tmp_path, tiny_data_dir, tiny_teacher_dir):
+    """Not a failed cell to go on past: every cell would fail alike (and under `accelerate
+    launch` every process stops together, as the check's answer is broadcast)."""
+    path = _suite(tmp_path, tiny_data_dir, tiny_teacher_dir, seeds=[1, 2])
+    results = path.parent / "results"
+    (results / "tiny").mkdir(parents=True)
+    (results / "tiny" / "finetune").write_text("a file where the method's folder goes\n")
+    grid = _grid(path)
+    with pytest.raises(StoreNotWritableError, match="cannot write records into"):
+        grid.work()
+    assert [trial.state.name for trial in _trials(grid)] == ["FAIL", "WAITING"]
 
 
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")  # ask(), not optimize()

