@@ -477,6 +477,8 @@ def new_method(
     path = directory / f"{module}.py"
     if path.exists():
         fail(f"{path} exists")
+    if not directory.is_dir():
+        fail(f"--directory {directory}: no such folder")
     class_name = "".join(part.capitalize() for part in module.split("_"))
     template = (Path(__file__).parent / "api" / "method_template.py.txt").read_text()
     path.write_text(template.replace("{{name}}", name).replace("{{class_name}}", class_name))

@@ -188,6 +188,9 @@ def test_a_results_path_that_cannot_hold_records_stops_before_anything_trains(
 
 
 def test_new_method_skeleton_registers_and_passes_the_contract(tiny_suite_file, tmp_path):
+    missing = CliRunner().invoke(app, ["new-method", "my-kd", "--directory",
+                                       str(tmp_path / "nope")])
+    assert missing.exit_code == 2 and "no such folder" in missing.output
     result = CliRunner().invoke(app, ["new-method", "my-kd", "--directory", str(tmp_path)])
     assert result.exit_code == 0, result.output
     path = tmp_path / "my_kd.py"

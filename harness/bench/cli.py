@@ -17,7 +17,6 @@ from harness.common.cli_options import (
     ResultsOpt,
     SetOpt,
     SuiteOpt,
-    TasksOpt,
     TeacherOpt,
     echo,
     fail,
@@ -177,14 +176,17 @@ def bench_memory(
     method: Annotated[list[str] | None, typer.Option(
         "--method", "-m", help="methods (repeatable; default: kd, finetune, bilstm-soft, "
         "tinybert-no-gd)")] = None,
-    tasks: TasksOpt = None,
+    tasks: Annotated[list[str] | None, typer.Option(
+        help="tasks, comma-separated or repeated (default: mrpc,rte)")] = None,
     seeds: Annotated[str, typer.Option(help="one round of runs per seed")] = "1,2,3,4",
     max_steps: Annotated[int, typer.Option(help="optimiser steps per stage")] = 5,
     mode: Annotated[str, typer.Option(
         help="release: the runner's gc + malloc_trim after each run (the default "
         "behaviour); no-release: gc only (HARNESS_RELEASE_MEMORY=0, the behaviour before the "
         "fix); both: each in its own process, then one figure with both")] = "both",
-    out: Annotated[Path, typer.Option(help="figure stem (.png, .svg); CSVs: <stem>-<mode>.csv")]
+    out: Annotated[Path, typer.Option(
+        help="figure stem (.png, .svg); CSV: <stem>.csv, or <stem>-<mode>.csv per mode with "
+        "--mode both")]
         = REPO_ROOT / "docs" / "figures" / "memory-flatness",
     results: Annotated[Path | None, typer.Option(
         help="results store for the runs (default: a new temporary folder)")] = None,
