@@ -289,8 +289,12 @@ class DistilBERT(Method):
         if self.params.init != "random":
             teacher_head = self._load_teacher_head(context.assets)
             own = _head_state(teacher_head)
-            if own is not None:
-                head.load_state_dict(own)
+            if own is None:  # a student from teacher weights with a random head: refuse
+                raise ValueError(f"distilbert: the teacher's masked-LM head "
+                                 f"({type(teacher_head).__name__}) has no transform this "
+                                 "method can start its student's head from; use "
+                                 "params.init: random or another teacher")
+            head.load_state_dict(own)
         modules["mlm_head"] = head
         return modules
 
@@ -376,7 +380,8 @@ class DistilBERT(Method):
 
 def _head_state(head: nn.Module) -> dict[str, torch.Tensor] | None:
     """A teacher MLM head's transform and bias in :class:`StudentMLMHead`'s names (a fitted
-    :class:`~harness.assets.mlm.TiedMLMHead` or BERT's ``cls`` head); None for other heads."""
+    :class:`~harness.assets.mlm.TiedMLMHead`, RoBERTa's ``lm_head``, BERT's ``cls`` head or
+    DistilBERT's vocabulary layers); None for other heads."""
     state = head.state_dict()
     if "dense.weight" in state:  # TiedMLMHead, RoBERTa's lm_head (same names)
         names = {"dense.weight": "dense.weight", "dense.bias": "dense.bias",
@@ -388,6 +393,10 @@ def _head_state(head: nn.Module) -> dict[str, torch.Tensor] | None:
                  "layer_norm.weight": "predictions.transform.LayerNorm.weight",
                  "layer_norm.bias": "predictions.transform.LayerNorm.bias",
                  "bias": "predictions.bias"}
+    elif "transform.weight" in state and "projector.bias" in state:  # DistilBERT's layers
+        names = {"dense.weight": "transform.weight", "dense.bias": "transform.bias",
+                 "layer_norm.weight": "layer_norm.weight", "layer_norm.bias": "layer_norm.bias",
+                 "bias": "projector.bias"}
     else:
         return None
     return {ours: state[theirs].detach().clone() for ours, theirs in names.items()}

@@ -250,3 +250,22 @@ def test_a_checkpoint_mlm_head_carries_over_to_the_student_head_exactly():
     hidden = torch.randn(5, HIDDEN)
     embeddings = masked_lm.get_input_embeddings().weight
     torch.testing.assert_close(head(hidden, embeddings), masked_lm.cls(hidden))
+
+
+def test_a_distilbert_teachers_vocabulary_layers_carry_over_to_the_student_head_exactly():
+    from transformers import DistilBertConfig, DistilBertForMaskedLM
+
+    from harness.assets.mlm import _checkpoint_head
+    from methods.distilbert import _head_state
+
+    torch.manual_seed(0)
+    masked_lm = DistilBertForMaskedLM(DistilBertConfig(
+        vocab_size=VOCAB, dim=HIDDEN, n_layers=1, n_heads=HEADS, hidden_dim=64))
+    torch.nn.init.normal_(masked_lm.vocab_projector.bias)
+    teacher_head = _checkpoint_head(masked_lm)
+    head = StudentMLMHead(HIDDEN, VOCAB, layer_norm_eps=1e-12)
+    head.load_state_dict(_head_state(teacher_head))
+    hidden = torch.randn(5, HIDDEN)
+    torch.testing.assert_close(head(hidden, masked_lm.vocab_projector.weight),
+                               teacher_head(hidden))
+    assert _head_state(torch.nn.Linear(HIDDEN, VOCAB)) is None  # refused in extra_modules
