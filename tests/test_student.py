@@ -24,6 +24,8 @@ def test_evenly_spaced_layers_end_at_the_top_and_reject_deeper_students():
     assert evenly_spaced_layers(12, 6) == [1, 3, 5, 7, 9, 11]
     assert evenly_spaced_layers(6, 3) == [1, 3, 5]
     assert evenly_spaced_layers(6, 6) == [0, 1, 2, 3, 4, 5]
+    assert evenly_spaced_layers(6, 4) == [1, 2, 4, 5]  # halves round up, not to even
+    assert evenly_spaced_layers(12, 8) == [1, 2, 4, 5, 7, 8, 10, 11]
     with pytest.raises(ValueError, match="cannot take 7 layers"):
         evenly_spaced_layers(6, 7)
 

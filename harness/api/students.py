@@ -3,6 +3,8 @@ initialised from the teacher."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 from pydantic import ValidationError
 from torch import nn
@@ -32,12 +34,14 @@ def classifier_config(base: PretrainedConfig, task: TaskSpec, **changes) -> Pret
 
 
 def evenly_spaced_layers(num_teacher_layers: int, num_student_layers: int) -> list[int]:
-    """Teacher layers to copy: spread over the depth, always ending with the last layer."""
+    """Teacher layers to copy: spread over the depth, always ending with the last layer
+    (each position rounded half up, as the repository's other layer rules: 6 -> 4 gives
+    1, 2, 4, 5; Python's round would give 1, 2, 3, 5)."""
     if num_student_layers > num_teacher_layers:
         raise ValueError(f"cannot take {num_student_layers} layers from a "
                          f"{num_teacher_layers}-layer teacher")
     step = num_teacher_layers / num_student_layers
-    return [round((index + 1) * step) - 1 for index in range(num_student_layers)]
+    return [math.floor((index + 1) * step + 0.5) - 1 for index in range(num_student_layers)]
 
 
 def student_pooling(shape: StudentConfig, teacher_pooling: str) -> str:
