@@ -134,8 +134,9 @@ def test_a_record_made_where_auto_meant_fp32_is_the_recipes_run_where_it_means_b
 
 def test_a_bf16_runs_recorded_dev_score_is_the_one_its_best_checkpoint_was_chosen_by(
         tiny_data_dir, tiny_teacher_dir, tmp_path: Path) -> None:
-    """The stage evaluates in its training precision and keeps its best checkpoint by
-    those scores; the record's dev scores are that checkpoint's, in the same precision."""
+    """A stage that trains in bf16 evaluates in fp32 and keeps its best checkpoint by those
+    scores; the record's dev scores are that checkpoint's, computed the same way (and so
+    what an exported student loaded in fp32 gives)."""
     from harness.experiments.runner import SuiteRunner
 
     suite_file = tmp_path / "tiny.yaml"

@@ -96,9 +96,9 @@ class TrainConfig(StrictModel):
     eval_every_steps: int | None = Field(None, gt=0, description="None: evaluate once per epoch")
     eval_batch_size: int = Field(128, gt=0)
     mixed_precision: MixedPrecision = Field(
-        "no", description="autocast of training steps and of the dev evaluations that "
-        "choose the stage's best checkpoint and score it in the record; auto: bf16 where "
-        "the device computes "
+        "no", description="autocast of training steps (dev evaluations, which choose the "
+        "stage's best checkpoint and give the record's scores, run in fp32 whatever this "
+        "says); auto: bf16 where the device computes "
         "it natively (CPU flags avx512_bf16 / amx_bf16, or CUDA bf16), else no. Resolved "
         "before run ids are computed, so a record holds the precision it ran in")
     compile: bool = Field(

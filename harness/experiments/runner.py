@@ -435,14 +435,11 @@ class SuiteRunner(RunPlanner):
             return method.forward_student(student, batch, final_stage)
 
         eval_batch_size = stage_configs[final_stage.name].eval_batch_size
-        # In the precision the final stage evaluated in, so the recorded dev scores are
-        # those its best checkpoint was chosen by (the stage's best_metrics).
-        eval_precision = stage_configs[final_stage.name].mixed_precision
-        dev = {}
+        dev = {}  # in fp32, as the stages evaluate: the scores the best checkpoint won by
         for split in task.dev_splits:
             logits = predict_logits(
                 student, for_student(prepared.splits[split], split), self.accelerator,
-                eval_batch_size, eval_precision, forward=forward)
+                eval_batch_size, forward=forward)
             dev[split] = evaluator.score(logits, prepared.splits[split].labels)
         main_score = dev[task.selection_split][task.main_metric]
         if self.save_students and self.accelerator.is_main_process:

@@ -461,9 +461,10 @@ def train_stage(
                     window.clear()
                 if stage.evaluate and eval_split is not None and (
                         step % eval_every == 0 or step == total_steps):
+                    # fp32 whatever the steps train in: the best checkpoint is chosen by,
+                    # and records, the scores a plain load of it reproduces.
                     logits = predict_logits(
-                        student, eval_split, accelerator, config.eval_batch_size,
-                        config.mixed_precision,
+                        student, eval_split, accelerator, config.eval_batch_size, "no",
                         forward=lambda b: method.forward_student(seen_by_method, b, stage))
                     metrics = evaluator.score(logits, eval_split.labels)
                     result.evaluations.append({"step": step, "epoch": epochs_done, **metrics})
