@@ -217,6 +217,28 @@ def _check_every_cell_once(grid: Grid, results: Path) -> optuna.Study:
     return study
 
 
+def test_cost_estimates_price_the_budget_unit_so_augmented_copies_count(tmp_path):
+    """A run that trained 2 epochs of 48 rows over 448 examples seen (176 augmented copies)
+    in 4.48 s costs 4.48 s per 96 budget examples: a cell of the same budget is estimated at
+    its time, not at the 0.96 s that seconds per example seen would give."""
+    from harness.experiments.grid import CostModel, budget_examples
+    from harness.experiments.store import ResultsStore
+    from tests.records import run_record
+
+    record = run_record(
+        method="bilstm-soft", task="rte", student_shape="BiLSTM-150", wall_seconds=5.0,
+        train_seconds=4.48, data={"train_examples": 48},
+        config={"plugin": "bilstm-soft", "stages": {"task": {"epochs": 2.0}}},
+        stages=[{"name": "task", "steps": 56, "examples_seen": 448, "seconds": 4.48,
+                 "examples_per_second": 100.0}])
+    assert budget_examples(record) == 96
+    store = ResultsStore(tmp_path)
+    store.write(store.record_path("s", "bilstm-soft", "rte", "r"), record)
+    costs = CostModel.from_store(tmp_path)
+    assert costs.estimate("bilstm-soft", "bilstm-soft", "rte", "BiLSTM-150", 96) == \
+        pytest.approx(4.48 + 0.52)
+
+
 def test_grid_dry_run_then_run_killed_and_resumed(tmp_path, tiny_data_dir, tiny_teacher_dir):
     # 4 cells of a second or two each (an evaluation per epoch): long enough to be killed
     # inside one.

@@ -108,7 +108,10 @@ class PlannedCell:
 
 @dataclass
 class CostModel:
-    """Seconds per training example and per-run overhead, from the records on disk."""
+    """Seconds per budget example (task epochs x training rows, the grid's budget unit) and
+    per-run overhead, from the records on disk. Priced per budget example, not per example
+    seen, a method's augmented copies and step caps enter its estimate as they entered its
+    earlier runs' time."""
 
     records: list[dict[str, Any]] = field(default_factory=list)
 
@@ -116,7 +119,7 @@ class CostModel:
     def from_store(cls, root: Path) -> CostModel:
         rows = []
         for record in ResultsStore(root).records():
-            examples = record.examples_seen
+            examples = budget_examples(record)
             if not record.finished or not examples or record.train_seconds is None \
                     or record.wall_seconds is None:
                 continue
@@ -137,6 +140,15 @@ class CostModel:
                 return (examples * statistics.median(row["per_example"] for row in rows)
                         + statistics.median(row["overhead"] for row in rows))
         return None
+
+
+def budget_examples(record: RunRecord) -> float | None:
+    """A record's task-stage epochs times its training rows (the grid's budget unit)."""
+    stages = record.config.get("stages", {})
+    epochs = [stages.get(stage.name, {}).get("epochs") for stage in record.stages]
+    if not epochs or None in epochs or not record.data.train_examples:
+        return None
+    return sum(epochs) * record.data.train_examples
 
 
 class Grid:
