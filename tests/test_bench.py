@@ -319,17 +319,16 @@ def test_cli_runs_and_names_known_shapes(bench_run, tmp_path):
 def test_glue_cpu_models_are_the_runners_mean_pooled_ones_as_the_records_count_them():
     """glue-cpu's teacher reads the mean of its tokens (all-MiniLM-L6-v2's convention) and
     its students follow it: no pooler in either, as in the committed records."""
-    from harness.bench.efficiency import _teacher_pooling
+    from harness.api.pooling import config_pooling
 
     config = load_suite("glue-cpu")
-    pooling = _teacher_pooling(config)
-    assert pooling == "mean"
-    teacher = load_teacher(config.teacher.checkpoint, random_weights=True, pooling=pooling)
+    teacher = load_teacher(config.teacher.checkpoint, random_weights=True,
+                           teacher=config.teacher)
+    assert config_pooling(teacher.model.config) == "mean"
     results = Path(__file__).resolve().parent.parent / "results" / "glue-cpu"
     for shape, method in (("3L-384", "bert-pkd"), ("4L-192", "kd")):
         record = json.loads(next((results / method / "mrpc").glob(f"{shape}-seed1-*.json"))
                             .read_text())
         assert count_parameters(teacher.model)["total"] == record["teacher"]["parameters"]
-        student = build_student(shape, config.students[shape], teacher.model.config, 100,
-                                pooling)
+        student = build_student(shape, config.students[shape], teacher.model.config, 100)
         assert count_parameters(student.model) == record["parameters"]

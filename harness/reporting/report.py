@@ -215,9 +215,9 @@ def leaderboard(runs: pd.DataFrame, tasks: list[str], *,
         board[column] = [efficiency[column].get(key, np.nan) if column in efficiency else np.nan
                          for key in board["efficiency_key"]]
     if teacher_params:
-        # The benchmark's teacher is the checkpoint's own classifier (BERT's pooler
-        # included, whatever the trained head reads): its embedding tables are the trained
-        # teacher's, its other weights may not be.
+        # The trained teacher's total less the benchmark's embedding tables, which are the
+        # same in any head (a benchmark record made before the benchmark built the
+        # teacher's own head counts BERT's pooler in the rest).
         bench = board.loc[0]
         board.loc[0, "params_non_embedding"] = (
             teacher_params - (bench["bench_params_total"] - bench["bench_params_non_embedding"]))
