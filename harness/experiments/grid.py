@@ -16,7 +16,6 @@ trial (one stopped by Ctrl-C or an exception, which Optuna fails and never retri
 from __future__ import annotations
 
 import functools
-import json
 import statistics
 import time
 from collections.abc import Callable
@@ -224,18 +223,6 @@ class Grid:
     def variation(self, cell: GridCell, overrides: dict[str, Any]) -> Variation:
         return Variation.of(cell.student, overrides, cell.task_epochs)
 
-    def recorded_status(self, cell: GridCell) -> str | None:
-        """The status of the cell's record in the store (``finished`` or ``failed``; its
-        id may be that of the other precision), None without one or before its tuning."""
-        overrides = self.tuned_overrides(cell)
-        if overrides is None:
-            return None
-        variation = self.variation(cell, overrides)
-        _, spec, _ = self.runner.resolve(cell.method, cell.task, cell.seed, variation)
-        existing = self.runner.recorded(content_hash(spec), cell.method, cell.task,
-                                        cell.seed, variation)
-        return None if existing is None else self.runner.store.load(existing).status
-
     # -- planning -------------------------------------------------------------------------
     def plan(self) -> list[PlannedCell]:
         costs = CostModel.from_store(self.results)
@@ -368,7 +355,8 @@ class Grid:
         return optuna.create_study(study_name=self.study_name, storage=storage,
                                    direction="maximize", load_if_exists=True)
 
-    def unsettled(self, study) -> list[tuple[GridCell, int | None]]:
+    def unsettled(self, study, planned: list[PlannedCell] | None = None
+                  ) -> list[tuple[GridCell, int | None]]:
         """The cells to queue again, each with the number of its last trial (None: it has
         none): those without a waiting or running trial whose record does not settle them.
         A finished record settles a cell once a trial of it completed (else its trial
@@ -377,6 +365,8 @@ class Grid:
         unless its last trial is a dead worker's that the heartbeat check gave up
         retrying (its worker died ``MAX_RETRIES + 1`` times in a row: an out-of-memory
         kill, say, which would kill every worker that starts)."""
+        statuses = {item.cell: item.status
+                    for item in (planned if planned is not None else self.plan())}
         trials: dict[GridCell, list] = {}
         for trial in study.get_trials(deepcopy=False):
             if "cell" in trial.user_attrs and not trial.user_attrs.get("duplicate"):
@@ -390,13 +380,13 @@ class Grid:
             states = {trial.state.name for trial in own}
             if states & {"WAITING", "RUNNING"}:
                 continue
-            status = self.recorded_status(cell)
-            if status == "finished" and "COMPLETE" in states:
+            status = statuses[cell]  # done or failed: recorded; todo or tune: not
+            if status == "done" and "COMPLETE" in states:
                 continue
             if status == "failed" and not self.runner.retry_failed:
                 continue
             last = max(own, key=lambda trial: trial.number)
-            if status is None and _given_up(last):
+            if status in {"todo", "tune"} and _given_up(last):
                 self.log(f"[grid] {cell.label}: not queued again: its worker died "
                          f"{len(last.system_attrs.get('retry_history', [])) + 1} times "
                          f"in a row (trial {last.number})")
@@ -455,7 +445,7 @@ class Grid:
         fail_stale_trials(study)  # dead workers' cells are retried, not queued again here
         if self.reclaim_local:
             fail_dead_local_trials(study)
-        unsettled = self.unsettled(study)
+        unsettled = self.unsettled(study)  # plans every cell: its statuses and estimates
         self.enqueue_again(study, unsettled)
         new = sum(1 for _, last in unsettled if last is None)
         if 0 < new < len(self.cells):  # the rest were queued by a worker that died, or is
@@ -464,8 +454,6 @@ class Grid:
         if labels:
             self.log(f"[grid] queued again {len(labels)} cells stopped without a record: "
                      + "; ".join(labels[:5]) + (" ..." if len(labels) > 5 else ""))
-        if not self._estimates:
-            self.plan()
         started = time.perf_counter()
         ran: list[tuple[GridCell, float]] = []
         while True:
@@ -558,7 +546,7 @@ class Grid:
     def summary(self, study) -> dict[str, int]:
         """Trial counts; ``complete`` counts cells (a cell whose record went missing
         completes a second trial when it runs again)."""
-        complete = {json.dumps(trial.user_attrs["cell"], sort_keys=True)
+        complete = {GridCell(**trial.user_attrs["cell"])
                     for trial in study.get_trials(deepcopy=False)
                     if trial.state.name == "COMPLETE" and "cell" in trial.user_attrs}
         return {**_counts(study), "complete": len(complete), "cells": len(self.cells),
@@ -609,7 +597,6 @@ def _duplicate(study, number: int) -> bool:
 
     return any(other.number < number
                and other.user_attrs.get("cell") == trial.user_attrs.get("cell")
-               and not other.user_attrs.get("duplicate")
                and retried(other) == retried(trial)
                for other in trials)
 
