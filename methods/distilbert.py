@@ -42,6 +42,7 @@ the corpus and budget are the suite's, not BookCorpus + Wikipedia for 90 GPU-hou
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import torch
@@ -204,9 +205,14 @@ class DistilBERT(Method):
         return {term: self.weights[term] if vocabulary or term == "cos" else 0.0
                 for term in GENERAL_TERMS}
 
+    @cached_property
+    def _general(self) -> dict[str, float]:
+        """:meth:`general_weights`, once (params and weights are fixed after construction)."""
+        return self.general_weights()
+
     @property
     def _vocabulary_terms_on(self) -> bool:
-        return self.params.vocabulary_terms and bool(self.weights["ce"] or self.weights["mlm"])
+        return bool(self._general["ce"] or self._general["mlm"])
 
     def stage_weights(self, stage: Stage) -> dict[str, float]:
         if stage.is_general:
@@ -350,7 +356,7 @@ class DistilBERT(Method):
             head = inputs.extra["mlm_head"]
             student_logits = head(student_hidden, inputs.student.word_embeddings)
             teacher_logits = None
-            if self.params.vocabulary_terms and self.weights["ce"]:
+            if self._general["ce"]:
                 teacher_head = self._load_teacher_head(self._assets)
                 teacher_head.to(student_hidden.device)
                 with torch.inference_mode():

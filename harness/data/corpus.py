@@ -292,7 +292,8 @@ def _encode_sentences(sentences: list[str], tokenizer: PreTrainedTokenizerBase,
         return [], []
     encoded = tokenizer(sentences, truncation=long_lines == "truncate",
                         max_length=max_length, return_attention_mask=False,
-                        return_token_type_ids=True, return_special_tokens_mask=True,
+                        return_token_type_ids=True,
+                        return_special_tokens_mask=long_lines == "split",
                         verbose=False)
     budget = max_length - tokenizer.num_special_tokens_to_add(pair=False)
     pieces: list[list[int]] = []

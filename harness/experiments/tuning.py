@@ -458,7 +458,6 @@ class Tuner:
                         for trial in study.get_trials(deepcopy=False)],
         }
         path = tuned_path(self.results, self.name)
-        path.parent.mkdir(parents=True, exist_ok=True)
         # Other workers read it as it lands (load_tuned): never half a file.
         write_text_atomic(path, yaml.safe_dump(document, sort_keys=False))
         return path
