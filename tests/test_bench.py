@@ -26,6 +26,7 @@ from harness.bench.efficiency import (
     load_teacher,
     published_efficiency,
     run_bench,
+    time_forwards,
 )
 from harness.cli import app
 from harness.common.files import write_json_atomic
@@ -255,6 +256,15 @@ def test_latest_bench_returns_the_newest(bench_run):
     write_json_atomic(folder / "z-other.json", {"kind": "other", "created_at": "2999-01-01"})
     assert latest_bench(results, "tiny")["tag"] == "a-newest"
     assert latest_bench(results, "absent") is None
+    # by device: the newest record measured on that kind
+    on_gpu = copy.deepcopy(record)
+    on_gpu["created_at"] = (created + dt.timedelta(hours=9)).isoformat()
+    on_gpu["machine"]["device"], on_gpu["tag"] = "cuda", "gpu"
+    write_json_atomic(folder / "d-gpu.json", on_gpu)
+    assert latest_bench(results, "tiny")["tag"] == "gpu"
+    assert latest_bench(results, "tiny", "cuda")["tag"] == "gpu"
+    assert latest_bench(results, "tiny", "cpu")["tag"] == "a-newest"
+    assert latest_bench(results, "tiny", "mps") is None
 
 
 def test_teacher_checkpoint_weights_and_config_only_folders(tmp_path, tiny_teacher_dir):
@@ -292,6 +302,44 @@ def test_settings_are_checked():
         BenchSettings(seq_lengths=())
     with pytest.raises(BenchError, match="repeats"):
         BenchSettings(repeats=0)
+    with pytest.raises(BenchError, match="precision 'fp16'"):
+        BenchSettings(precision="fp16")
+
+
+class _OutputDtypes(torch.nn.Module):
+    """A linear layer that notes the dtype each forward computed in."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 2)
+        self.dtypes: list[torch.dtype] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.linear(x)
+        self.dtypes.append(out.dtype)
+        return out
+
+
+def test_precision_runs_the_timed_forwards_in_bf16_or_fp32(bench_run, monkeypatch):
+    model, inputs, cpu = _OutputDtypes(), {"x": torch.randn(3, 4)}, torch.device("cpu")
+    time_forwards(model, inputs, cpu, warmup=1, repeats=2, min_seconds=0.0)
+    assert set(model.dtypes) == {torch.float32}
+    model.dtypes.clear()
+    time_forwards(model, inputs, cpu, warmup=1, repeats=2, min_seconds=0.0, precision="bf16")
+    assert set(model.dtypes) == {torch.bfloat16} and len(model.dtypes) >= 3
+    # auto follows the device's bf16 arithmetic, as a suite's auto does; fp32 and bf16 are
+    # taken as given
+    import harness.common.precision as precision
+
+    for flags, expected in (({"avx2"}, "fp32"), ({"avx2", "avx512_bf16"}, "bf16")):
+        monkeypatch.setattr(precision, "cpu_flags", lambda flags=flags: flags)
+        assert BenchSettings(precision="auto").resolved_precision(cpu) == expected
+        assert BenchSettings(precision="bf16").resolved_precision(cpu) == "bf16"
+        assert BenchSettings().resolved_precision(cpu) == "fp32"
+    # the record says what the forwards ran in, and whether the device computes bf16
+    _, _, _, record, _, _ = bench_run
+    assert record["settings"]["precision"] == "fp32"
+    assert isinstance(record["machine"]["native_bf16"], bool)
 
 
 def test_cli_runs_and_names_known_shapes(bench_run, tmp_path):
@@ -311,6 +359,14 @@ def test_cli_runs_and_names_known_shapes(bench_run, tmp_path):
     record = latest_bench(tmp_path, "tiny")
     assert [model["name"] for model in record["models"]] == ["teacher", "tiny", "tiny-bilstm"]
     assert record["settings"]["seq_lengths"] == [8, 12]
+    assert record["settings"]["precision"] == "fp32"
+    result = runner.invoke(app, [
+        "bench", "--suite", str(suite_file), "--student", "tiny", "--seq-lengths", "8",
+        "--warmup", "0", "--repeats", "1", "--min-seconds", "0", "--throughput-batch", "2",
+        "--random-weights", "--precision", "bf16", "--results", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert ", bf16, random teacher weights" in result.output
+    assert latest_bench(tmp_path, "tiny")["settings"]["precision"] == "bf16"
     # the subcommand still runs on its own
     result = runner.invoke(app, ["bench", "augment", "--help"])
     assert result.exit_code == 0 and "augmentation" in result.output

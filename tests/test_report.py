@@ -409,3 +409,26 @@ def test_the_revision_is_marked_when_the_reports_inputs_differ_from_it(tmp_path)
     (tmp_path / "suites/s.yaml").write_text("2\n")
     assert _git_revision(results, source=tmp_path) == f"{clean} (with uncommitted changes)"
     assert _git_revision(results, source=tmp_path / "nowhere") == "unknown"
+
+
+def test_efficiency_comes_from_a_bench_on_the_runs_device(store, tmp_path):
+    """A GPU bench record newer than the CPU ones does not price runs trained on a CPU:
+    the leaderboard reads the newest bench of the device kind most runs trained on."""
+    gpu = bench_record({"teacher": 2000.0, "4L-192": 5000.0, "BiLSTM-150": 9000.0})
+    gpu["created_at"] = "2026-11-30T10:00:00+00:00"
+    gpu["machine"] |= {"device": "cuda", "device_name": "NVIDIA H200"}
+    gpu["settings"]["precision"] = "bf16"
+    write_json_atomic(store / "bench" / "glue-cpu" / "gpu.json", gpu)
+    result = build_report(suite(), store, tmp_path / "cpu", figures=False, log=lambda _: None)
+    assert result.board.set_index("label").loc["kd", "speedup"] == pytest.approx(150 / 20)
+    assert "a CPU, 1 thread(s), fp32" in (tmp_path / "cpu" / "leaderboard.md").read_text()
+
+    records = ResultsStore(store)
+    for path in sorted((store / "glue-cpu").glob("**/*.json")):
+        document = json.loads(path.read_text())
+        document["machine"] = {"device": "cuda:0"}
+        path.write_text(json.dumps(document))
+    assert {record.machine["device"] for record in records.records()} == {"cuda:0"}
+    result = build_report(suite(), store, tmp_path / "gpu", figures=False, log=lambda _: None)
+    assert result.board.set_index("label").loc["kd", "speedup"] == pytest.approx(5000 / 2000)
+    assert "NVIDIA H200, 1 thread(s), bf16" in (tmp_path / "gpu" / "leaderboard.md").read_text()

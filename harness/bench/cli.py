@@ -60,6 +60,9 @@ def bench_models(
         help="cpu, cuda, cuda:N (default: a GPU when there is one)")] = None,
     bilstm_vocab: Annotated[int, typer.Option(
         help="vocabulary size of the BiLSTM students' embedding table")] = 20000,
+    precision: Annotated[str, typer.Option(
+        help="fp32, bf16 (autocast) or auto (bf16 where the device computes it natively)")]
+        = "fp32",
     set_: SetOpt = None,
 ) -> None:
     """Measure the teacher and every student shape; one record in <results>/bench/<suite>/."""
@@ -82,7 +85,7 @@ def bench_models(
             seq_lengths=lengths, latency_batch=latency_batch, throughput_batch=throughput_batch,
             warmup=warmup, repeats=repeats, min_seconds=min_seconds,
             random_weights=random_weights, bilstm_vocab=bilstm_vocab, device=device,
-            threads=threads)
+            threads=threads, precision=precision)
         record, path = run_bench(config, settings, results, split_csv(student), log=echo)
     except (ConfigError, KeyError, FileNotFoundError, OSError, RuntimeError,
             ValueError) as error:
@@ -91,7 +94,8 @@ def bench_models(
     machine = record["machine"]
     echo(f"\n{config.name} on {machine['host']}: {machine['device']} "
           f"({machine['device_name']}), {machine['threads']} thread(s), torch "
-          f"{machine['torch']}, {'random' if random_weights else 'checkpoint'} teacher weights")
+          f"{machine['torch']}, {record['settings']['precision']}, "
+          f"{'random' if random_weights else 'checkpoint'} teacher weights")
     for line in summary_table(record):
         echo(line)
     comparison = paper_lines(record)

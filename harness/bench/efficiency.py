@@ -11,7 +11,9 @@ head) and each student shape on the current device, and measures for each:
 - latency (ms per forward at batch 1) and throughput (examples/s at batch 32) per
   sequence length: warm-up forwards, then at least ``repeats`` timed forwards and at least
   ``min_seconds`` of timing, each forward timed on its own (with a CUDA synchronise
-  around it on a GPU); median, quartiles, min and max are recorded.
+  around it on a GPU); median, quartiles, min and max are recorded.  Forwards run in fp32,
+  or under bf16 autocast (``precision``; ``auto`` as a suite's: bf16 where the device
+  computes it natively), as a deployed student would; FLOPs are the same either way.
 
 Inputs are random token ids at exactly the sequence length (no padding, an attention mask
 of ones); a student of a plugin's kind (the BiLSTM) is built by its plugin and reads one
@@ -44,6 +46,7 @@ from torch import nn
 
 from harness.common.files import write_json_atomic
 from harness.common.flops import count_flops
+from harness.common.precision import auto_precision, native_bf16
 from harness.config.schema import StudentConfig, SuiteConfig, TeacherConfig
 
 DEFAULT_SEQ_LENGTHS = (64, 128)
@@ -51,6 +54,7 @@ DEFAULT_BILSTM_VOCAB = 20_000
 BERT_BASE_FOLDER = "suites/architectures/bert-base-uncased"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EFFICIENCY_METRICS = ("parameters_millions", "flops_billions", "speedup")
+BENCH_PRECISIONS = ("fp32", "bf16", "auto")
 
 
 class BenchError(ValueError):
@@ -71,8 +75,14 @@ class BenchSettings:
     """``cpu``, ``cuda``, ``cuda:1``...; None: a GPU when there is one, else the CPU."""
     threads: int | None = None
     """torch intra-op threads; None: as the process has them (``OMP_NUM_THREADS``)."""
+    precision: str = "fp32"
+    """``fp32``, ``bf16`` (autocast) or ``auto`` (bf16 where the device computes it
+    natively); a record holds the resolved value."""
 
     def __post_init__(self) -> None:
+        if self.precision not in BENCH_PRECISIONS:
+            raise BenchError(f"precision {self.precision!r}: expected one of "
+                             f"{', '.join(BENCH_PRECISIONS)}")
         if not self.seq_lengths or any(length < 2 for length in self.seq_lengths):
             raise BenchError(f"sequence lengths must be at least 2 (got {self.seq_lengths})")
         for name in ("latency_batch", "throughput_batch", "repeats", "bilstm_vocab"):
@@ -88,6 +98,12 @@ class BenchSettings:
                 "throughput_batch": self.throughput_batch, "warmup": self.warmup,
                 "repeats": self.repeats, "min_seconds": self.min_seconds,
                 "bilstm_vocab": self.bilstm_vocab}
+
+    def resolved_precision(self, device: torch.device) -> str:
+        """``fp32`` or ``bf16``: what the forwards on ``device`` run in."""
+        if self.precision == "auto":
+            return auto_precision(device)["inference_precision"]
+        return self.precision
 
 
 @dataclass
@@ -133,7 +149,8 @@ def machine_info(device: torch.device) -> dict[str, Any]:
             "threads": torch.get_num_threads(), "torch": torch.__version__,
             "cpu_count": os.cpu_count(), "transformers": transformers.__version__,
             "cpu_name": cpu_model_name(), "platform": platform.platform(),
-            "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+            "native_bf16": native_bf16(device)}
 
 
 def _load_average() -> float | None:
@@ -304,12 +321,15 @@ def build_student(name: str, shape, teacher_config, vocabulary: int) -> BenchMod
 
 
 def time_forwards(model: nn.Module, inputs: dict[str, torch.Tensor], device: torch.device,
-                  warmup: int, repeats: int, min_seconds: float) -> list[float]:
+                  warmup: int, repeats: int, min_seconds: float,
+                  precision: str = "fp32") -> list[float]:
     """Seconds of each timed forward: ``warmup`` untimed ones first, then at least
-    ``repeats`` and at least ``min_seconds`` in all."""
+    ``repeats`` and at least ``min_seconds`` in all; ``precision`` bf16 runs them under
+    bf16 autocast."""
     model.eval()
     times: list[float] = []
-    with torch.inference_mode():
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+    with torch.inference_mode(), autocast:
         for _ in range(warmup):
             model(**inputs)
         _synchronize(device)
@@ -340,6 +360,7 @@ def _rates(ms: dict[str, float | int], batch: int) -> dict[str, float | int]:
 def measure(bench: BenchModel, settings: BenchSettings, device: torch.device,
             log: Callable[[str], None] = print) -> dict[str, Any]:
     """One entry of the record's ``models``: parameters, FLOPs, latency, throughput."""
+    precision = settings.resolved_precision(device)
     from harness.api.students import count_parameters
 
     model = bench.model.eval()
@@ -357,7 +378,8 @@ def measure(bench: BenchModel, settings: BenchSettings, device: torch.device,
         for batch, target in ((settings.latency_batch, latency),
                               (settings.throughput_batch, throughput)):
             seconds = time_forwards(model, bench.inputs(batch, seq, device), device,
-                                    settings.warmup, settings.repeats, settings.min_seconds)
+                                    settings.warmup, settings.repeats, settings.min_seconds,
+                                    precision)
             ms = summarize([1000 * value for value in seconds])
             if target is latency:
                 latency[str(seq)] = ms
@@ -489,10 +511,11 @@ def run_bench(config: SuiteConfig, settings: BenchSettings, results: Path,
     models = [teacher, *(build_student(name, config.students[name], teacher.model.config,
                                        settings.bilstm_vocab) for name in names)]
     machine = machine_info(device)
+    precision = settings.resolved_precision(device)
     log(f"[bench] {config.name}: teacher {config.teacher.checkpoint} "
         f"({'random weights' if settings.random_weights else 'checkpoint weights'}), "
         f"students {', '.join(names)}; {machine['device']} ({machine['device_name']}), "
-        f"{machine['threads']} thread(s), seq {list(settings.seq_lengths)}")
+        f"{machine['threads']} thread(s), {precision}, seq {list(settings.seq_lengths)}")
     started = time.perf_counter()
     entries = []
     for bench in models:
@@ -509,7 +532,8 @@ def run_bench(config: SuiteConfig, settings: BenchSettings, results: Path,
             comparison[entry["name"]]["paper"] = paper
     record = {"kind": "bench", "suite": config.name, "created_at": created.isoformat(),
               "random_weights": settings.random_weights, "machine": machine,
-              "settings": settings.record(), "models": entries, "comparison": comparison,
+              "settings": {**settings.record(), "precision": precision},
+              "models": entries, "comparison": comparison,
               "seconds": time.perf_counter() - started}
     path = _record_path(results, config.name, machine, created)
     write_json_atomic(path, record)
@@ -527,14 +551,18 @@ def _record_path(results: Path, suite: str, machine: dict[str, Any],
     return path
 
 
-def latest_bench(results: Path, suite: str) -> dict[str, Any] | None:
-    """The most recent ``harness bench`` record of ``suite`` (by ``created_at``), or None."""
+def latest_bench(results: Path, suite: str, device: str | None = None
+                 ) -> dict[str, Any] | None:
+    """The most recent ``harness bench`` record of ``suite`` (by ``created_at``), or None;
+    with ``device`` (``cpu``, ``cuda``), the most recent one measured on that kind."""
     newest: tuple[dt.datetime, dict[str, Any]] | None = None
     for path in sorted((Path(results) / "bench" / suite).glob("*.json")):
         if path.name.startswith("."):
             continue
         record = json.loads(path.read_text())
         if record.get("kind") != "bench":
+            continue
+        if device is not None and record["machine"].get("device") != device:
             continue
         created = dt.datetime.fromisoformat(record["created_at"])
         if newest is None or created > newest[0]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import html
 import subprocess
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -334,6 +335,15 @@ def teacher_lines(groups: dict[str, list[TeacherGroup]]) -> list[str]:
                         f"{'' if group.runs == 1 else 's'} on {', '.join(group.devices)}"
                         for group in found)
             for task, found in groups.items() if len(found) > 1]
+
+
+def runs_device(records: dict[str, RunRecord]) -> str:
+    """The kind of device most runs trained on (``cpu``, ``cuda``): the leaderboard's
+    efficiency columns come from a bench on the same kind, so a GPU bench record beside a
+    CPU-trained suite does not price it."""
+    kinds = Counter(str(record.machine.get("device", "cpu")).split(":")[0]
+                    for record in records.values())
+    return kinds.most_common(1)[0][0]
 
 
 def teacher_parameters(records: dict[str, RunRecord]) -> int | None:
@@ -782,8 +792,10 @@ def _bench_device(bench: dict[str, Any] | None) -> str:
     if not bench:
         return "no bench record"
     machine = bench["machine"]
+    # Records made before the bench had a precision setting ran in fp32.
+    precision = bench["settings"].get("precision", "fp32")
     return (f"{machine.get('device_name') or machine.get('device')}, "
-            f"{machine.get('threads')} thread(s)")
+            f"{machine.get('threads')} thread(s), {precision}")
 
 
 def _bench_seq(bench: dict[str, Any] | None) -> int | None:
@@ -1002,7 +1014,9 @@ def build_report(config: SuiteConfig, results: Path, out: Path, *, grid: bool = 
     runs, records = collect_runs(config, results, grid=grid, cache_dir=cache_dir, log=log)
     if runs.empty:
         raise FileNotFoundError(f"no finished runs of suite {config.name} under {results}")
-    bench = latest_bench(results, config.name) or latest_bench(results, config.record_suite)
+    device = runs_device(records)
+    bench = (latest_bench(results, config.name, device)
+             or latest_bench(results, config.record_suite, device))
     board = leaderboard(runs, config.tasks, efficiency=efficiency_table(bench),
                         teacher_shape=teacher_name(records),
                         teacher_params=teacher_parameters(records))
