@@ -367,6 +367,23 @@ def test_cli_runs_and_names_known_shapes(bench_run, tmp_path):
     assert result.exit_code == 0, result.output
     assert ", bf16, random teacher weights" in result.output
     assert latest_bench(tmp_path, "tiny")["settings"]["precision"] == "bf16"
+    # a plugin student whose tokeniser is not installed: what to install, no traceback
+    import sys
+
+    from methods.bilstm_soft.words import _spacy_tokenizer
+
+    _spacy_tokenizer.cache_clear()
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setitem(sys.modules, "spacy", None)
+            result = runner.invoke(app, [
+                "bench", "--suite", str(suite_file), "--student", "tiny-bilstm",
+                "--random-weights", "--results", str(tmp_path)])
+    finally:
+        _spacy_tokenizer.cache_clear()
+    assert result.exit_code == 2, result.output
+    assert "student 'tiny-bilstm' (kind bilstm): word-level students tokenise with spaCy: " \
+        "pip install spacy; or leave it out with --student" in " ".join(result.output.split())
     # the subcommand still runs on its own
     result = runner.invoke(app, ["bench", "augment", "--help"])
     assert result.exit_code == 0 and "augmentation" in result.output

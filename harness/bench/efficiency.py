@@ -301,7 +301,11 @@ def build_student(name: str, shape, teacher_config, vocabulary: int) -> BenchMod
     context = StudentContext(task=task, shape_name=name, shape=shape,
                              teacher_config=teacher_config)
     words = [f"w{index}" for index in range(vocabulary)]
-    encoder = method.student_encoder(context, [(" ".join(words),)])
+    try:
+        encoder = method.student_encoder(context, [(" ".join(words),)])
+    except ImportError as error:  # a package the plugin's tokenisation needs (spaCy)
+        raise BenchError(f"student {name!r} (kind {shape.kind}): {error}; or leave it out "
+                         "with --student and the other shapes") from None
     if encoder is None:
         raise BenchError(f"student {name!r} (kind {shape.kind}): its plugin {plugin} reads "
                          "the teacher's WordPiece ids; the benchmark times such students as "
