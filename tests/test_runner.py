@@ -157,6 +157,33 @@ def test_a_teacher_that_cannot_be_had_says_what_to_pass(tiny_suite_file, tmp_pat
     assert not (tmp_path / "r").exists() and not (tmp_path / "c").exists()
 
 
+def test_a_damaged_copy_in_the_hub_cache_is_named_as_damaged_not_missing(
+        tiny_teacher_dir, tmp_path):
+    """A hub id whose cached config.json is cut short: the error names the cached copy and
+    says to download it again, where a missing one says to download it."""
+    snapshot = tmp_path / "hub" / "models--org--tiny" / "snapshots" / "abc"
+    shutil.copytree(tiny_teacher_dir, snapshot)
+    (snapshot.parent.parent / "refs").mkdir()
+    (snapshot.parent.parent / "refs" / "main").write_text("abc")
+    (snapshot / "config.json").write_text('{"model_type": "bert", "hidden_size": ')
+    script = ("from harness.assets.checkpoints import load_base_config, resolve_checkpoint\n"
+              "for hub_id in ('org/tiny', 'org/absent'):\n"
+              "    try:\n"
+              "        load_base_config(resolve_checkpoint(hub_id))\n"
+              "    except Exception as error:\n"
+              "        print(type(error).__name__, error)\n")
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
+    damaged, missing = done.stdout.strip().splitlines()
+    assert damaged.startswith(f"AssetNotFoundError teacher checkpoint 'org/tiny': its copy in "
+                              f"the local hub cache ({snapshot}) cannot be read (OSError: ")
+    assert "not a valid JSON file" in damaged
+    assert "hf download org/tiny --force-download" in damaged
+    assert missing.startswith("AssetNotFoundError teacher checkpoint 'org/absent' is not a "
+                              "folder here and could not be loaded")
+
+
 @pytest.mark.parametrize("damage", ["config.json", "model.safetensors"])
 def test_a_damaged_teacher_folder_is_named_not_a_traceback(tiny_suite_file, tiny_teacher_dir,
                                                            tmp_path, damage):

