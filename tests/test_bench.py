@@ -333,9 +333,9 @@ def test_precision_runs_the_timed_forwards_in_bf16_or_fp32(bench_run, monkeypatc
 
     for flags, expected in (({"avx2"}, "fp32"), ({"avx2", "avx512_bf16"}, "bf16")):
         monkeypatch.setattr(precision, "cpu_flags", lambda flags=flags: flags)
-        assert BenchSettings(precision="auto").resolved_precision(cpu) == expected
-        assert BenchSettings(precision="bf16").resolved_precision(cpu) == "bf16"
-        assert BenchSettings().resolved_precision(cpu) == "fp32"
+        assert BenchSettings(precision="auto").resolved(cpu).precision == expected
+        assert BenchSettings(precision="bf16").resolved(cpu).precision == "bf16"
+        assert BenchSettings().resolved(cpu).precision == "fp32"
     # the record says what the forwards ran in, and whether the device computes bf16
     _, _, _, record, _, _ = bench_run
     assert record["settings"]["precision"] == "fp32"

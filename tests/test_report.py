@@ -432,3 +432,7 @@ def test_efficiency_comes_from_a_bench_on_the_runs_device(store, tmp_path):
     result = build_report(suite(), store, tmp_path / "gpu", figures=False, log=lambda _: None)
     assert result.board.set_index("label").loc["kd", "speedup"] == pytest.approx(5000 / 2000)
     assert "NVIDIA H200, 1 thread(s), bf16" in (tmp_path / "gpu" / "leaderboard.md").read_text()
+    # no bench on the runs' kind of device: the newest on another, named in the header
+    (store / "bench" / "glue-cpu" / "gpu.json").unlink()
+    build_report(suite(), store, tmp_path / "other", figures=False, log=lambda _: None)
+    assert "a CPU, 1 thread(s), fp32" in (tmp_path / "other" / "leaderboard.md").read_text()

@@ -36,7 +36,7 @@ import re
 import socket
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +77,7 @@ class BenchSettings:
     """torch intra-op threads; None: as the process has them (``OMP_NUM_THREADS``)."""
     precision: str = "fp32"
     """``fp32``, ``bf16`` (autocast) or ``auto`` (bf16 where the device computes it
-    natively); a record holds the resolved value."""
+    natively; :func:`run_bench` resolves it, and a record holds the resolved value)."""
 
     def __post_init__(self) -> None:
         if self.precision not in BENCH_PRECISIONS:
@@ -97,13 +97,13 @@ class BenchSettings:
         return {"seq_lengths": list(self.seq_lengths), "latency_batch": self.latency_batch,
                 "throughput_batch": self.throughput_batch, "warmup": self.warmup,
                 "repeats": self.repeats, "min_seconds": self.min_seconds,
-                "bilstm_vocab": self.bilstm_vocab}
+                "bilstm_vocab": self.bilstm_vocab, "precision": self.precision}
 
-    def resolved_precision(self, device: torch.device) -> str:
-        """``fp32`` or ``bf16``: what the forwards on ``device`` run in."""
-        if self.precision == "auto":
-            return auto_precision(device)["inference_precision"]
-        return self.precision
+    def resolved(self, device: torch.device) -> BenchSettings:
+        """These settings with ``auto`` precision replaced by what ``device`` runs."""
+        if self.precision != "auto":
+            return self
+        return replace(self, precision=auto_precision(device)["inference_precision"])
 
 
 @dataclass
@@ -364,7 +364,6 @@ def _rates(ms: dict[str, float | int], batch: int) -> dict[str, float | int]:
 def measure(bench: BenchModel, settings: BenchSettings, device: torch.device,
             log: Callable[[str], None] = print) -> dict[str, Any]:
     """One entry of the record's ``models``: parameters, FLOPs, latency, throughput."""
-    precision = settings.resolved_precision(device)
     from harness.api.students import count_parameters
 
     model = bench.model.eval()
@@ -383,7 +382,7 @@ def measure(bench: BenchModel, settings: BenchSettings, device: torch.device,
                               (settings.throughput_batch, throughput)):
             seconds = time_forwards(model, bench.inputs(batch, seq, device), device,
                                     settings.warmup, settings.repeats, settings.min_seconds,
-                                    precision)
+                                    settings.precision)
             ms = summarize([1000 * value for value in seconds])
             if target is latency:
                 latency[str(seq)] = ms
@@ -509,17 +508,18 @@ def run_bench(config: SuiteConfig, settings: BenchSettings, results: Path,
     if settings.threads is not None:
         torch.set_num_threads(settings.threads)
     device = resolve_device(settings.device)
+    settings = settings.resolved(device)
     created = dt.datetime.now(dt.UTC)
     load_before = _load_average()
     teacher = load_teacher(config.teacher.checkpoint, settings.random_weights, config.teacher)
     models = [teacher, *(build_student(name, config.students[name], teacher.model.config,
                                        settings.bilstm_vocab) for name in names)]
     machine = machine_info(device)
-    precision = settings.resolved_precision(device)
     log(f"[bench] {config.name}: teacher {config.teacher.checkpoint} "
         f"({'random weights' if settings.random_weights else 'checkpoint weights'}), "
         f"students {', '.join(names)}; {machine['device']} ({machine['device_name']}), "
-        f"{machine['threads']} thread(s), {precision}, seq {list(settings.seq_lengths)}")
+        f"{machine['threads']} thread(s), {settings.precision}, "
+        f"seq {list(settings.seq_lengths)}")
     started = time.perf_counter()
     entries = []
     for bench in models:
@@ -536,8 +536,7 @@ def run_bench(config: SuiteConfig, settings: BenchSettings, results: Path,
             comparison[entry["name"]]["paper"] = paper
     record = {"kind": "bench", "suite": config.name, "created_at": created.isoformat(),
               "random_weights": settings.random_weights, "machine": machine,
-              "settings": {**settings.record(), "precision": precision},
-              "models": entries, "comparison": comparison,
+              "settings": settings.record(), "models": entries, "comparison": comparison,
               "seconds": time.perf_counter() - started}
     path = _record_path(results, config.name, machine, created)
     write_json_atomic(path, record)

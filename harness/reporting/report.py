@@ -337,13 +337,23 @@ def teacher_lines(groups: dict[str, list[TeacherGroup]]) -> list[str]:
             for task, found in groups.items() if len(found) > 1]
 
 
-def runs_device(records: dict[str, RunRecord]) -> str:
-    """The kind of device most runs trained on (``cpu``, ``cuda``): the leaderboard's
-    efficiency columns come from a bench on the same kind, so a GPU bench record beside a
-    CPU-trained suite does not price it."""
+def suite_bench(results: Path, config: SuiteConfig, records: dict[str, RunRecord]
+                ) -> dict[str, Any] | None:
+    """The bench record that prices the leaderboard: the suite's newest measured on the
+    kind of device most runs trained on (``cpu``, ``cuda``), so a GPU bench beside a
+    CPU-trained suite does not price it; else its newest on any device (the header names
+    the device)."""
+    from harness.bench.efficiency import latest_bench
+
     kinds = Counter(str(record.machine.get("device", "cpu")).split(":")[0]
                     for record in records.values())
-    return kinds.most_common(1)[0][0]
+    device = kinds.most_common(1)[0][0] if kinds else None
+    for kind in dict.fromkeys([device, None]):
+        for suite in dict.fromkeys((config.name, config.record_suite)):
+            bench = latest_bench(results, suite, kind)
+            if bench is not None:
+                return bench
+    return None
 
 
 def teacher_parameters(records: dict[str, RunRecord]) -> int | None:
@@ -1008,15 +1018,11 @@ def build_report(config: SuiteConfig, results: Path, out: Path, *, grid: bool = 
                  command: str = "", cache_dir: Path | None = None, figures: bool = True,
                  log: Callable[[str], None] = print) -> ReportResult:
     """Write leaderboard.md / .html / .csv / .tex, comparisons.csv, runs.csv and figures/."""
-    from harness.bench.efficiency import latest_bench
-
     log(f"collecting runs of {config.name}{' (grid cells)' if grid else ''} from {results}")
     runs, records = collect_runs(config, results, grid=grid, cache_dir=cache_dir, log=log)
     if runs.empty:
         raise FileNotFoundError(f"no finished runs of suite {config.name} under {results}")
-    device = runs_device(records)
-    bench = (latest_bench(results, config.name, device)
-             or latest_bench(results, config.record_suite, device))
+    bench = suite_bench(results, config, records)
     board = leaderboard(runs, config.tasks, efficiency=efficiency_table(bench),
                         teacher_shape=teacher_name(records),
                         teacher_params=teacher_parameters(records))
