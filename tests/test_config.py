@@ -173,6 +173,21 @@ def test_yaml_merge_keys_still_merge_and_a_key_beside_one_overrides_it(tmp_path:
     suite = load_suite(str(path))
     fast, slow = (suite.recipe(name).stages["task"] for name in ("kd-fast", "kd-slow"))
     assert (fast.lr, fast.epochs, slow.lr, slow.epochs) == (5.0e-5, 1, 5.0e-5, 2)
+    # an anchored mapping that overrides a merged key, merged again elsewhere
+    path.write_text(BASE_SUITE.replace(
+        "methods:\n",
+        "methods:\n  kd-fast:\n    base: kd\n    stages:\n"
+        "      task: &fast {<<: &budget {lr: 5.0e-5, epochs: 2}, epochs: 1}\n"
+        "  kd-slow:\n    base: kd\n    stages:\n      task: {<<: *fast, lr: 1.0e-5}\n",
+        1))
+    suite = load_suite(str(path))
+    fast, slow = (suite.recipe(name).stages["task"] for name in ("kd-fast", "kd-slow"))
+    assert (fast.lr, fast.epochs, slow.lr, slow.epochs) == (5.0e-5, 1, 1.0e-5, 1)
+    path.write_text(BASE_SUITE.replace(
+        "methods:\n",
+        "methods:\n  kd-fast:\n    base: kd\n    stages:\n"
+        "      task: {<<: {lr: 5.0e-5}, epochs: 1, epochs: 2}\n", 1))
+    assert "key 'epochs' given twice" in config_error(path)
 
 
 # --------------------------------------------------------------------------- unknown keys

@@ -763,11 +763,21 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     """YAML that refuses a key given twice in one mapping (plain YAML keeps the last value
     without a word, so a pasted ``lr:`` line would silently win)."""
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        # Each mapping is checked once, as written: flattening writes the keys merged into
+        # it (``<<: *anchor``) into its own key list, so an anchored mapping that overrides
+        # a merged key and is itself merged elsewhere would show that key twice afterwards.
+        checked = self.__dict__.setdefault("_checked_mappings", set())
+        if id(node) not in checked:
+            checked.add(id(node))
+            self._refuse_repeated_keys(node)
+        super().flatten_mapping(node)
+
+    def _refuse_repeated_keys(self, node: yaml.MappingNode) -> None:
         lines: dict[Any, int] = {}
         for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: merged below, and
-                continue  # a key given beside it overrides the merged one, as YAML means
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: a key given
+                continue  # beside it overrides the merged one, as YAML means
             key = self.construct_object(key_node, deep=True)
             try:
                 if key in lines:
@@ -777,7 +787,6 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 lines[key] = key_node.start_mark.line + 1
             except TypeError:  # an unhashable key: the base constructor says so
                 continue
-        return super().construct_mapping(node, deep=deep)
 
 
 def _read_suite_files(path: Path, seen: tuple[Path, ...]) -> list[tuple[Path, dict[str, Any]]]:
