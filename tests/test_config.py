@@ -173,16 +173,17 @@ def test_yaml_merge_keys_still_merge_and_a_key_beside_one_overrides_it(tmp_path:
     suite = load_suite(str(path))
     fast, slow = (suite.recipe(name).stages["task"] for name in ("kd-fast", "kd-slow"))
     assert (fast.lr, fast.epochs, slow.lr, slow.epochs) == (5.0e-5, 1, 5.0e-5, 2)
-    # an anchored mapping that overrides a merged key, merged again elsewhere
+    # an anchored mapping that overrides a merged key, merged again in a shallower mapping
+    # (which YAML builds first)
     path.write_text(BASE_SUITE.replace(
-        "methods:\n",
-        "methods:\n  kd-fast:\n    base: kd\n    stages:\n"
-        "      task: &fast {<<: &budget {lr: 5.0e-5, epochs: 2}, epochs: 1}\n"
-        "  kd-slow:\n    base: kd\n    stages:\n      task: {<<: *fast, lr: 1.0e-5}\n",
-        1))
+        "  training: {epochs: 2,", "  training: &teacher {epochs: 2,").replace(
+        "    rte: {lr: 5.0e-5}\n", "    rte: &rte {<<: *teacher, lr: 5.0e-5}\n").replace(
+        "  sst2: {epochs: 1, eval_every_steps: 125}\n",
+        "  sst2: {epochs: 1, eval_every_steps: 125}\n  mrpc: {<<: *rte}\n"))
     suite = load_suite(str(path))
-    fast, slow = (suite.recipe(name).stages["task"] for name in ("kd-fast", "kd-slow"))
-    assert (fast.lr, fast.epochs, slow.lr, slow.epochs) == (5.0e-5, 1, 1.0e-5, 1)
+    assert suite.teacher.task_training["rte"].lr == 5.0e-5
+    assert (suite.task_training["mrpc"].lr, suite.task_training["mrpc"].epochs,
+            suite.task_training["mrpc"].batch_size) == (5.0e-5, 2, 16)
     path.write_text(BASE_SUITE.replace(
         "methods:\n",
         "methods:\n  kd-fast:\n    base: kd\n    stages:\n"
