@@ -238,6 +238,7 @@ def test_negative_lr(tmp_path: Path) -> None:
     (("teacher", "min_margin"), float("nan"), "finite number"),  # NaN passes every margin
     (("training", "warmup_ratio"), float("inf"), "finite number"),
     (("methods", "kd", "params", "temperature"), float("inf"), "finite number"),
+    (("methods", "distilbert", "params", "mlm_head", "lr"), float("inf"), "finite number"),
     (("methods", "kd", "loss_weights", "soft"), -5.0, "greater than or equal to 0"),
 ])
 def test_nan_infinite_and_negative_weights_are_refused(tmp_path: Path, keys: tuple[str, ...],

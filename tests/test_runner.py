@@ -159,32 +159,39 @@ def test_a_teacher_that_cannot_be_had_says_what_to_pass(tiny_suite_file, tmp_pat
 
 def test_a_damaged_copy_in_the_hub_cache_is_named_as_damaged_not_missing(
         tiny_teacher_dir, tmp_path):
-    """A hub id whose cached config.json is cut short: the error names the cached copy and
-    says to download it again, where a missing one says to download it."""
-    snapshot = tmp_path / "hub" / "models--org--tiny" / "snapshots" / "abc"
-    shutil.copytree(tiny_teacher_dir, snapshot)
-    (snapshot.parent.parent / "refs").mkdir()
-    (snapshot.parent.parent / "refs" / "main").write_text("abc")
-    (snapshot / "config.json").write_text('{"model_type": "bert", "hidden_size": ')
-    script = ("from harness.assets.checkpoints import load_base_config, resolve_checkpoint\n"
-              "for hub_id in ('org/tiny', 'org/absent'):\n"
+    """A hub id whose cached config.json or weights are cut short: the error names the
+    cached copy and says to download it again, where a missing one says to download it."""
+    snapshots = {}
+    for name, damage in (("config", "config.json"), ("weights", "model.safetensors")):
+        snapshot = tmp_path / "hub" / f"models--org--{name}" / "snapshots" / "abc"
+        shutil.copytree(tiny_teacher_dir, snapshot)
+        (snapshot.parent.parent / "refs").mkdir()
+        (snapshot.parent.parent / "refs" / "main").write_text("abc")
+        (snapshot / damage).write_bytes((snapshot / damage).read_bytes()[:60])
+        snapshots[name] = snapshot
+    script = ("from harness.assets.checkpoints import load_pretrained_encoder, "
+              "resolve_checkpoint\n"
+              "for hub_id in ('org/config', 'org/weights', 'org/absent'):\n"
               "    try:\n"
-              "        load_base_config(resolve_checkpoint(hub_id))\n"
+              "        load_pretrained_encoder(resolve_checkpoint(hub_id))\n"
               "    except Exception as error:\n"
               "        print(type(error).__name__, error)\n")
     env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
-    damaged, missing = done.stdout.strip().splitlines()
-    assert damaged.startswith(f"AssetNotFoundError teacher checkpoint 'org/tiny': its copy in "
-                              f"the local hub cache ({snapshot}) cannot be read (OSError: ")
-    assert "not a valid JSON file" in damaged
-    assert "hf download org/tiny --force-download" in damaged
+    config, weights, missing = done.stdout.strip().splitlines()
+    for line, name, error in ((config, "config", "OSError"),
+                              (weights, "weights", "SafetensorError")):
+        assert line.startswith(f"AssetNotFoundError teacher checkpoint 'org/{name}': its copy "
+                               f"in the local hub cache ({snapshots[name]}) cannot be read "
+                               f"({error}: ")
+        assert f"hf download org/{name} --force-download" in line
+    assert "not a valid JSON file" in config
     assert missing.startswith("AssetNotFoundError teacher checkpoint 'org/absent' is not a "
                               "folder here and could not be loaded")
 
 
-@pytest.mark.parametrize("damage", ["config.json", "model.safetensors"])
+@pytest.mark.parametrize("damage", ["config.json", "model.safetensors", "tokenizer.json"])
 def test_a_damaged_teacher_folder_is_named_not_a_traceback(tiny_suite_file, tiny_teacher_dir,
                                                            tmp_path, damage):
     teacher = tmp_path / "teacher"

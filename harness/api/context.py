@@ -23,7 +23,7 @@ class StudentKindConfig(BaseModel):
     fields a suite's ``students.<name>`` entry with ``kind: <kind>`` may hold.  Unknown keys
     are errors; the dump of a validated shape enters the run id."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     kind: str = Field(min_length=1)
 

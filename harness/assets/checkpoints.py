@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.resources
+import json
 import os
 import re
 from collections.abc import Iterator
@@ -99,11 +100,12 @@ def reading(checkpoint: Checkpoint) -> Iterator[None]:
     package's folder's, or a hub id's cached copy)."""
     try:
         yield
-    except (OSError, SafetensorError) as error:
+    except (OSError, SafetensorError, json.JSONDecodeError) as error:
+        # json.JSONDecodeError: a tokenizer file cut short (config.json's is an OSError)
         if isinstance(error, AssetNotFoundError):
             raise
         detail = (str(error).strip().splitlines() or [""])[0]
-        if "hub_id" not in checkpoint.identity or isinstance(error, SafetensorError):
+        if "hub_id" not in checkpoint.identity:
             raise AssetNotFoundError(
                 f"teacher checkpoint {checkpoint.spec!r} cannot be read from "
                 f"{checkpoint.location} ({type(error).__name__}: {detail}): its files are "

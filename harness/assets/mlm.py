@@ -40,7 +40,7 @@ HeadSource = Literal["checkpoint_head", "fitted_head"]
 class MLMHeadConfig(BaseModel):
     """How to fit (and evaluate) a masked-LM head when the checkpoint has none."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     use_checkpoint_head: bool = True
     """Use the checkpoint's own MLM head when it has one (False: always fit one)."""
