@@ -201,8 +201,8 @@ def _grid(suite: str, storage: str | None, results: Path, cache_dir: Path | None
         config = load_suite(suite, overrides)
         check_method_names(config, method or [], "--method", str(resolve_suite_path(suite)))
         if config.grid is not None:
-            _warn_unused(suite, overrides, config, method or config.grid.methods,
-                         split_csv(tasks) or config.tasks)
+            _warn_unused(suite, overrides, config, method or config.grid.recipes,
+                         split_csv(tasks) or config.grid.tasks or config.tasks)
         grid = Grid(config, results, storage or default_storage(results), cache_dir,
                     log=echo, methods=method, tasks=split_csv(tasks),
                     seeds=[int(s) for s in split_csv(seeds)] if seeds else None,

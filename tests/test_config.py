@@ -784,6 +784,7 @@ def test_a_per_task_set_for_a_task_not_run_is_named_unless_the_corpus_reads_it(
         "--set data.max_train_examples.sst2=10 changes none of these runs: they do not "
         "include task sst2 (nor a general distillation on its sentences)"]
     assert unused_assignments(path, sets, suite, ["kd"], ["mrpc", "sst2"]) == []
+    assert unused_assignments(path, sets, suite, ["kd"], ["MRPC", "SST-2"]) == []
     tinybert = ["methods.tinybert.params.augment=false", *sets]  # general distillation
     with_general = load_suite(path, tinybert)
     assert unused_assignments(path, tinybert, with_general, ["tinybert"], ["mrpc"]) == [

@@ -239,6 +239,33 @@ def test_cost_estimates_price_the_budget_unit_so_augmented_copies_count(tmp_path
         pytest.approx(4.48 + 0.52)
 
 
+def test_set_warnings_name_the_grids_own_variants_and_tasks(tmp_path, tiny_data_dir,
+                                                              tiny_teacher_dir):
+    """A --set that reaches a grid variant, or a task given by its display name, is no
+    warning; one for a task outside the grid's own tasks is."""
+    suite = tiny_suite_dict(tiny_data_dir, tiny_teacher_dir)
+    suite["methods"]["kd-hot"] = {"base": "kd", "params": {"temperature": 4.0}}
+    suite["grid"] = {"methods": ["kd"], "variants": ["kd-hot"], "tasks": ["rte"],
+                     "seeds": [1]}
+    path = tmp_path / "grid-suite.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    common = ["grid", "--suite", str(path), "--results", str(tmp_path / "results"),
+              "--cache-dir", str(tmp_path / "cache"), "--dry-run"]
+
+    def warnings(*sets: str, tasks: str | None = None) -> list[str]:
+        options = [item for assignment in sets for item in ("--set", assignment)]
+        result = CliRunner().invoke(app, [*common, *options,
+                                          *(["--tasks", tasks] if tasks else [])])
+        assert result.exit_code == 0, result.output
+        return [line for line in result.output.splitlines() if line.startswith("warning:")]
+
+    assert warnings("methods.kd-hot.params.temperature=7") == []
+    assert warnings("data.max_train_examples.stsb=10", tasks="STS-B") == []
+    assert warnings("data.max_train_examples.stsb=10") == [
+        "warning: --set data.max_train_examples.stsb=10 changes none of these runs: they do "
+        "not include task stsb (nor a general distillation on its sentences)"]
+
+
 def test_grid_dry_run_then_run_killed_and_resumed(tmp_path, tiny_data_dir, tiny_teacher_dir):
     # 4 cells of a second or two each (an evaluation per epoch): long enough to be killed
     # inside one.

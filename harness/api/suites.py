@@ -248,7 +248,7 @@ def _reaches(suite: SuiteConfig, root: list[str], task_key: str,
         task = get_task(task_key).name
     except KeyError:  # not a task: validation names it
         return True
-    if any(cell_task == task for _, cell_task in cells):
+    if any(get_task(cell_task).name == task for _, cell_task in cells):  # `STS-B` is stsb
         return True
     corpus = suite.corpus
     if root[0] == "teacher" or not corpus.task_sentences or \
