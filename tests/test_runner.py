@@ -219,6 +219,14 @@ def test_a_results_path_that_cannot_hold_records_stops_before_anything_trains(
     assert f"results store {not_a_folder}: cannot write records into" in result.output
     assert "[teacher]" not in result.output  # no teacher was fine-tuned first
     assert not list((tmp_path / "c").rglob("*.safetensors"))
+    # the grid and tuning, whose study's database sits in the store, say the same
+    for command in (["grid", "--dry-run"], ["tune", "--method", "kd", "--task", "rte"]):
+        result = CliRunner().invoke(app, [*command, "--suite", str(tiny_suite_file),
+                                          "--results", str(not_a_folder),
+                                          "--cache-dir", str(tmp_path / "c")])
+        assert result.exit_code == 2, result.output
+        assert f"results store {not_a_folder}: cannot hold the study's database" in \
+            result.output
 
 
 def test_new_method_skeleton_registers_and_passes_the_contract(tiny_suite_file, tmp_path):

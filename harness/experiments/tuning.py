@@ -35,7 +35,7 @@ from harness.api.registry import instantiate
 from harness.common.cache import content_hash
 from harness.common.files import write_text_atomic
 from harness.config.schema import ConfigError, SuiteConfig
-from harness.experiments.store import NESTED_STORES
+from harness.experiments.store import NESTED_STORES, StoreNotWritableError
 from harness.experiments.tracking import Tracking
 from harness.training.distributed import broadcast, gather
 
@@ -51,7 +51,12 @@ TUNING_DIR = NESTED_STORES[0]
 
 def default_storage(results: Path) -> str:
     """SQLite beside the results store: one machine, any number of local workers."""
-    results.mkdir(parents=True, exist_ok=True)
+    try:
+        results.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise StoreNotWritableError(
+            f"results store {results}: cannot hold the study's database "
+            f"({error.strerror or error}); pass a writable --results folder") from None
     return f"sqlite:///{(results / 'optuna.db').resolve()}"
 
 
