@@ -221,7 +221,7 @@ def test_cost_estimates_price_the_budget_unit_so_augmented_copies_count(tmp_path
     """A run that trained 2 epochs of 48 rows over 448 examples seen (176 augmented copies)
     in 4.48 s costs 4.48 s per 96 budget examples: a cell of the same budget is estimated at
     its time, not at the 0.96 s that seconds per example seen would give."""
-    from harness.experiments.grid import CostModel, budget_examples
+    from harness.experiments.grid import CostModel, budget_examples, budget_rules
     from harness.experiments.store import ResultsStore
     from tests.records import run_record
 
@@ -234,9 +234,23 @@ def test_cost_estimates_price_the_budget_unit_so_augmented_copies_count(tmp_path
     assert budget_examples(record) == 96
     store = ResultsStore(tmp_path)
     store.write(store.record_path("s", "bilstm-soft", "rte", "r"), record)
+    # a smoke run capped at 2 steps: 0.3 s for 96 budget examples it never trained
+    capped = run_record(
+        method="bilstm-soft", task="rte", student_shape="BiLSTM-150", wall_seconds=1.3,
+        train_seconds=0.3, data={"train_examples": 48}, config={
+            "plugin": "bilstm-soft", "stages": {"task": {"epochs": 2.0, "max_steps": 2}}},
+        stages=[{"name": "task", "steps": 2, "examples_seen": 16, "seconds": 0.3,
+                 "examples_per_second": 53.0}])
+    store.write(store.record_path("s", "bilstm-soft", "rte", "capped"), capped)
     costs = CostModel.from_store(tmp_path)
-    assert costs.estimate("bilstm-soft", "bilstm-soft", "rte", "BiLSTM-150", 96) == \
+    plain = budget_rules([{"epochs": 2.0, "max_steps": None, "epoch_size": "data"}])
+    assert costs.estimate("bilstm-soft", "bilstm-soft", "rte", "BiLSTM-150", 96, plain) == \
         pytest.approx(4.48 + 0.52)
+    # a budgeted grid cell counts its augmented epochs in task epochs: neither run was
+    # trained so, so neither prices it
+    per_task = budget_rules([{"epochs": 2.0, "max_steps": None, "epoch_size": "task"}])
+    assert costs.estimate("bilstm-soft", "bilstm-soft", "rte", "BiLSTM-150", 96,
+                          per_task) is None
 
 
 def test_set_warnings_name_the_grids_own_variants_and_tasks(tmp_path, tiny_data_dir,

@@ -109,8 +109,9 @@ class PlannedCell:
 class CostModel:
     """Seconds per budget example (task epochs x training rows, the grid's budget unit) and
     per-run overhead, from the records on disk. Priced per budget example, not per example
-    seen, a method's augmented copies and step caps enter its estimate as they entered its
-    earlier runs' time."""
+    seen, a method's augmented copies enter its estimate as they entered its earlier runs'
+    time; only runs trained by the same budget rules (:func:`budget_rules`) price a cell,
+    so a smoke run capped at a few steps does not."""
 
     records: list[dict[str, Any]] = field(default_factory=list)
 
@@ -122,23 +123,34 @@ class CostModel:
             if not record.finished or not examples or record.train_seconds is None \
                     or record.wall_seconds is None:
                 continue
+            stages = record.config.get("stages", {})
             rows.append({"method": record.method, "plugin": record.plugin,
                          "task": record.task, "student": record.student_shape,
+                         "rules": budget_rules([stages.get(stage.name, {})
+                                                for stage in record.stages]),
                          "per_example": record.train_seconds / examples,
                          "overhead": record.wall_seconds - record.train_seconds})
         return cls(rows)
 
-    def estimate(self, method: str, plugin: str, task: str, student: str, examples: int
-                 ) -> float | None:
+    def estimate(self, method: str, plugin: str, task: str, student: str, examples: int,
+                 rules: tuple[tuple[Any, ...], ...]) -> float | None:
         for match in ({"method": method, "task": task, "student": student},
                       {"plugin": plugin, "task": task, "student": student},
                       {"task": task, "student": student}):
-            rows = [row for row in self.records
-                    if all(row[key] == value for key, value in match.items())]
+            rows = [row for row in self.records if row["rules"] == rules
+                    and all(row[key] == value for key, value in match.items())]
             if rows:
                 return (examples * statistics.median(row["per_example"] for row in rows)
                         + statistics.median(row["overhead"] for row in rows))
         return None
+
+
+def budget_rules(stage_configs: list[dict[str, Any]]) -> tuple[tuple[Any, ...], ...]:
+    """Per task stage, what sets its training besides its epochs: a step cap, and whether an
+    epoch of augmented data is the task's size or the augmented set's (``epoch_size``, the
+    recipe's own on stages without augmented data, alike in its runs and its cells)."""
+    return tuple((config.get("max_steps"), config.get("epoch_size") or "data")
+                 for config in stage_configs)
 
 
 def budget_examples(record: RunRecord) -> float | None:
@@ -239,7 +251,9 @@ class Grid:
             task_epochs = sum(configs[stage.name].epochs for stage in task_stages)
             examples = int(task_epochs * train_rows)
             estimate = costs.estimate(cell.method, self.suite.plugin(cell.method), cell.task,
-                                      spec["student"]["name"], examples)
+                                      spec["student"]["name"], examples, budget_rules(
+                                          [configs[stage.name].model_dump()
+                                           for stage in task_stages]))
             # the ids the same configuration has where ``auto`` resolves otherwise
             others = self.runner.equivalent_run_ids(cell.method, cell.task, cell.seed,
                                                     variation)
