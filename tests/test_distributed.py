@@ -33,8 +33,10 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def launch(tmp_path: Path, *args: str, module: str = "harness.cli") -> str:
-    """Run ``python -m module args`` in two processes; its output (fails on an error)."""
+def launch(tmp_path: Path, *args: str, module: str = "harness.cli",
+           fails: bool = False) -> str:
+    """Run ``python -m module args`` in two processes; its output (fails on an error, or
+    with ``fails`` on its absence)."""
     config = tmp_path / "accelerate.yaml"  # not the user's default accelerate config
     config.write_text(yaml.safe_dump({
         "compute_environment": "LOCAL_MACHINE", "distributed_type": "MULTI_GPU",
@@ -53,7 +55,7 @@ def launch(tmp_path: Path, *args: str, module: str = "harness.cli") -> str:
         pytest.fail(f"two-process launch still running after {TIMEOUT}s (processes out of "
                     f"step?):\n{error.stdout}\n{error.stderr}")
     output = done.stdout + done.stderr
-    assert done.returncode == 0, output[-6000:]
+    assert (done.returncode != 0) == fails, output[-6000:]
     return output
 
 
@@ -253,6 +255,29 @@ def test_tune_keeps_processes_on_one_trial(tmp_path, tiny_suite_file):
     assert sorted(run["tuning"]["trial"] for run in runs.values()) == [0, 1, 2]
     assert all(run["machine"]["num_processes"] == 2 for run in runs.values())
     assert len(list((results / "tuned").glob("*.yaml"))) == 1
+
+
+@pytest.mark.parametrize("command", ["grid", "tune"])
+def test_an_unwritable_store_stops_every_process_with_its_message(tmp_path, tiny_data_dir,
+                                                                  tiny_teacher_dir, command):
+    """The records' folder is a file: both processes stop with the store's message, process
+    0 not with an error about a peer that left first."""
+    from tests.conftest import tiny_suite_dict
+
+    suite = tiny_suite_dict(tiny_data_dir, tiny_teacher_dir)
+    suite["grid"] = {"methods": ["kd"], "tasks": ["rte"], "seeds": [1]}
+    suite_file = tmp_path / "grid-suite.yaml"
+    suite_file.write_text(yaml.safe_dump(suite))
+    results = tmp_path / "results"
+    blocked = results / ("tuning" if command == "tune" else "tiny")
+    blocked.parent.mkdir()
+    blocked.write_text("a file where the records' folder goes\n")
+    target = ["--method", "kd", "--task", "rte", "--trials", "1"] if command == "tune" else []
+    output = launch(tmp_path, command, "--suite", str(suite_file), *target, "--results",
+                    str(results), "--cache-dir", str(tmp_path / "cache"),
+                    "--storage", f"sqlite:///{tmp_path / 'optuna.db'}", fails=True)
+    assert output.count(f"error: results store {results}") == 2, output[-6000:]
+    assert "Connection closed" not in output and "remote worker" not in output
 
 
 def _tune(suite: str, results: str, cache: str) -> None:

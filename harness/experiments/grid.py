@@ -29,7 +29,7 @@ from harness.config.schema import ConfigError, GridConfig, SuiteConfig, student_
 from harness.experiments.planner import Variation
 from harness.experiments.record import RunRecord
 from harness.experiments.runner import RunOutcome, SuiteRunner
-from harness.experiments.store import ResultsStore
+from harness.experiments.store import ResultsStore, StoreNotWritableError
 from harness.experiments.tracking import Tracking
 from harness.experiments.tuning import (
     MAX_RETRIES,
@@ -447,8 +447,14 @@ class Grid:
             if message[0] == "stop":
                 return
             cell, overrides = GridCell(**message[1]), message[2]
-            self.runner.run_one(cell.method, cell.task, cell.seed,
-                                self.variation(cell, overrides))
+            try:
+                self.runner.run_one(cell.method, cell.task, cell.seed,
+                                    self.variation(cell, overrides))
+            except StoreNotWritableError:
+                # Process 0 stops on the same error and tells the others so: take that
+                # message before leaving, or process 0 would report a vanished peer.
+                broadcast(None, self.runner.accelerator)
+                raise
 
     def _work_queue(self) -> dict[str, int]:
         from optuna.storages import fail_stale_trials

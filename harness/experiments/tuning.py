@@ -360,8 +360,12 @@ class Tuner:
             message = broadcast(None, self.runner.accelerator)
             if message[0] == "stop":
                 return
-            with contextlib.suppress(optuna.TrialPruned, RuntimeError):
-                self.evaluate(message[1])
+            try:
+                with contextlib.suppress(optuna.TrialPruned, RuntimeError):
+                    self.evaluate(message[1])
+            except StoreNotWritableError:  # process 0 stops on it too: take its message
+                broadcast(None, self.runner.accelerator)
+                raise
 
     # -- driving a study -----------------------------------------------------------------
     def counts(self, study=None) -> dict[str, int]:
