@@ -340,6 +340,45 @@ def test_an_entry_without_checksums_is_read_before_they_are_recorded(
     assert not entry.exists()
 
 
+def _write_weights(kind: str, path: Path) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    tensors = {"weight": torch.linspace(-1, 1, 4096).reshape(64, 64)}
+    if kind == "safetensors":
+        save_file(tensors, path)
+    elif kind == "pt":
+        torch.save(tensors, path)
+    else:
+        path.write_text("".join(json.dumps({"row": row, "text": f"copy {row}"}) + "\n"
+                                for row in range(50)))
+
+
+@pytest.mark.parametrize("kind", ["safetensors", "pt", "jsonl"])
+def test_an_old_entry_whose_weights_or_json_lines_are_cut_short_is_rebuilt(
+        tmp_path: Path, kind: str) -> None:
+    """A general checkpoint's body (.pt), a teacher's weights (.safetensors) or augmented
+    copies (.jsonl) cut short in an entry without checksums: rebuilt, not sealed."""
+    key = content_hash({"task": "old", "kind": kind})
+    cache = ArtifactCache(tmp_path)
+    with cache.build("general", key, {"task": "rte"}) as scratch:
+        _write_weights(kind, scratch / f"body.{kind}")
+    entry = cache.path("general", key)
+    description = json.loads((entry / "key.json").read_text())
+    del description["files"]
+    (entry / "key.json").write_text(json.dumps(description))
+    intact: list[str] = []
+    assert ArtifactCache(tmp_path, log=intact.append).has("general", key)  # sealed: whole
+    assert "recorded them now" in intact[0]
+    (entry / "key.json").write_text(json.dumps(description))  # old again, then damaged
+    body = entry / f"body.{kind}"
+    body.write_bytes(body.read_bytes()[:len(body.read_bytes()) // 2 + 3])
+    messages: list[str] = []
+    assert not ArtifactCache(tmp_path, log=messages.append).has("general", key)
+    assert f"body.{kind} unreadable" in messages[0] and "rebuilding it" in messages[0]
+    assert not entry.exists()
+
+
 @pytest.mark.parametrize("bad_index", [None, 0, 6, 7, 59])
 def test_old_entries_arrays_are_checked_for_non_finite_numbers_block_by_block(
         tmp_path: Path, bad_index: int | None) -> None:

@@ -11,7 +11,8 @@ Each entry records the size and SHA-256 of every file it holds (``key.json``, ``
 The first time a process uses an entry it checks them: a truncated, missing or altered
 file makes the entry damaged; it is reported, moved out of the way and rebuilt, never
 read.  An entry written before checksums existed has them recorded on first use, once
-its arrays load and hold finite numbers and its JSON files parse (else it is damaged too).
+its arrays load and hold finite numbers, its weights load and its JSON files parse (else
+it is damaged too).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import fcntl
 import hashlib
 import json
 import os
+import pickle
 import shutil
 import sys
 import tempfile
@@ -72,8 +74,13 @@ def file_manifest(folder: Path) -> dict[str, dict[str, Any]]:
 
 def _readable_problems(entry: Path) -> list[str]:
     """What reading an entry that has no recorded checksums shows: arrays that do not load
-    or hold non-finite numbers (no logit or hidden state is NaN), JSON that does not parse.
-    Without this a damaged old entry would have its checksums recorded and be trusted."""
+    or hold non-finite numbers (no logit or hidden state is NaN), weights (safetensors, a
+    torch state) that do not load, JSON or JSON lines that do not parse.  Without this a
+    damaged old entry would have its checksums recorded and be trusted.  (A JSON-lines file
+    cut at a line's end still parses: only checksums catch that.)"""
+    import torch
+    from safetensors import SafetensorError, safe_open
+
     problems = []
     for path in sorted(entry.rglob("*")):
         name = path.relative_to(entry).as_posix()
@@ -86,8 +93,19 @@ def _readable_problems(entry: Path) -> list[str]:
                     problems.append(f"{name} holds non-finite numbers")
             elif path.suffix == ".json":
                 json.loads(path.read_text())
-        except (OSError, ValueError) as error:
-            problems.append(f"{name} unreadable ({error})")
+            elif path.suffix == ".jsonl":
+                for line in path.read_text().splitlines():
+                    json.loads(line)
+            elif path.suffix == ".safetensors":
+                with safe_open(path, framework="pt") as weights:
+                    for tensor in weights.keys():  # noqa: SIM118 (no iterator of its own)
+                        weights.get_tensor(tensor)
+            elif path.suffix == ".pt":
+                torch.load(path, map_location="cpu", weights_only=True)
+        except (OSError, ValueError, RuntimeError, EOFError, pickle.UnpicklingError,
+                SafetensorError) as error:
+            detail = (str(error).strip().splitlines() or [""])[0]
+            problems.append(f"{name} unreadable ({detail})")
     return problems
 
 
