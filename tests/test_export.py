@@ -144,6 +144,38 @@ def test_a_student_not_kept_is_trained_again_and_must_match_the_record(
         STUDENT_KIND, record.run_id)
 
 
+def test_a_student_kept_by_another_training_of_the_run_is_replaced_by_this_records(
+        tmp_path, tiny_data_dir, tiny_teacher_dir):
+    """Two stores with the same run (another thread count, another machine) keep a student
+    under one run id: the later training's replaces the earlier, and export of a record
+    whose student is not the kept one trains it again instead of refusing."""
+    suite_file = _suite_file(tmp_path, tiny_data_dir, tiny_teacher_dir, "mean")
+    runner = SuiteRunner(load_suite(str(suite_file)), tmp_path / "results", tmp_path / "cache",
+                         log=lambda _: None, save_students=True)
+    record = ResultsStore(tmp_path / "results").load(runner.run_one("kd", "rte", 1).path)
+    cache = ArtifactCache(tmp_path / "cache")
+    kept = cache.path(STUDENT_KIND, record.run_id)
+    other = tmp_path / "other-training"
+    shutil.copytree(kept, other)
+    description = json.loads((other / STUDENT_FILE).read_text())
+    description["main_score"] = record.main_score + 1.0  # what another training reached
+    with cache.build(STUDENT_KIND, record.run_id, {"run_id": record.run_id},
+                     replace=True) as folder:
+        for path in other.iterdir():
+            if path.name not in {"key.json", "COMPLETE"}:
+                shutil.copy2(path, folder / path.name)
+        (folder / STUDENT_FILE).write_text(json.dumps(description))
+    fresh = ArtifactCache(tmp_path / "cache")
+    assert fresh.has(STUDENT_KIND, record.run_id)  # a whole entry: the other training's
+    assert json.loads((kept / STUDENT_FILE).read_text())["main_score"] == \
+        record.main_score + 1.0
+    assert not list(kept.parent.glob(".replaced-*"))
+    result = export_run(record.run_id, tmp_path / "a", tmp_path / "results",
+                        tmp_path / "cache", suite=str(suite_file), log=lambda _: None)
+    assert result.retrained and result.kept_score == record.main_score
+    assert json.loads((kept / STUDENT_FILE).read_text())["main_score"] == record.main_score
+
+
 def test_export_refuses_what_it_cannot_write(tmp_path, tiny_data_dir, tiny_teacher_dir):
     suite_file = _suite_file(tmp_path, tiny_data_dir, tiny_teacher_dir, "mean")
     runner = SuiteRunner(load_suite(str(suite_file)), tmp_path / "results", tmp_path / "cache",

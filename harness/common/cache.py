@@ -222,13 +222,17 @@ class ArtifactCache:
             yield
 
     @contextmanager
-    def build(self, kind: str, key: str, description: dict[str, Any]) -> Iterator[Path]:
+    def build(self, kind: str, key: str, description: dict[str, Any],
+              replace: bool = False) -> Iterator[Path]:
         """Yield a scratch directory; on success it becomes the entry ``kind/key``, unless
         another process completed that entry meanwhile: then the scratch copy is dropped
-        and the finished entry kept."""
+        and the finished entry kept.  ``replace``: this copy takes the finished entry's
+        place instead (an entry that is one run's output, not an artefact any build
+        reproduces: a kept student)."""
         final = self.path(kind, key)
         final.parent.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=final.parent))
+        aside = final.with_name(f".replaced-{key[:12]}-{os.getpid()}")
         try:
             yield scratch
             (scratch / DESCRIPTION).write_text(json.dumps(
@@ -238,11 +242,14 @@ class ArtifactCache:
             # Under the lock: no window between keeping a finished entry and putting this
             # one in place.
             with self._lock(kind, key):
+                if replace and (final / MARKER).exists():
+                    os.replace(final, aside)  # one rename: readers never see half of it
                 if not (final / MARKER).exists():
                     if final.exists():  # an incomplete leftover from a killed process
                         shutil.rmtree(final)
                     os.replace(scratch, final)
                     self._checked.add((kind, key))
         finally:
-            if scratch.exists():
-                shutil.rmtree(scratch, ignore_errors=True)
+            for leftover in (scratch, aside):
+                if leftover.exists():
+                    shutil.rmtree(leftover, ignore_errors=True)

@@ -85,6 +85,11 @@ def export_student(record: RunRecord, out_dir: Path, cache: ArtifactCache,
     if source is None:
         source = retrain(record)
     kept = json.loads((source / STUDENT_FILE).read_text())
+    if kept["main_score"] != record.main_score and not retrained:
+        # kept by another training of the run (another results store, thread count or
+        # machine): train this record's configuration again, which replaces it
+        source, retrained = retrain(record), True
+        kept = json.loads((source / STUDENT_FILE).read_text())
     if kept["main_score"] != record.main_score:
         raise ExportError(
             f"the student kept for run {record.run_id[:16]} scores {kept['main_score']!r} "
@@ -338,7 +343,7 @@ def retrain_with_student(record: RunRecord, suite: SuiteConfig, cache_dir: Path,
     recipe's ``auto`` precisions resolved to ``precision`` (the record's)."""
     from harness.experiments.runner import SuiteRunner
 
-    log(f"[export] the student of run {record.run_id[:16]} was not kept; training it again "
+    log(f"[export] no kept student of run {record.run_id[:16]} is its record's; training it again "
         f"({record.method} / {record.task} / seed {record.seed}, suite {suite.name})")
     with tempfile.TemporaryDirectory(prefix="export-retrain-") as scratch:
         runner = SuiteRunner(suite, Path(scratch), cache_dir=cache_dir, log=log,

@@ -28,9 +28,11 @@ def keep_student(cache: ArtifactCache, run_id: str, student: torch.nn.Module, *,
     """Put the trained ``student`` in the cache as ``students/<run_id>`` with the score it
     reached: a Transformers student with its tokenizer; any other in its method's own
     format when ``save`` (the plugin's :meth:`~harness.api.Method.save_student`, bound to
-    the student) writes one, whose ``plugin`` then loads it back; else as a state dict."""
+    the student) writes one, whose ``plugin`` then loads it back; else as a state dict.
+    It replaces a student kept by an earlier training of the same run (another results
+    store, thread count or machine), which its record may not have measured."""
     with cache.build(STUDENT_KIND, run_id, {"run_id": run_id, "method": method,
-                                             "task": task.name}) as folder:
+                                             "task": task.name}, replace=True) as folder:
         if isinstance(student, PreTrainedModel) and tokenizer is not None:
             _name_labels(student.config, task)
             student.save_pretrained(folder, safe_serialization=True)
