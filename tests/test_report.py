@@ -256,6 +256,10 @@ def test_report_writes_every_format_and_opens_in_headless_chromium(store, tmp_pa
     assert "bilstm · BiLSTM-150 vs kd · 4L-192" in markdown  # the claim, with its test
     assert "Majority-class (mean score for STS-B) dev baseline: MRPC 81.20, RTE 52.70." \
         in markdown
+    page = (out / "leaderboard.html").read_text()  # the page `make run` points to says it too
+    assert '<h2 id="baseline">Above the baseline (by 2 points)</h2>' in page
+    assert "Majority-class (mean score for STS-B) dev baseline: MRPC 81.20, RTE 52.70." in page
+    assert "comparisons on them say little" in page and 'class="dataframe baseline"' in page
     below = markdown.split("## Above the baseline")[1].split("##")[0]
     # kd's MRPC (82.33) and RTE (54.0) are under 2 points above; bilstm's MRPC (83.0) is 1.8
     assert [line.split("|")[1].strip() for line in below.splitlines()

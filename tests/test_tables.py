@@ -106,6 +106,15 @@ def test_ablation_p_is_the_sign_flip_test_against_the_full_model(tmp_path):
     assert pd.isna(table.loc["full", "p_change"])
     assert table.loc["worse", "p_change"] == pytest.approx(2 / 64)  # the exact minimum
     assert table.loc["mixed", "p_change"] > 0.2
+    # as `harness table` prints it: p at three decimals, seeds whole
+    from harness.reporting.tables import markdown
+
+    lines = markdown(table).splitlines()
+    header = [cell.strip() for cell in lines[0].split("|")]
+    worse = [cell.strip() for cell in next(
+        line for line in lines if line.startswith("| worse")).split("|")]
+    assert worse[header.index("p_change")] == "0.031"
+    assert worse[header.index("seeds")] == "3" and worse[header.index("mrpc")] == "77.00"
 
 
 def test_a_row_never_averages_two_configurations(tiny_suite_file, tmp_path):

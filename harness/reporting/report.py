@@ -902,20 +902,12 @@ def _markdown(inputs: ReportInputs, header: dict[str, Any], figure_list: list[tu
     if not partial.empty:
         lines += ["Rows missing a task of the suite (no GLUE average):", "",
                   display_table(partial, tasks).to_markdown(index=False), ""]
-    baselines = task_baselines(inputs.records, tasks)
-    if baselines:
-        lines += [f"## Above the baseline (by {BASELINE_MARGIN:g} points)", "",
-                  "Majority-class (mean score for STS-B) dev baseline: "
-                  + ", ".join(f"{get_task(task).display_name} {baselines[task]:.2f}"
-                              for task in tasks if task in baselines) + ".", ""]
-        below = baseline_check(board, baselines, tasks)
-        if below.empty:
-            lines += [f"Every cell's mean is at least {BASELINE_MARGIN:g} points above its "
-                      "task's baseline.", ""]
-        else:
-            lines += [f"Cells whose mean is less than {BASELINE_MARGIN:g} points above the "
-                      "baseline (comparisons on them say little):", "",
-                      below.round(2).to_markdown(index=False), ""]
+    baseline = baseline_section(inputs)
+    if baseline is not None:
+        lines += [f"## {baseline.title}", "", baseline.line, "",
+                  baseline.verdict, ""]
+        if not baseline.below.empty:
+            lines += [baseline.below.round(2).to_markdown(index=False), ""]
     lines += ["## 95% confidence intervals over seeds", "",
               ci_table(board, tasks).to_markdown(index=False), ""]
     published = display_published(inputs.published, tasks)
@@ -942,6 +934,39 @@ def _markdown(inputs: ReportInputs, header: dict[str, Any], figure_list: list[tu
     return "\n".join(lines)
 
 
+@dataclass
+class BaselineSection:
+    """The report's section on the tasks' majority / mean baselines."""
+
+    line: str
+    """The baselines, one per task."""
+    below: pd.DataFrame
+    """The cells whose mean is less than ``BASELINE_MARGIN`` points above their task's."""
+
+    title = f"Above the baseline (by {BASELINE_MARGIN:g} points)"
+
+    @property
+    def verdict(self) -> str:
+        if self.below.empty:
+            return (f"Every cell's mean is at least {BASELINE_MARGIN:g} points above its "
+                    "task's baseline.")
+        return (f"Cells whose mean is less than {BASELINE_MARGIN:g} points above the baseline "
+                "(comparisons on them say little):")
+
+
+def baseline_section(inputs: ReportInputs) -> BaselineSection | None:
+    """The baselines the records name and the cells too close to them (None: the records
+    name no baseline)."""
+    tasks = inputs.config.tasks
+    baselines = task_baselines(inputs.records, tasks)
+    if not baselines:
+        return None
+    line = ("Majority-class (mean score for STS-B) dev baseline: "
+            + ", ".join(f"{get_task(task).display_name} {baselines[task]:.2f}"
+                        for task in tasks if task in baselines) + ".")
+    return BaselineSection(line, baseline_check(inputs.board, baselines, tasks))
+
+
 def _html(inputs: ReportInputs, header: dict[str, Any], figure_list: list[tuple[str, Path]]
           ) -> str:
     from jinja2 import Environment, PackageLoader, select_autoescape
@@ -960,8 +985,11 @@ def _html(inputs: ReportInputs, header: dict[str, Any], figure_list: list[tuple[
     images = [{"caption": caption,
                "data": base64.b64encode(png.read_bytes()).decode("ascii"),
                "svg": png.with_suffix(".svg").name} for caption, png in figure_list]
+    baseline = baseline_section(inputs)
     return template.render(
         header=header, definitions=DEFINITIONS, claims=inputs.claims,
+        baseline=baseline, below=table(baseline.below.round(2), "baseline")
+        if baseline is not None and not baseline.below.empty else "",
         leaderboard=table(display_table(board[board["complete"]], tasks), "leaderboard"),
         partial=table(display_table(partial, tasks), "partial") if not partial.empty else "",
         intervals=table(ci_table(board, tasks), "intervals"),
