@@ -423,6 +423,10 @@ def test_efficiency_comes_from_a_bench_on_the_runs_device(store, tmp_path):
     gpu["machine"] |= {"device": "cuda", "device_name": "NVIDIA H200"}
     gpu["settings"]["precision"] = "bf16"
     write_json_atomic(store / "bench" / "glue-cpu" / "gpu.json", gpu)
+    wide = bench_record({"teacher": 40.0, "4L-192": 400.0, "BiLSTM-150": 900.0})
+    wide["created_at"] = "2026-11-29T10:00:00+00:00"  # the newest CPU bench, at batch 256:
+    wide["settings"]["throughput_batch"] = 256  # not the leaderboard's batch-32 column
+    write_json_atomic(store / "bench" / "glue-cpu" / "wide.json", wide)
     result = build_report(suite(), store, tmp_path / "cpu", figures=False, log=lambda _: None)
     assert result.board.set_index("label").loc["kd", "speedup"] == pytest.approx(150 / 20)
     assert "a CPU, 1 thread(s), fp32" in (tmp_path / "cpu" / "leaderboard.md").read_text()

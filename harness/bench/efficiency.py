@@ -554,10 +554,11 @@ def _record_path(results: Path, suite: str, machine: dict[str, Any],
     return path
 
 
-def latest_bench(results: Path, suite: str, device: str | None = None
-                 ) -> dict[str, Any] | None:
+def latest_bench(results: Path, suite: str, device: str | None = None,
+                 batches: tuple[int, int] | None = None) -> dict[str, Any] | None:
     """The most recent ``harness bench`` record of ``suite`` (by ``created_at``), or None;
-    with ``device`` (``cpu``, ``cuda``), the most recent one measured on that kind."""
+    with ``device`` (``cpu``, ``cuda``), the most recent one measured on that kind; with
+    ``batches``, the most recent one timed at that (latency, throughput) batch size."""
     newest: tuple[dt.datetime, dict[str, Any]] | None = None
     for path in sorted((Path(results) / "bench" / suite).glob("*.json")):
         if path.name.startswith("."):
@@ -566,6 +567,10 @@ def latest_bench(results: Path, suite: str, device: str | None = None
         if record.get("kind") != "bench":
             continue
         if device is not None and record["machine"].get("device") != device:
+            continue
+        settings = record["settings"]
+        if batches is not None and \
+                (settings["latency_batch"], settings["throughput_batch"]) != batches:
             continue
         created = dt.datetime.fromisoformat(record["created_at"])
         if newest is None or created > newest[0]:

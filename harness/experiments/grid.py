@@ -335,7 +335,8 @@ class Grid:
                                if count))
         lines.append(f"estimated cost of the cells to run: {_duration(sum(known))} of one "
                      f"worker" + (f" ({len(todo) - len(known)} cells without an estimate: "
-                                  "no earlier record of their task and student)"
+                                  "no earlier record of their task and student trained "
+                                  "by the same budget rules)"
                                   if len(known) < len(todo) else ""))
         if self.trials:
             studies = {self.tuner(item.cell).name for item in planned}

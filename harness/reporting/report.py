@@ -337,12 +337,16 @@ def teacher_lines(groups: dict[str, list[TeacherGroup]]) -> list[str]:
             for task, found in groups.items() if len(found) > 1]
 
 
+LEADERBOARD_BATCHES = (1, 32)
+"""The batch sizes of the leaderboard's latency and throughput columns."""
+
+
 def suite_bench(results: Path, config: SuiteConfig, records: dict[str, RunRecord]
                 ) -> dict[str, Any] | None:
-    """The bench record that prices the leaderboard: the suite's newest measured on the
-    kind of device most runs trained on (``cpu``, ``cuda``), so a GPU bench beside a
-    CPU-trained suite does not price it; else its newest on any device (the header names
-    the device)."""
+    """The bench record that prices the leaderboard: the suite's newest timed at
+    :data:`LEADERBOARD_BATCHES` on the kind of device most runs trained on (``cpu``,
+    ``cuda``), so a GPU bench beside a CPU-trained suite does not price it; else its newest
+    on any device (the header names the device)."""
     from harness.bench.efficiency import latest_bench
 
     kinds = Counter(str(record.machine.get("device", "cpu")).split(":")[0]
@@ -350,7 +354,7 @@ def suite_bench(results: Path, config: SuiteConfig, records: dict[str, RunRecord
     device = kinds.most_common(1)[0][0] if kinds else None
     for kind in dict.fromkeys([device, None]):
         for suite in dict.fromkeys((config.name, config.record_suite)):
-            bench = latest_bench(results, suite, kind)
+            bench = latest_bench(results, suite, kind, LEADERBOARD_BATCHES)
             if bench is not None:
                 return bench
     return None
@@ -457,8 +461,9 @@ def display_table(board: pd.DataFrame, tasks: list[str], plus_minus: str = " ± 
         "params w/o emb.": board["params_non_embedding"].map(_count),
         "train ex.": board["train_examples"].map(_count),
         "GFLOPs/ex.": board["gflops"].map(lambda v: _number(v, 3)),
-        "latency ms (b1)": board["latency_ms"].map(lambda v: _number(v, 1)),
-        "ex./s (b32)": board["throughput"].map(lambda v: _number(v, 0)),
+        f"latency ms (b{LEADERBOARD_BATCHES[0]})": board["latency_ms"].map(
+            lambda v: _number(v, 1)),
+        f"ex./s (b{LEADERBOARD_BATCHES[1]})": board["throughput"].map(lambda v: _number(v, 0)),
         "speedup": board["speedup"].map(lambda v: "" if pd.isna(v) else f"{v:.1f}x"),
     })
     return table
