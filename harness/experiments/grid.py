@@ -25,7 +25,13 @@ from typing import Any
 
 from harness.api.registry import registry
 from harness.common.cache import content_hash
-from harness.config.schema import ConfigError, GridConfig, SuiteConfig, student_kind
+from harness.config.schema import (
+    LATER_TRAIN_FIELDS,
+    ConfigError,
+    GridConfig,
+    SuiteConfig,
+    student_kind,
+)
 from harness.experiments.planner import Variation
 from harness.experiments.record import RunRecord
 from harness.experiments.runner import RunOutcome, SuiteRunner
@@ -123,11 +129,9 @@ class CostModel:
             if not record.finished or not examples or record.train_seconds is None \
                     or record.wall_seconds is None:
                 continue
-            stages = record.config.get("stages", {})
             rows.append({"method": record.method, "plugin": record.plugin,
                          "task": record.task, "student": record.student_shape,
-                         "rules": budget_rules([stages.get(stage.name, {})
-                                                for stage in record.stages]),
+                         "rules": budget_rules(task_stage_configs(record)),
                          "per_example": record.train_seconds / examples,
                          "overhead": record.wall_seconds - record.train_seconds})
         return cls(rows)
@@ -145,18 +149,26 @@ class CostModel:
         return None
 
 
+def task_stage_configs(record: RunRecord) -> list[dict[str, Any]]:
+    """The training configurations (:meth:`TrainConfig.identity`) of a record's task
+    stages, in order."""
+    stages = record.config.get("stages", {})
+    return [stages.get(stage.name, {}) for stage in record.stages]
+
+
 def budget_rules(stage_configs: list[dict[str, Any]]) -> tuple[tuple[Any, ...], ...]:
-    """Per task stage, what sets its training besides its epochs: a step cap, and whether an
-    epoch of augmented data is the task's size or the augmented set's (``epoch_size``, the
-    recipe's own on stages without augmented data, alike in its runs and its cells)."""
-    return tuple((config.get("max_steps"), config.get("epoch_size") or "data")
+    """Per task stage (its :meth:`TrainConfig.identity`), what sets its training besides its
+    epochs: a step cap, and whether an epoch of augmented data is the task's size or the
+    augmented set's (``epoch_size``, the recipe's own on stages without augmented data,
+    alike in its runs and its cells)."""
+    return tuple((config.get("max_steps"),
+                  config.get("epoch_size", LATER_TRAIN_FIELDS["epoch_size"]))
                  for config in stage_configs)
 
 
 def budget_examples(record: RunRecord) -> float | None:
     """A record's task-stage epochs times its training rows (the grid's budget unit)."""
-    stages = record.config.get("stages", {})
-    epochs = [stages.get(stage.name, {}).get("epochs") for stage in record.stages]
+    epochs = [config.get("epochs") for config in task_stage_configs(record)]
     if not epochs or None in epochs or not record.data.train_examples:
         return None
     return sum(epochs) * record.data.train_examples
@@ -252,7 +264,7 @@ class Grid:
             examples = int(task_epochs * train_rows)
             estimate = costs.estimate(cell.method, self.suite.plugin(cell.method), cell.task,
                                       spec["student"]["name"], examples, budget_rules(
-                                          [configs[stage.name].model_dump()
+                                          [configs[stage.name].identity()
                                            for stage in task_stages]))
             # the ids the same configuration has where ``auto`` resolves otherwise
             others = self.runner.equivalent_run_ids(cell.method, cell.task, cell.seed,
