@@ -33,19 +33,26 @@ from methods.bilstm_soft import (
     TagVocabulary,
     augment_examples,
     augment_words,
+    render,
 )
-from methods.bilstm_soft.pos import tag_texts, tag_texts_cached
+from methods.bilstm_soft.pos import TaggedWord, tag_texts, tag_texts_cached
 from methods.bilstm_soft.words import MASK, SPECIALS, WordVocabulary, embedding_matrix, tokenize
 from tests.conftest import tiny_suite_dict
 
+
 # A small tagged corpus: several words per tag, with known frequencies.
+def tagged_words(*pairs: tuple[str, str]) -> list[TaggedWord]:
+    """Words as written, lower-case, each followed by a space."""
+    return [TaggedWord(word, tag, word) for word, tag in pairs]
+
+
 CORPUS = [
-    [("the", "DT"), ("cat", "NN"), ("runs", "VBZ"), ("quickly", "RB")],
-    [("a", "DT"), ("dog", "NN"), ("sings", "VBZ"), ("slowly", "RB")],
-    [("the", "DT"), ("man", "NN"), ("walks", "VBZ"), ("very", "RB"), ("happily", "RB")],
-    [("the", "DT"), ("cat", "NN"), ("plays", "VBZ")],
+    tagged_words(("the", "DT"), ("cat", "NN"), ("runs", "VBZ"), ("quickly", "RB")),
+    tagged_words(("a", "DT"), ("dog", "NN"), ("sings", "VBZ"), ("slowly", "RB")),
+    tagged_words(("the", "DT"), ("man", "NN"), ("walks", "VBZ"), ("very", "RB"), ("happily", "RB")),
+    tagged_words(("the", "DT"), ("cat", "NN"), ("plays", "VBZ")),
 ]
-LONG = [(word, tag) for sentence in CORPUS for word, tag in sentence] * 3  # 48 words
+LONG = [token for sentence in CORPUS for token in sentence] * 3  # 48 words
 
 
 def tags() -> TagVocabulary:
@@ -57,10 +64,10 @@ def test_mask_and_pos_rates_are_respected_and_exclusive_per_word():
     rng = np.random.default_rng(0)
     counts: Counter[int] = Counter()
     for _ in range(2000):
-        words, operations, ngram = augment_words(LONG, rng, rates, tags())
+        words, operations, ngram, _ = augment_words(LONG, rng, rates, tags())
         assert ngram is None and len(words) == len(LONG) == len(operations)
         counts.update(operations)
-        for (word, _), new, operation in zip(LONG, words, operations, strict=True):
+        for (word, *_), new, operation in zip(LONG, words, operations, strict=True):
             # each word gets exactly one operation, and it shows in the output
             assert (new == MASK) == (operation == MASKED)
             if operation == KEEP:
@@ -78,9 +85,9 @@ def test_pos_replacements_keep_the_tag_and_follow_the_tag_unigram_distribution()
     nouns: Counter[str] = Counter()
     by_tag = {tag: set(words) for tag, words in vocabulary.words.items()}
     for _ in range(3000):
-        words, operations, _ = augment_words(CORPUS[0], rng, rates, vocabulary)
+        words, operations, _, _ = augment_words(CORPUS[0], rng, rates, vocabulary)
         assert operations == [POS_SWAP] * 4
-        for (old, tag), new in zip(CORPUS[0], words, strict=True):
+        for (old, tag, *_), new in zip(CORPUS[0], words, strict=True):
             assert new in by_tag[tag] and new != old
         nouns[words[1]] += 1
     # "cat" (the original) is avoided; "dog" and "man" appear once each in the corpus, so
@@ -94,7 +101,7 @@ def test_pos_replacements_keep_the_tag_and_follow_the_tag_unigram_distribution()
 
 
 def test_a_tag_with_one_word_keeps_it():
-    vocabulary = TagVocabulary([[("alone", "UH")]])
+    vocabulary = TagVocabulary([tagged_words(("alone", "UH"))])
     assert vocabulary.sample("UH", np.random.default_rng(0), avoid="alone") == "alone"
     assert vocabulary.sample("XX", np.random.default_rng(0), avoid="unseen") == "unseen"
 
@@ -103,10 +110,10 @@ def test_ngram_sampling_rate_and_lengths():
     rates = AugmentationRates(p_mask=0.0, p_pos=0.0, p_ng=0.25, max_ngram=5)
     rng = np.random.default_rng(3)
     lengths: Counter[int] = Counter()
-    original = [word for word, _ in LONG]
+    original = [token.word for token in LONG]
     draws = 4000
     for _ in range(draws):
-        words, _, ngram = augment_words(LONG, rng, rates, tags())
+        words, _, ngram, _ = augment_words(LONG, rng, rates, tags())
         if ngram is None:
             assert words == original
             continue
@@ -119,9 +126,9 @@ def test_ngram_sampling_rate_and_lengths():
     assert set(lengths) == {1, 2, 3, 4, 5}  # n uniform in 1..5
     assert all(abs(count / sampled - 0.2) < 0.05 for count in lengths.values())
     # a sentence shorter than n gives the whole sentence
-    short = [("hi", "UH"), ("there", "RB")]
+    short = tagged_words(("hi", "UH"), ("there", "RB"))
     for _ in range(50):
-        words, _, ngram = augment_words(short, rng, AugmentationRates(0, 0, 1.0, 5), tags())
+        words, _, ngram, _ = augment_words(short, rng, AugmentationRates(0, 0, 1.0, 5), tags())
         assert ngram is not None and 1 <= len(words) <= 2
 
 
@@ -139,14 +146,14 @@ def test_augmentation_is_deterministic_per_seed_and_dedupes():
     for row, (text,) in first:
         copies = [texts for other, texts in first if other == row]
         assert len(copies) == len(set(copies)) <= 6
-        assert text != " ".join(word for word, _ in CORPUS[row])
+        assert text != " ".join(token.word for token in CORPUS[row])
     kept = augment_examples(examples, tags(), params.model_copy(update={"dedupe": False}), 7)
     assert len(kept) == 6 * len(CORPUS) >= len(first)
 
 
 def test_pairs_augment_the_chosen_sides():
     pair = [[CORPUS[0], CORPUS[2]]]
-    originals = tuple(" ".join(word for word, _ in sentence) for sentence in pair[0])
+    originals = tuple(" ".join(token.word for token in sentence) for sentence in pair[0])
     heavy = {"p_mask": 0.5, "p_pos": 0.5, "p_ng": 0.0, "n_iter": 30, "dedupe": False}
     for sides, changed in (("first", {0}), ("second", {1}), ("both", {0, 1})):
         copies = augment_examples(pair, tags(), AugmentationParams(**heavy, pair_sides=sides),
@@ -172,13 +179,54 @@ def test_spacy_pos_tags_are_cached_and_match_the_tokenizer(tmp_path):
     texts = ["The cat doesn't sing.", "Dogs run quickly", "The cat doesn't sing."]
     tagged = tag_texts(texts, progress=False)
     assert tagged[0] == tagged[2]
-    assert [word for word, _ in tagged[0]] == tokenize([texts[0]])[0]
-    assert dict(tagged[1])["dogs"] == "NNS" and dict(tagged[0])["cat"] == "NN"
+    assert [token.word for token in tagged[0]] == tokenize([texts[0]])[0]
+    assert {token.word: token.tag for token in tagged[1]}["dogs"] == "NNS"
+    assert {token.word: token.tag for token in tagged[0]}["cat"] == "NN"
     cache = ArtifactCache(tmp_path)
     logs: list[str] = []
     assert tag_texts_cached(texts, cache, log=logs.append, progress=False) == tagged
     assert tag_texts_cached(texts, cache, log=logs.append, progress=False) == tagged
     assert sum("tagging" in line for line in logs) == 1  # the second call read the cache
+
+
+def test_tagged_words_keep_the_source_text_and_its_spacing():
+    texts = ["The cat doesn't sing (loudly).", "one\ntwo  three"]
+    first, second = tag_texts(texts, progress=False)
+    assert [token.text for token in first] == ["The", "cat", "does", "n't", "sing", "(",
+                                               "loudly", ")", "."]
+    assert [token.word for token in first][:3] == ["the", "cat", "does"]
+    assert [token.space for token in first] == [" ", " ", "", " ", " ", "", "", "", ""]
+    # a newline or a second space (spaCy's whitespace tokens) separates words as a space
+    assert [(token.text, token.space) for token in second] == [("one", " "), ("two", " "),
+                                                               ("three", "")]
+
+
+def test_copies_are_written_as_the_source_wrote_them():
+    """The teacher labels the copies: a kept stretch reads as in the source ("doesn't",
+    not spaCy's "does n't"), and a changed word does not fuse with its neighbours."""
+    sentence = tag_texts(["The cat doesn't sing (loudly)."], progress=False)[0]
+    spaces = [token.space for token in sentence]
+    texts = [token.text for token in sentence]
+    assert render(texts, spaces, [False] * len(texts)) == "The cat doesn't sing (loudly)."
+    changed = [False, False, True, False, False, False, True, False, False]
+    masked = [MASK if flag else text for text, flag in zip(texts, changed, strict=True)]
+    assert render(masked, spaces, changed) == "The cat [MASK] n't sing ( [MASK] )."
+    vocabulary = TagVocabulary([sentence])
+    pair = [[sentence, sentence]]
+    copies = augment_examples(pair, vocabulary, AugmentationParams(
+        p_mask=0.3, p_pos=0.0, p_ng=0.0, n_iter=40, pair_sides="random"), seed=0)
+    assert copies
+    untouched = 0
+    for _, pair_texts in copies:
+        for text in pair_texts:
+            assert "does n't" not in text
+            untouched += text == "The cat doesn't sing (loudly)."
+            # the student reads the source's words, a masked one replaced
+            words = tokenize([text])[0]
+            assert len(words) == len(sentence)
+            assert all(word in (MASK, token.word)
+                       for word, token in zip(words, sentence, strict=True))
+    assert untouched  # a side left alone reads as the source
 
 
 def test_word_vocabulary_and_tokenizer():
@@ -410,6 +458,29 @@ def test_a_run_does_not_depend_on_whether_the_augmented_set_was_cached(tiny_suit
     second = json.loads(fresh.run_one("bilstm-soft", "rte", seed=1).path.read_text())
     assert second["stages"][0]["history"] == first["stages"][0]["history"]
     assert second["dev"] == first["dev"]
+
+
+def test_run_ids_follow_the_augmentation_version_and_tagger(tiny_suite_file, tmp_path,
+                                                            monkeypatch):
+    """A record of copies written otherwise (another augmentation version or tagger) is not
+    taken for a run of these; runs without copies keep their ids."""
+    import methods.bilstm_soft as plugin
+    import methods.bilstm_soft.pos as pos
+
+    def run_ids() -> tuple[str, str]:
+        suite = load_suite(str(tiny_suite_file), overrides=[
+            "methods.bilstm-plain.base=bilstm-soft",
+            "methods.bilstm-plain.params.augment=false"])
+        runner = SuiteRunner(suite, tmp_path / "r", tmp_path / "c", log=lambda _: None)
+        return runner.run_id("bilstm-soft", "rte", 1), runner.run_id("bilstm-plain", "rte", 1)
+
+    augmented, plain = run_ids()
+    monkeypatch.setattr(plugin, "AUGMENTATION_VERSION", plugin.AUGMENTATION_VERSION + 1)
+    newer, same_plain = run_ids()
+    assert newer != augmented and same_plain == plain
+    monkeypatch.setattr(pos.importlib.metadata, "version", lambda package: "0.0-other")
+    other_tagger, same_plain = run_ids()
+    assert other_tagger not in (augmented, newer) and same_plain == plain
 
 
 def test_missing_spacy_pipeline_is_named_before_anything_runs(tmp_path):

@@ -364,6 +364,15 @@ class Method:
         distillation keeps the full objective while task-stage ablations switch terms off)."""
         return self.weights
 
+    def run_key(self) -> dict[str, Any]:
+        """What a run's result depends on besides its parameters, loss weights, stages,
+        student, teacher and data: the version of code of the plugin's own that changes what
+        one configuration computes (an augmenter that now writes other copies).  A
+        non-empty key joins the run id, so the store does not take a record of the older
+        code for a run of the newer.  Empty, the default and every plugin's first version,
+        it leaves run ids as they are."""
+        return {}
+
     def general_key(self) -> dict[str, Any]:
         """What the result of the ``corpus`` stages depends on, besides the student shape,
         teacher, corpus and stage budgets: it keys their cache, so leave out whatever only

