@@ -524,6 +524,25 @@ def test_hub_source_matches_fetched_local(tmp_path: Path, monkeypatch: pytest.Mo
     assert sub.fingerprint != load_task("mrpc", source="hub").fingerprint
 
 
+def test_a_hub_dataset_that_cannot_be_reached_says_what_to_do(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Offline (the tests run with HF_HUB_OFFLINE=1) and not cached: the hub's GLUE and a
+    hub corpus name the local alternative instead of ending in datasets' ConnectionError."""
+    from harness.config.schema import CorpusConfig, HubTextDataset
+    from harness.data.corpus import build_corpus
+
+    monkeypatch.setattr(data_module, "HUB_DATASET", "distill-bench-tests/no-such-glue")
+    with pytest.raises(DataNotFoundError) as info:
+        load_task("rte", source="hub")
+    message = str(info.value)
+    assert "distill-bench-tests/no-such-glue/rte cannot be loaded" in message
+    assert "HF_HUB_OFFLINE is set" in message and "--data-dir DIR" in message
+    corpus = CorpusConfig(task_sentences=False, hub_dataset=HubTextDataset(
+        path="distill-bench-tests/no-such-corpus", name="raw"))
+    with pytest.raises(DataNotFoundError, match=r"no-such-corpus/raw .*corpus\.text_files"):
+        build_corpus(corpus, [])
+
+
 def test_unknown_source() -> None:
     with pytest.raises(ValueError, match="source"):
         load_task("rte", source="ftp")

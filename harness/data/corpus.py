@@ -18,7 +18,7 @@ import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from harness.data.features import EncodedSplit
-from harness.data.loading import DataFormatError, DataNotFoundError, TaskData
+from harness.data.loading import DataFormatError, DataNotFoundError, TaskData, load_hub_dataset
 
 if TYPE_CHECKING:  # the recipe layer sits above the data it describes
     from harness.config.schema import CorpusConfig
@@ -125,11 +125,12 @@ def _text_file_lines(path: Path) -> Iterable[str]:
 
 
 def _hub_lines(config: CorpusConfig) -> Iterable[str]:
-    import datasets
-
     spec = config.hub_dataset
     assert spec is not None
-    dataset = datasets.load_dataset(spec.path, spec.name, split=spec.split)
+    dataset = load_hub_dataset(
+        spec.path, spec.name, split=spec.split,
+        local_hint=(", or read local text files instead: --set corpus.hub_dataset=null "
+                    "--set 'corpus.text_files=[FILE]'"))
     if spec.column not in dataset.column_names:
         raise ValueError(f"corpus.hub_dataset: {spec.path} has no column {spec.column!r}; "
                          f"it has {dataset.column_names}")

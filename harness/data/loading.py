@@ -31,6 +31,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import datasets
 import numpy as np
@@ -738,8 +739,29 @@ def _convert_hub_split(spec: TaskSpec, ds: datasets.Dataset, is_test: bool) -> d
     return _build_dataset(spec, texts, labels)
 
 
+def load_hub_dataset(path: str, name: str | None, split: str | None = None,
+                     local_hint: str = "") -> Any:
+    """``datasets.load_dataset``, with a hub that cannot be reached (offline, or a dataset
+    not in the local cache) turned into a :class:`DataNotFoundError` that says what to do."""
+    try:
+        return datasets.load_dataset(path, name, **({"split": split} if split else {}))
+    except (ConnectionError, FileNotFoundError) as error:  # DatasetNotFoundError is one
+        detail = (str(error).strip().splitlines() or [""])[0]
+        offline = any(os.environ.get(variable, "").strip().lower() in {"1", "true", "yes"}
+                      for variable in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+        where = f"{path}/{name}" if name else path
+        raise DataNotFoundError(
+            f"hub dataset {where} cannot be loaded{' (HF_HUB_OFFLINE is set)' if offline else ''}"
+            f" and is not in the local datasets cache ({type(error).__name__}: {detail}): run "
+            f"once where the hub is reachable (it is then cached){local_hint}") from error
+
+
 def _load_hub(spec: TaskSpec) -> tuple[dict[str, datasets.Dataset], bytes]:
-    loaded = datasets.load_dataset(HUB_DATASET, spec.hub_config)
+    loaded = load_hub_dataset(
+        HUB_DATASET, spec.hub_config,
+        local_hint=(", or read a local GLUE folder with --data-dir DIR (it sets "
+                    "data.source=local; `harness data fetch --out DIR` on a machine online "
+                    "writes one)"))
     splits: dict[str, datasets.Dataset] = {}
     fingerprints: dict[str, str] = {}
     for split, hub_split in spec.hub_splits:
