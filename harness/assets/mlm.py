@@ -267,7 +267,7 @@ def load_masked_lm(checkpoint: Checkpoint, corpus: Sequence[str], cache: Artifac
     with _quiet_transformers(), reading(checkpoint):
         try:
             model, info = AutoModelForMaskedLM.from_pretrained(
-                checkpoint.location, output_loading_info=True)
+                checkpoint.location, output_loading_info=True, **checkpoint.load_kwargs)
         except ValueError:  # a model type without a masked-LM class
             model, info = None, None
     head: nn.Module | None = None
@@ -279,7 +279,8 @@ def load_masked_lm(checkpoint: Checkpoint, corpus: Sequence[str], cache: Artifac
             head = _checkpoint_head(model)
     else:
         with _quiet_transformers(), reading(checkpoint):
-            encoder = AutoModel.from_pretrained(checkpoint.location)
+            encoder = AutoModel.from_pretrained(checkpoint.location,
+                                                **checkpoint.load_kwargs)
     encoder.requires_grad_(False)
     encoder.eval().to(device)
 

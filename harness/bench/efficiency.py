@@ -216,7 +216,7 @@ def load_teacher(spec: str, random_weights: bool, teacher: TeacherConfig | None 
     config.num_labels = 2
     config.problem_type = "single_label_classification"
     config = with_pooling(config, teacher_pooling(checkpoint, teacher) if teacher is not None
-                          else resolve_pooling("auto", checkpoint.location))
+                          else resolve_pooling("auto", checkpoint.location, checkpoint.revision))
     if random_weights:
         model = new_sequence_classifier(config)
     else:
@@ -225,7 +225,8 @@ def load_teacher(spec: str, random_weights: bool, teacher: TeacherConfig | None 
                              "no weights: pass --random-weights to time it with random "
                              "weights")
         with reading(checkpoint):
-            model = load_sequence_classifier(checkpoint.location, config=config)
+            model = load_sequence_classifier(checkpoint.location, config=config,
+                                             **checkpoint.load_kwargs)
     info = {"checkpoint": spec, "shape": _shape_label(config),
             "architecture": _bert_architecture(config), "weights":
             "random" if random_weights else "checkpoint"}

@@ -214,7 +214,7 @@ def build_setup(settings: TrainBenchSettings, overrides: list[str] | None = None
         split = fixed_length_split(split, settings.seq)
     set_seed(settings.seed)
     teacher = AutoModelForSequenceClassification.from_pretrained(
-        checkpoint.location, config=classifier_config(base, task))
+        checkpoint.location, config=classifier_config(base, task), **checkpoint.load_kwargs)
     shape_name = recipe.student or suite.default_student
     shape = typed_student_shape(shape_name, suite.students[shape_name])
     if isinstance(shape, StudentConfig):

@@ -118,7 +118,7 @@ def teacher_pooling(checkpoint: Checkpoint, teacher: TeacherConfig) -> str:
     the checkpoint's own for one already fine-tuned (``finetune: false``), whose head is
     used as it is."""
     if teacher.finetune:
-        return resolve_pooling(teacher.pooling, checkpoint.location)
+        return resolve_pooling(teacher.pooling, checkpoint.location, checkpoint.revision)
     own = config_pooling(load_base_config(checkpoint))
     if teacher.pooling not in ("auto", own):
         raise TeacherError(f"teacher.pooling is {teacher.pooling}, but {checkpoint.spec} is "
@@ -228,10 +228,11 @@ def _build_teacher(key, task, splits, data_fingerprint, checkpoint, teacher, tra
         config = with_pooling(classifier_config(base_config, task),
                               teacher_pooling(checkpoint, teacher))
         with reading(checkpoint):
-            model = load_sequence_classifier(checkpoint.location, config=config)
+            model = load_sequence_classifier(checkpoint.location, config=config,
+                                             **checkpoint.load_kwargs)
     else:
         with reading(checkpoint):
-            model = load_sequence_classifier(checkpoint.location)
+            model = load_sequence_classifier(checkpoint.location, **checkpoint.load_kwargs)
         check_label_order(task, model.config, f"teacher {checkpoint.spec}")
     stage_summary = None
     if teacher.finetune:
