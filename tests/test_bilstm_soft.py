@@ -202,31 +202,65 @@ def test_tagged_words_keep_the_source_text_and_its_spacing():
 
 
 def test_copies_are_written_as_the_source_wrote_them():
-    """The teacher labels the copies: a kept stretch reads as in the source ("doesn't",
-    not spaCy's "does n't"), and a changed word does not fuse with its neighbours."""
-    sentence = tag_texts(["The cat doesn't sing (loudly)."], progress=False)[0]
-    spaces = [token.space for token in sentence]
-    texts = [token.text for token in sentence]
-    assert render(texts, spaces, [False] * len(texts)) == "The cat doesn't sing (loudly)."
-    changed = [False, False, True, False, False, False, True, False, False]
-    masked = [MASK if flag else text for text, flag in zip(texts, changed, strict=True)]
-    assert render(masked, spaces, changed) == "The cat [MASK] n't sing ( [MASK] )."
+    """The teacher labels the copies and the student reads them: a stretch the copy keeps
+    whole reads as in the source ("doesn't", not spaCy's "does n't"); one with a changed word
+    or cut by the n-gram is written word by word, so no fragment fuses into a new word."""
+    text = "The cat doesn't sing (loudly) at a well-known Port-au-Prince club."
+    sentence = tag_texts([text], progress=False)[0]
+    assert render([token.text for token in sentence],
+                  [token.space for token in sentence]) == text
     vocabulary = TagVocabulary([sentence])
-    pair = [[sentence, sentence]]
-    copies = augment_examples(pair, vocabulary, AugmentationParams(
-        p_mask=0.3, p_pos=0.0, p_ng=0.0, n_iter=40, pair_sides="random"), seed=0)
-    assert copies
-    untouched = 0
-    for _, pair_texts in copies:
-        for text in pair_texts:
-            assert "does n't" not in text
-            untouched += text == "The cat doesn't sing (loudly)."
-            # the student reads the source's words, a masked one replaced
-            words = tokenize([text])[0]
-            assert len(words) == len(sentence)
-            assert all(word in (MASK, token.word)
-                       for word, token in zip(words, sentence, strict=True))
-    assert untouched  # a side left alone reads as the source
+    words = [token.word for token in sentence]
+    known, au = words.index("known"), words.index("au")
+    rng = np.random.default_rng(4)
+    seen = Counter()
+    for _ in range(600):
+        copy = augment_words(sentence, rng, AugmentationRates(0.3, 0.0, 0.3, 5), vocabulary)
+        student = tokenize([copy.text])[0]
+        # the student reads the source's words (a masked one replaced), whole or cut
+        source = [MASK if operation == MASKED else word
+                  for operation, word in zip(copy.operations, words, strict=True)]
+        assert any(source[start:start + len(student)] == student
+                   for start in range(len(source) - len(student) + 1)), copy.text
+        assert "does n't" not in copy.text
+        if copy.ngram is None:
+            if copy.operations[known - 2:known + 1] == [KEEP, KEEP, MASKED]:
+                assert "well - [MASK]" in copy.text
+                seen["broken"] += 1
+            if all(operation == KEEP for operation in copy.operations[au - 2:au + 3]):
+                assert "Port-au-Prince" in copy.text
+                seen["whole"] += 1
+    assert seen["broken"] and seen["whole"]
+
+
+def test_a_replacement_is_written_in_its_most_frequent_form():
+    sentences = tag_texts(["The U.S. team won.", "The U.S. team lost.", "the u.s. fans sang."],
+                          progress=False)
+    vocabulary = TagVocabulary(sentences)
+    tag = next(token.tag for token in sentences[0] if token.word == "u.s.")
+    assert vocabulary.written[tag, "u.s."] == "U.S."
+    swap = AugmentationRates(0.0, 1.0, 0.0, 5)
+    rng = np.random.default_rng(0)
+    texts = {augment_words(sentence, rng, swap, vocabulary).text
+             for sentence in sentences for _ in range(50)}
+    assert not any("u.s." in copy for copy in texts)
+
+
+def test_pairs_and_cut_chunks_render_without_fragments():
+    """Every copy, cut or not, splits for the student into the source's own words (a
+    masked or replaced one aside): no "well-", "-au-" or "[MASK]n't" word appears."""
+    texts = ["It is a well-known fact that he doesn't fly to Port-au-Prince (today).",
+             "She can't say it's U.S.-made, can she?"]
+    tagged = tag_texts(texts, progress=False)
+    vocabulary = TagVocabulary(tagged)
+    source_words = {word for words in tokenize(texts) for word in words}
+    rng = np.random.default_rng(1)
+    for sentence in tagged:
+        for _ in range(500):
+            copy = augment_words(sentence, rng, AugmentationRates(0.2, 0.2, 0.5, 5),
+                                 vocabulary)
+            for word in tokenize([copy.text])[0]:
+                assert word == MASK or word in source_words, (word, copy.text)
 
 
 def test_word_vocabulary_and_tokenizer():
@@ -478,6 +512,11 @@ def test_run_ids_follow_the_augmentation_version_and_tagger(tiny_suite_file, tmp
     monkeypatch.setattr(plugin, "AUGMENTATION_VERSION", plugin.AUGMENTATION_VERSION + 1)
     newer, same_plain = run_ids()
     assert newer != augmented and same_plain == plain
+    real_version = pos.importlib.metadata.version
+    # a spaCy patch release changes neither tags nor tokens: the ids stay
+    monkeypatch.setattr(pos.importlib.metadata, "version", lambda package: (
+        real_version(package) + "99" if package == "spacy" else real_version(package)))
+    assert run_ids() == (newer, plain)
     monkeypatch.setattr(pos.importlib.metadata, "version", lambda package: "0.0-other")
     other_tagger, same_plain = run_ids()
     assert other_tagger not in (augmented, newer) and same_plain == plain

@@ -532,6 +532,8 @@ def test_a_hub_dataset_that_cannot_be_reached_says_what_to_do(
     from harness.data.corpus import build_corpus
 
     monkeypatch.setattr(data_module, "HUB_DATASET", "distill-bench-tests/no-such-glue")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)  # the message names what is set
     with pytest.raises(DataNotFoundError) as info:
         load_task("rte", source="hub")
     message = str(info.value)

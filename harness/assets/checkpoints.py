@@ -166,9 +166,16 @@ def _cached_hub_config(hub_id: str) -> Path | None:
     return Path(found) if isinstance(found, str) else None
 
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                   "added_tokens.json", "vocab.txt", "vocab.json", "merges.txt",
-                   "spiece.model", "sentencepiece.bpe.model", "tokenizer.model")
+TOKENIZER_FILES = (
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+    "chat_template.jinja",
+    # every tokenizer class's vocab_files_names in transformers 5
+    "vocab.txt", "vocab.json", "merges.txt", "spiece.model", "spm.model",
+    "sentencepiece.model", "sentencepiece.bpe.model", "tokenizer.model", "bpe.codes",
+    "byte_maps.json", "emoji.json", "entity_vocab.json", "normalizer.json",
+    "prophetnet.tokenizer", "vocab-src.json", "vocab-tgt.json", "word_pronunciation.json",
+    "word_shape.json",
+)
 """The files Transformers' tokenizers read from a checkpoint folder."""
 
 

@@ -747,13 +747,20 @@ def load_hub_dataset(path: str, name: str | None, split: str | None = None,
         return datasets.load_dataset(path, name, **({"split": split} if split else {}))
     except (ConnectionError, FileNotFoundError) as error:  # DatasetNotFoundError is one
         detail = (str(error).strip().splitlines() or [""])[0]
-        offline = any(os.environ.get(variable, "").strip().lower() in {"1", "true", "yes"}
-                      for variable in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+        offline = [variable for variable in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+                   if os.environ.get(variable, "").strip().lower() in {"1", "true", "yes"}]
         where = f"{path}/{name}" if name else path
+        if offline or isinstance(error, ConnectionError):
+            why = (f" ({' and '.join(offline)} {'is' if len(offline) == 1 else 'are'} set)"
+                   if offline else "")
+            raise DataNotFoundError(
+                f"hub dataset {where} cannot be loaded{why} and is not in the local datasets "
+                f"cache ({type(error).__name__}: {detail}): run once where the hub is "
+                f"reachable (it is then cached){local_hint}") from error
         raise DataNotFoundError(
-            f"hub dataset {where} cannot be loaded{' (HF_HUB_OFFLINE is set)' if offline else ''}"
-            f" and is not in the local datasets cache ({type(error).__name__}: {detail}): run "
-            f"once where the hub is reachable (it is then cached){local_hint}") from error
+            f"hub dataset {where} cannot be loaded ({type(error).__name__}: {detail}): check "
+            f"its name and configuration, and your access to it (hf auth login){local_hint}"
+        ) from error
 
 
 def _load_hub(spec: TaskSpec) -> tuple[dict[str, datasets.Dataset], bytes]:

@@ -58,6 +58,7 @@ from methods.bilstm_soft.pos import (
     TaggedText,
     model_identity,
     pos_model_problem,
+    run_identity,
     tag_texts_cached,
 )
 from methods.bilstm_soft.words import MASK, WordVocabulary, embedding_matrix, tokenize
@@ -174,7 +175,9 @@ KEEP, MASKED, POS_SWAP = 0, 1, 2
 AUGMENTATION_VERSION = 2
 """Bumped when the same parameters make other copies: it keys the cached copies and joins
 the run ids of the runs that train on them (:meth:`BiLSTMSoft.run_key`).  2: copies keep
-the source's spacing and case ("won't"); 1 joined spaCy's tokens with spaces ("wo n't")."""
+the source's spacing and case ("won't") where they keep its words, and a replacement is
+written in its most frequent form; 1 joined lower-cased spaCy tokens with spaces ("wo
+n't")."""
 
 
 class TagVocabulary:
@@ -183,9 +186,15 @@ class TagVocabulary:
 
     def __init__(self, tagged: Sequence[TaggedText]) -> None:
         counts: dict[str, Counter[str]] = defaultdict(Counter)
+        forms: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
         for words in tagged:
             for token in words:
                 counts[token.tag][token.word] += 1
+                forms[token.tag, token.word][token.text] += 1
+        self.written = {key: max(sorted(counter), key=counter.__getitem__)
+                        for key, counter in forms.items()}
+        """Each (tag, word)'s most frequent written form ("U.S.", which spaCy keeps whole,
+        where "u.s." splits): what a replacement writes into a copy."""
         self.words: dict[str, list[str]] = {}
         self.cumulative: dict[str, np.ndarray] = {}
         self.position: dict[str, dict[str, int]] = {}
@@ -237,23 +246,31 @@ class AugmentedSentence(NamedTuple):
     """The copy as text for the teacher and the student (:func:`render`)."""
 
 
-def render(words: Sequence[str], spaces: Sequence[str], changed: Sequence[bool]) -> str:
-    """Words joined as the source joined them: a space where it had one, none where its
-    words touched ("won't", "(word)").  A changed word stands apart from its neighbours,
-    so that it does not fuse with them into a new word ("[MASK]n't", "willn't")."""
-    parts: list[str] = []
-    for index, word in enumerate(words):
-        parts.append(word)
-        if index + 1 < len(words):
-            touching = not spaces[index]
-            parts.append(" " if not touching or changed[index] or changed[index + 1] else "")
-    return "".join(parts)
+def render(words: Sequence[str], spaces: Sequence[str]) -> str:
+    """Words joined by what followed each in the source ("" where they touched)."""
+    return "".join(word + space for word, space in zip(words[:-1], spaces, strict=False)) + (
+        words[-1] if words else "")
+
+
+def _chunks(spaces: Sequence[str]) -> list[int]:
+    """Per token, the number of its chunk: a run of tokens the source wrote touching
+    ("doesn't", "Port-au-Prince", "(word)")."""
+    chunk, numbers = 0, []
+    for space in spaces:
+        numbers.append(chunk)
+        chunk += bool(space)
+    return numbers
 
 
 def augment_words(tagged: TaggedText, rng: np.random.Generator, rates: AugmentationRates,
                   tags: TagVocabulary) -> AugmentedSentence:
     """One synthetic copy of a sentence.  Masking and POS replacement are exclusive per
-    word (one uniform draw decides); n-gram sampling then applies to the whole sentence."""
+    word (one uniform draw decides); n-gram sampling then applies to the whole sentence.
+
+    The copy is written as the source wrote it where it keeps the source's chunks (runs of
+    touching tokens) whole; a chunk with a changed word, or cut by the n-gram, is written
+    token by token with spaces, so that no fragment fuses into a word the source never had
+    ("[MASK]n't", "willn't", "well-" before a masked "known")."""
     draws = rng.random(len(tagged))
     words, operations = [], []
     for token, draw in zip(tagged, draws, strict=True):
@@ -263,20 +280,29 @@ def augment_words(tagged: TaggedText, rng: np.random.Generator, rates: Augmentat
         elif draw < rates.p_mask + rates.p_pos:
             drawn = tags.sample(token.tag, rng, avoid=token.word)
             # the tag's only word comes back unchanged, as the source wrote it
-            words.append(token.text if drawn == token.word else drawn)
+            words.append(token.text if drawn == token.word
+                         else tags.written.get((token.tag, drawn), drawn))
             operations.append(POS_SWAP)
         else:
             words.append(token.text)
             operations.append(KEEP)
     spaces = [token.space for token in tagged]
-    changed = [word != token.text for word, token in zip(words, tagged, strict=True)]
+    chunks = _chunks(spaces)
+    broken = {chunk for chunk, word, token in zip(chunks, words, tagged, strict=True)
+              if word != token.text}
     ngram = None
     if words and rng.random() < rates.p_ng:
         ngram = min(int(rng.integers(1, rates.max_ngram + 1)), len(words))
         start = int(rng.integers(0, len(words) - ngram + 1))
-        span = slice(start, start + ngram)
-        words, spaces, changed = words[span], spaces[span], changed[span]
-    return AugmentedSentence(words, operations, ngram, render(words, spaces, changed))
+        end = start + ngram
+        if start > 0 and chunks[start - 1] == chunks[start]:
+            broken.add(chunks[start])
+        if end < len(words) and chunks[end] == chunks[end - 1]:
+            broken.add(chunks[end - 1])
+        words, spaces, chunks = words[start:end], spaces[start:end], chunks[start:end]
+    spaces = [" " if chunk in broken else space for chunk, space in zip(chunks, spaces,
+                                                                         strict=True)]
+    return AugmentedSentence(words, operations, ngram, render(words, spaces))
 
 
 class TangAugmenter:
@@ -325,7 +351,7 @@ def augment_examples(tagged_examples: Sequence[Sequence[TaggedText]], tags: TagV
     for row, example in enumerate(tagged_examples):
         rng = np.random.default_rng((seed, row))
         original = tuple(render([token.text for token in sentence],
-                                [token.space for token in sentence], [False] * len(sentence))
+                                [token.space for token in sentence])
                          for sentence in example)
         seen = {original}
         for _ in range(n_iter):
@@ -404,7 +430,7 @@ class BiLSTMSoft(Method):
         if not self.params.augment:
             return {}
         return {"augmentation_version": AUGMENTATION_VERSION,
-                "tagger": model_identity(self.params.augmentation.pos_model)}
+                "tagger": run_identity(self.params.augmentation.pos_model)}
 
     def stages(self, task: TaskSpec) -> list[Stage]:
         distils = self.weights.get("distill", 0.0) != 0.0

@@ -56,6 +56,14 @@ class PosModelNotFoundError(ImportError):
     """The spaCy model is not installed; the message says what to install."""
 
 
+def run_identity(model: str) -> dict[str, str]:
+    """What of the tagger joins the run ids of augmented runs: the model's name and version
+    and spaCy's minor version (a patch release changes neither tags nor tokens)."""
+    identity = model_identity(model)
+    spacy_version = identity.get("spacy", "unknown")
+    return {**identity, "spacy": ".".join(spacy_version.split(".")[:2])}
+
+
 def model_identity(model: str) -> dict[str, str]:
     """Name and version of the spaCy model (and of spaCy): they key the tag cache."""
     versions = {}
