@@ -366,19 +366,23 @@ def report(
     from harness.config.published import AnchorError
     from harness.reporting.report import build_report
 
-    target = out or REPO_ROOT / "reports" / (suite + ("-grid" if grid else ""))
-
     def shown(path: Path) -> str:  # the command in the report's header, relative when it can
         return os.path.relpath(path) if path.resolve().is_relative_to(Path.cwd()) else str(path)
 
-    command = " ".join(["harness report", f"--suite {suite}", *(["--grid"] if grid else []),
-                        f"--results {shown(results)}", f"--out {shown(target)}"])
     try:
         config = load_suite(suite)
+        # named by the suite's name, not by how it was given (a recipe file's path)
+        target = out or REPO_ROOT / "reports" / (config.name + ("-grid" if grid else ""))
+        command = " ".join(["harness report", f"--suite {suite}", *(["--grid"] if grid else []),
+                            f"--results {shown(results)}", f"--out {shown(target)}"])
         result = build_report(config, results, target, grid=grid, command=command,
                               cache_dir=cache_dir, figures=figures, log=echo)
     except (ConfigError, AnchorError, KeyError, FileNotFoundError, ValueError) as error:
         fail(str(error).strip("'\""))
+        return
+    except OSError as error:  # an --out that is a file, or not writable
+        fail(f"report: cannot write {error.filename or out}: {error.strerror or error}; "
+             "pass a writable --out folder")
         return
     echo("")
     for line in result.summary:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from harness.common.cache import content_hash
 from harness.config.schema import deep_merge
 from harness.experiments.record import RunRecord
 
@@ -26,12 +27,17 @@ _BASE: dict[str, Any] = {
 
 
 def run_record(**fields: Any) -> RunRecord:
-    """A finished run of kd on MRPC, seed 1, score 80, with ``fields`` changed."""
+    """A finished run of kd on MRPC, seed 1, score 80, with ``fields`` changed.  Without a
+    ``run_id``, its id is the hash of the other fields (the store keeps one record per id,
+    so two different runs need two ids, as the planner gives them)."""
     document = deep_merge(copy.deepcopy(_BASE), fields)
     if "task" in fields and "task_display" not in fields:
         document["task_display"] = fields["task"].upper()
-    if "run_id" in fields and "config_hash" not in fields:
-        document["config_hash"] = fields["run_id"]
     if "seed" in fields:
         document["seeds"]["run"] = fields["seed"]
+    if "run_id" not in fields and fields:
+        document["run_id"] = content_hash({key: value for key, value in document.items()
+                                           if key not in ("run_id", "config_hash")})
+    if "config_hash" not in fields:
+        document["config_hash"] = document["run_id"]
     return RunRecord.model_validate(document)

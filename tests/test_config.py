@@ -405,6 +405,13 @@ def test_parse_assignment_rejects(bad: str) -> None:
         parse_assignment(bad)
 
 
+@pytest.mark.parametrize("value", ["[1,2", "{a: 1", "a: b: c", "'open"])
+def test_a_value_that_is_not_yaml_is_named_not_a_traceback(value: str) -> None:
+    with pytest.raises(ConfigError, match=r"--set .methods\.kd\.lr=.*.: the value is not "
+                                          r"valid YAML \(.+\)"):
+        parse_assignment(f"methods.kd.lr={value}")
+
+
 def test_set_lr_is_a_float(tmp_path: Path) -> None:
     suite = load_suite(str(write_suite(tmp_path)), ["training.lr=1e-3"])
     assert isinstance(suite.training.lr, float)

@@ -316,6 +316,31 @@ def test_cli_report_and_its_errors(store, tmp_path):
     empty = runner.invoke(app, ["report", "--suite", "glue-cpu", "--results",
                                 str(tmp_path / "nothing"), "--out", str(tmp_path / "x")])
     assert empty.exit_code != 0 and "no finished runs of suite glue-cpu" in empty.output
+    not_a_folder = tmp_path / "a-file"
+    not_a_folder.write_text("")
+    refused = runner.invoke(app, ["report", "--suite", "glue-cpu", "--results", str(store),
+                                  "--out", str(not_a_folder), "--no-figures"])
+    assert refused.exit_code == 2 and "Traceback" not in refused.output
+    assert refused.output.splitlines()[-1].startswith(
+        f"error: report: cannot write {not_a_folder}: ")
+
+
+def test_a_suite_given_as_a_file_reports_under_its_name(store, tmp_path, monkeypatch):
+    """--suite path/to/recipe.yaml without --out: reports/<the suite's name>, not a folder
+    named after the recipe file's path (which once tried to make the file a folder)."""
+    import shutil
+
+    import harness.cli as cli
+
+    recipe = tmp_path / "recipes" / "my-recipe.yaml"
+    recipe.parent.mkdir()
+    shutil.copy(Path(cli.__file__).parents[1] / "suites" / "glue-cpu.yaml", recipe)
+    monkeypatch.setattr(cli, "REPO_ROOT", tmp_path / "checkout")
+    done = CliRunner().invoke(app, ["report", "--suite", str(recipe), "--results", str(store),
+                                    "--no-figures"])
+    assert done.exit_code == 0, done.output
+    assert (tmp_path / "checkout" / "reports" / "glue-cpu" / "leaderboard.md").exists()
+    assert recipe.is_file()
 
 
 def test_baseline_check_lists_cells_under_the_margin_with_the_teachers_margin():

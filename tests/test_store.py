@@ -155,10 +155,34 @@ def test_second_write_replaces_atomically(tmp_path: Path) -> None:
 def test_records_ignore_dot_temp_files(tmp_path: Path) -> None:
     store = ResultsStore(tmp_path)
     store.write(store.record_path("s", "kd", "rte", "one"), sample_record(1.0))
-    store.write(store.record_path("s", "kd", "mrpc", "two"), sample_record(2.0))
+    store.write(store.record_path("s", "kd", "mrpc", "two"),
+                sample_record(2.0, run_id="2" * 64))
     leftover = tmp_path / "s" / "kd" / "rte" / ".tmp-abc123.json"
     leftover.write_text('{"n": ')  # partial JSON from a killed writer
     assert sorted(record.main_score for record in store.records()) == [1.0, 2.0]
+
+
+def test_a_second_record_of_one_run_is_left_out_and_named(tmp_path: Path) -> None:
+    """A copy kept beside a record (or a store merged into another) must not count the run
+    twice in a mean; the copy is named."""
+    from harness.api.suites import load_suite
+    from harness.reporting.tables import finished_records
+
+    suite = load_suite("glue-cpu")
+    store = ResultsStore(tmp_path)
+    for seed, score in ((1, 80.0), (2, 84.0)):
+        store.write(store.record_path(suite.record_suite, "kd", "mrpc", f"seed{seed}"),
+                    run_record(seed=seed, main_score=score))
+    first = tmp_path / suite.record_suite / "kd" / "mrpc" / "seed1.json"
+    copy = first.with_name("seed1-copy.json")
+    copy.write_bytes(first.read_bytes())
+    logs: list[str] = []
+    runs = finished_records(suite, tmp_path, logs.append)
+    assert sorted(runs["score"]) == [80.0, 84.0] and runs["score"].mean() == 82.0
+    assert len(logs) == 1 and str(copy) in logs[0] and str(first) in logs[0]
+    assert f"a second record of run {run_record(seed=1).run_id[:16]}" in logs[0]
+    with pytest.warns(UserWarning, match="a second record of run"):
+        assert len(list(store.records())) == 2
 
 
 def test_records_of_a_results_root_leave_bench_records_out(tmp_path: Path) -> None:

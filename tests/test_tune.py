@@ -343,3 +343,17 @@ def test_a_seed_already_recorded_reports_its_evaluations_so_later_seeds_keep_the
     evaluations = json.loads(plain.read_text())["stages"][-1]["evaluations"]
     assert [trial.intermediate_values[step] for step in range(4)] == [
         evaluation["pearson"] for evaluation in evaluations]
+
+
+@pytest.mark.parametrize(("url", "says"), [
+    ("notaurl", "not a database URL this can open"),
+    ("bogus://x", "not a database URL this can open"),
+    ("sqlite:///{missing}/x.db", "cannot open the database (unable to open database file)"),
+])
+def test_a_storage_that_cannot_be_opened_is_named_not_a_traceback(tmp_path, url, says):
+    from harness.experiments.tuning import open_storage
+
+    url = url.format(missing=tmp_path / "no-such-folder")
+    with pytest.raises(RuntimeError) as info:
+        open_storage(url)
+    assert str(info.value).startswith(f"--storage {url}: {says}")

@@ -670,7 +670,12 @@ def parse_assignment(assignment: str) -> tuple[list[str], Any]:
     path = [part for part in key.strip().split(".") if part]
     if not path:
         raise ConfigError(f"--set {assignment!r}: empty key")
-    value = yaml.safe_load(raw)
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError as error:
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ConfigError(f"--set {assignment!r}: the value is not valid YAML ({problem}); "
+                          "quote a list or mapping whole, e.g. --set 'a.b=[1, 2]'") from None
     if isinstance(value, str) and _FLOAT.fullmatch(value.strip()):
         value = float(value)  # YAML 1.1 reads "1e-3" (no dot) as a string
     return path, value

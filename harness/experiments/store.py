@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -78,11 +79,24 @@ class ResultsStore:
     def write(self, path: Path, record: RunRecord) -> Path:
         return write_json_atomic(path, record.document())
 
-    def records(self) -> Iterator[RunRecord]:
+    def records(self, log: Callable[[str], None] | None = None) -> Iterator[RunRecord]:
         """Every run record under the root (a suite's folder, or a whole results root),
-        nested tuning stores included."""
+        nested tuning stores included, each run once: a second file of one run id (a copy
+        kept beside it, a store merged into another) is left out and named through ``log``
+        (default: a warning), so that no mean counts one run twice."""
+        seen: dict[str, Path] = {}
         for path in sorted(self.root.glob("**/*.json")):
             if path.name.startswith(".") or \
                     path.relative_to(self.root).parts[0] in NOT_RUN_RECORDS:
                 continue
-            yield self.load(path)
+            record = self.load(path)
+            first = seen.setdefault(record.run_id, path)
+            if first != path:
+                message = (f"{path}: a second record of run {record.run_id[:16]} (the first: "
+                           f"{first}); it is left out")
+                if log is not None:
+                    log(message)
+                else:
+                    warnings.warn(message, stacklevel=2)
+                continue
+            yield record

@@ -73,7 +73,13 @@ def open_storage(url: str):
         engine_kwargs["connect_args"] = {"timeout": 60}  # several local workers share it
     else:
         engine_kwargs["pool_pre_ping"] = True
-    from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+    from sqlalchemy.exc import (
+        ArgumentError,
+        IntegrityError,
+        NoSuchModuleError,
+        OperationalError,
+        ProgrammingError,
+    )
 
     for attempt in range(STORAGE_ATTEMPTS):
         try:
@@ -85,11 +91,19 @@ def open_storage(url: str):
         except ImportError as error:
             raise RuntimeError(f"storage {url}: {error}. PostgreSQL needs psycopg2 (installed "
                                "by `make setup`); MySQL needs pymysql") from error
-        except (OperationalError, ProgrammingError, IntegrityError):
+        except (ArgumentError, NoSuchModuleError) as error:
+            raise RuntimeError(f"--storage {url}: not a database URL this can open ({error}); "
+                               "pass sqlite:///PATH or postgresql+psycopg2://USER@HOST/DB"
+                               ) from None
+        except (OperationalError, ProgrammingError, IntegrityError) as error:
             # Workers started together on a new database race to create its tables ("table
             # ... already exists"); the loser finds them made on its next try.
             if attempt == STORAGE_ATTEMPTS - 1:
-                raise
+                reason = (str(getattr(error, "orig", None) or error).strip().splitlines()
+                          or [type(error).__name__])[0]
+                raise RuntimeError(f"--storage {url}: cannot open the database ({reason}); "
+                                   "check its host, credentials and name, or the folder of "
+                                   "a SQLite file") from None
             time.sleep(0.5 * (attempt + 1))
     raise AssertionError("unreachable")
 

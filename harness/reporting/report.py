@@ -97,7 +97,7 @@ def collect_runs(config: SuiteConfig, results: Path, *, grid: bool = False,
             rows.append(_run_row(label, record))
             records[record.run_id] = record
     else:
-        in_suite = [record for record in ResultsStore(results / config.record_suite).records()
+        in_suite = [record for record in ResultsStore(results / config.record_suite).records(log)
                     if record.finished and record.task in config.tasks
                     and record.seed in config.seeds]
         for record in tables.recipe_runs(config, in_suite, log):

@@ -69,7 +69,7 @@ def finished_records(config: SuiteConfig, results: Path,
     :attr:`~harness.config.schema.SuiteConfig.record_suite`), no row holding two
     configurations (:func:`recipe_runs`): method (its row label, see
     :meth:`~harness.experiments.record.RunRecord.label`), task, seed, main score, seconds."""
-    finished = [record for record in ResultsStore(results / config.record_suite).records()
+    finished = [record for record in ResultsStore(results / config.record_suite).records(log)
                 if record.finished]
     runs = records_to_frame(recipe_runs(config, finished, log))
     columns = ["label", "task", "seed", "main_score", "wall_seconds"]
