@@ -28,8 +28,10 @@ from harness.common.cli_options import (
     TasksOpt,
     TeacherOpt,
     echo,
+    error_text,
     fail,
     log_dir_for,
+    parse_seeds,
     quiet_libraries,
     recipe_overrides,
     split_csv,
@@ -84,7 +86,7 @@ def run(
                          log_with=log_with, log_dir=log_dir, log=echo,
                          method_option="--method")
     except (ConfigError, KeyError, FileNotFoundError, RuntimeError, ValueError) as error:
-        fail(str(error).strip("'\""))
+        fail(error_text(error))
         return
     if not done.main_process:  # one table per `accelerate launch`
         return
@@ -138,7 +140,7 @@ def tune(
         config = load_suite(suite, overrides)
         check_method_names(config, [method], "--method", str(resolve_suite_path(suite)))
         _warn_unused(suite, overrides, config, [method], [task])
-        seed_list = [int(s) for s in split_csv(seeds)] if seeds else config.seeds[:1]
+        seed_list = parse_seeds(seeds) or config.seeds[:1]
         target = TuningTarget(method=method, task=task, seeds=seed_list, student=student)
         tuner = Tuner(config, target, results, storage or default_storage(results), cache_dir,
                       pruner=pruner, log=echo, tracking=tracking)
@@ -147,7 +149,7 @@ def tune(
             return
         path = tuner.write_best()
     except (ConfigError, KeyError, FileNotFoundError, RuntimeError, ValueError) as error:
-        fail(str(error).strip("'\""))
+        fail(error_text(error))
         return
     _print_study(tuner)
     echo(f"\nbest parameters: {path}\nuse them: harness run --suite {suite} --method {method} "
@@ -199,13 +201,14 @@ def _grid(suite: str, storage: str | None, results: Path, cache_dir: Path | None
         tracking = _tracking(log_with, log_dir, results)
         overrides = recipe_overrides(set_, data_dir, teacher)
         config = load_suite(suite, overrides)
+        method = split_csv(method)
         check_method_names(config, method or [], "--method", str(resolve_suite_path(suite)))
         if config.grid is not None:
             _warn_unused(suite, overrides, config, method or config.grid.recipes,
                          split_csv(tasks) or config.grid.tasks or config.tasks)
         grid = Grid(config, results, storage or default_storage(results), cache_dir,
                     log=echo, methods=method, tasks=split_csv(tasks),
-                    seeds=[int(s) for s in split_csv(seeds)] if seeds else None,
+                    seeds=parse_seeds(seeds),
                     poll_seconds=poll_seconds, reclaim_local=reclaim_local,
                     tuned=[load_tuned(reference, results) for reference in params or []],
                     tracking=tracking, retry_failed=retry_failed)
@@ -217,7 +220,7 @@ def _grid(suite: str, storage: str | None, results: Path, cache_dir: Path | None
             return
         summary = grid.work()
     except (ConfigError, KeyError, FileNotFoundError, RuntimeError, ValueError) as error:
-        fail(str(error).strip("'\""))
+        fail(error_text(error))
         return
     if not summary:
         return
@@ -309,7 +312,7 @@ def teacher(
                 echo(f"{task}: {artifacts.dev_metrics}  (baseline "
                       f"{artifacts.summary['baseline']})  cached at {artifacts.path}")
     except (ConfigError, KeyError, FileNotFoundError, RuntimeError, ValueError) as error:
-        fail(str(error).strip("'\""))
+        fail(error_text(error))
 
 
 @app.command()
@@ -329,6 +332,8 @@ def table(
 
     try:
         config = load_suite(suite)
+        method = split_csv(method)
+        check_method_names(config, method or [], "--method", str(resolve_suite_path(suite)))
         if grid:
             quiet_libraries()
             from harness.experiments.grid import Grid
@@ -341,11 +346,16 @@ def table(
             records = records[records["task"].isin(config.tasks)
                               & records["seed"].isin(config.seeds)]
     except (ConfigError, KeyError, FileNotFoundError, ValueError) as error:
-        fail(str(error).strip("'\""))
+        fail(error_text(error))
         return
     if records.empty:
         fail(f"no finished records for suite {config.name} under {results}")
-    echo(markdown(suite_table(config, records, method)))
+    try:
+        table = suite_table(config, records, method)
+    except ValueError as error:
+        fail(error_text(error))
+        return
+    echo(markdown(table))
 
 
 @app.command()
@@ -378,7 +388,7 @@ def report(
         result = build_report(config, results, target, grid=grid, command=command,
                               cache_dir=cache_dir, figures=figures, log=echo)
     except (ConfigError, AnchorError, KeyError, FileNotFoundError, ValueError) as error:
-        fail(str(error).strip("'\""))
+        fail(error_text(error))
         return
     except OSError as error:  # an --out that is a file, or not writable
         fail(f"report: cannot write {error.filename or out}: {error.strerror or error}; "
@@ -448,7 +458,7 @@ def data_check(
     try:
         root, checks = check_tasks(split_csv(tasks), data_dir)
     except (DataNotFoundError, KeyError) as error:
-        fail(str(error).strip("'\""))
+        fail(error_text(error))
         return
     echo(f"data: {root}")
     for check in checks:

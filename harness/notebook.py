@@ -27,6 +27,7 @@ import pandas as pd
 from harness.common.cli_options import (
     DEFAULT_RESULTS,
     log_dir_for,
+    parse_seeds,
     quiet_libraries,
     recipe_overrides,
     split_csv,
@@ -213,16 +214,8 @@ def _names(value: Names | None) -> list[str] | None:
 
 
 def _seeds(value: Seeds | None) -> list[int] | None:
-    from harness.config.schema import ConfigError
-
     values = [value] if isinstance(value, int | str) else list(value or [])
-    seeds = []
-    for seed in split_csv([str(seed) for seed in values]) or []:
-        try:
-            seeds.append(int(seed))
-        except ValueError:
-            raise ConfigError(f"seeds: {seed!r} is not an integer") from None
-    return seeds or None
+    return parse_seeds([str(seed) for seed in values], "seeds")
 
 
 def _task_names(names: list[str] | None) -> list[str] | None:

@@ -194,7 +194,7 @@ def test_readme_python_api_examples_run(store, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(("arguments", "message"), [
     ({"tasks": "sst3"}, "tasks: unknown task 'sst3'"),
-    ({"tasks": "rte", "seeds": "1,x"}, "seeds: 'x' is not an integer"),
+    ({"tasks": "rte", "seeds": "1,x"}, "seeds: 'x' is not a seed"),
 ])
 def test_a_mistaken_task_or_seed_is_a_config_error_before_anything_runs(arguments, message,
                                                                          tmp_path):

@@ -173,3 +173,43 @@ def test_of_one_seeds_two_auto_resolutions_the_later_run_counts(tiny_suite_file,
     rte = runs[(runs["label"] == "finetune") & (runs["task"] == "rte")]
     assert list(rte["score"]) == [1.0] and list(rte["run_id"]) == [twin.run_id]
     assert any("the later counts" in line for line in logged)
+
+
+def test_table_rows_asked_for_by_name_are_those_or_an_error(tmp_path):
+    """`harness table -m`: comma lists split, an unknown name and a name without records
+    are errors, where they once printed every row."""
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+
+    store = ResultsStore(tmp_path)
+    for method, score in (("kd", 81.0), ("finetune", 80.0), ("tinybert", 79.0)):
+        write(store, method, "mrpc", 1, score)
+
+    def table(*methods: str):
+        return CliRunner().invoke(app, ["table", "--suite", "glue-cpu", "--results",
+                                        str(tmp_path), *[f"-m{m}" for m in methods]])
+
+    shown = table("kd,finetune")
+    assert shown.exit_code == 0, shown.output
+    rows = [line.split("|")[1].strip() for line in shown.output.splitlines()[2:]]
+    assert rows == ["finetune", "kd"]
+    unknown = table("nosuch")
+    assert unknown.exit_code == 2 and "unknown method 'nosuch'" in unknown.output
+    none = table("bert-pkd")
+    assert none.exit_code == 2 and "no finished records of bert-pkd" in none.output
+
+
+@pytest.mark.parametrize("seeds", ["-1", "abc", "1,x"])
+def test_a_seed_that_is_not_one_is_refused_before_anything_runs(tmp_path, seeds):
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+    from harness.config.schema import ConfigError
+
+    done = CliRunner().invoke(app, ["grid", "--suite", "glue-cpu", "--dry-run", "-m", "kd",
+                                    "--tasks", "rte", f"--seeds={seeds}", "--results",
+                                    str(tmp_path / "r")])
+    assert done.exit_code == 2 and "is not a seed (a whole number from 0)" in done.output
+    with pytest.raises(ConfigError, match=r"seeds\.0: Input should be greater than or equal"):
+        load_suite("glue-cpu", ["seeds=[-1, 2]"])

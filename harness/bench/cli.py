@@ -19,6 +19,7 @@ from harness.common.cli_options import (
     SuiteOpt,
     TeacherOpt,
     echo,
+    error_text,
     fail,
     quiet_libraries,
     recipe_overrides,
@@ -89,7 +90,7 @@ def bench_models(
         record, path = run_bench(config, settings, results, split_csv(student), log=echo)
     except (ConfigError, KeyError, FileNotFoundError, OSError, RuntimeError,
             ValueError) as error:
-        fail(str(error).strip("'\""))
+        fail(error_text(error))
         return
     machine = record["machine"]
     echo(f"\n{config.name} on {machine['host']}: {machine['device']} "
@@ -140,7 +141,7 @@ def bench_augment(
             batch_size=batch_size, teacher=teacher, data_dir=data_dir, cache_dir=cache_dir,
             words=words, authors_input=authors_input, log=echo)
     except (KeyError, FileNotFoundError, RuntimeError, ValueError) as error:
-        fail(str(error).strip("'\""))
+        fail(error_text(error))
         return
     for line in result["table"]:
         echo(line)
@@ -168,7 +169,7 @@ def bench_cache(
                                      suite=suite, extra_sets=set_ or [], data_dir=data_dir,
                                      work_dir=work_dir, trial=trial, log=echo)
     except (ConfigError, FileNotFoundError, RuntimeError, ValueError) as error:
-        fail(str(error).strip("'\""))
+        fail(error_text(error))
         return
     for line in result["table"]:
         echo(line)
@@ -252,7 +253,7 @@ def bench_memory(
             release=mode == "release",
             log=echo)
     except (ConfigError, KeyError, FileNotFoundError, RuntimeError, ValueError) as error:
-        fail(str(error).strip("'\""))
+        fail(error_text(error))
         return
     for line in result.table:
         echo(line)
@@ -273,7 +274,7 @@ def bench_runs(
     try:
         _, lines = method_costs(results, suite, memory_results or [], method)
     except (ConfigError, FileNotFoundError, ValueError) as error:
-        fail(str(error).strip("'\""))
+        fail(error_text(error))
         return
     for line in lines:
         echo(line)
@@ -299,7 +300,7 @@ def bench_threads(
                                        sets=set_ or [], cores=cores, cache_dir=cache_dir,
                                        log=echo)
     except (ConfigError, RuntimeError, ValueError) as error:
-        fail(str(error).strip("'\""))
+        fail(error_text(error))
         return
     for line in result.table(command):
         echo(line)
@@ -356,7 +357,7 @@ def bench_train(
         record = run_train_bench(settings, recipe_overrides(set_, None, teacher), log=echo)
     except (TrainBenchError, ConfigError, KeyError, FileNotFoundError, OSError,
             RuntimeError, ValueError) as error:
-        fail(str(error).strip("'\""))
+        fail(error_text(error))
         return
     echo("")
     for line in summary_lines(record):
@@ -388,7 +389,7 @@ def bench_teacher_precision(
             suite=suite, tasks=split_csv(tasks) or ["mrpc", "sst2"], train_rows=train_rows,
             batch_size=batch_size, data_dir=data_dir, cache_dir=cache_dir, log=echo)
     except (ConfigError, KeyError, FileNotFoundError, RuntimeError, ValueError) as error:
-        fail(str(error).strip("'\""))
+        fail(error_text(error))
         return
     for line in result["table"]:
         echo(line)

@@ -66,6 +66,9 @@ def _yaml_no(value: Any) -> Any:
     return "no" if value is False else value
 
 
+Seed = Annotated[int, Field(ge=0)]
+"""A run's seed: numpy and torch take none below 0."""
+
 MixedPrecision = Annotated[Literal["no", "bf16", "fp16", "auto"], BeforeValidator(_yaml_no)]
 
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
@@ -459,7 +462,7 @@ class GridBudget(StrictModel):
         "with each other")
     tuning_trials: int = Field(0, ge=0, description="Optuna trials per method and task "
                                "before the grid runs it with the best parameters (0: none)")
-    tuning_seeds: list[int] = Field(default=[1], min_length=1,
+    tuning_seeds: list[Seed] = Field(default=[1], min_length=1,
                                     description="seeds each trial's objective averages over")
     pruner: Literal["median", "halving", "none"] = "median"
 
@@ -480,7 +483,7 @@ class GridConfig(StrictModel):
         default_factory=list, description="student shapes crossed with every method whose "
         "plugin builds their kind; empty: each method's own student")
     tasks: list[TaskName] | None = Field(None, description="default: the suite's tasks")
-    seeds: list[int] | None = Field(None, description="default: the suite's seeds")
+    seeds: list[Seed] | None = Field(None, description="default: the suite's seeds")
     budget: GridBudget = GridBudget()
 
     @property
@@ -523,7 +526,7 @@ class SuiteConfig(StrictModel):
         "or variants, the same data, teacher, student and budgets): runs hash and record "
         "under its name, so a configuration both run is trained once")
     tasks: list[TaskName] = Field(min_length=1)
-    seeds: list[int] = Field(default=[1], min_length=1)
+    seeds: list[Seed] = Field(default=[1], min_length=1)
     data: DataConfig = DataConfig()
     teacher: TeacherConfig
     students: dict[str, StudentShape] = Field(min_length=1)

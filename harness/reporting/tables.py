@@ -142,6 +142,9 @@ def suite_table(config: SuiteConfig, records: pd.DataFrame,
         declared.index(base(label)) if base(label) in declared else len(declared), label))
     shown = methods or (config.default_methods() if config.anchor_groups else None)
     order = [label for label in labels if not shown or base(label) in shown] or None
+    if methods and order is None:  # rows asked for by name: none of them is all rows
+        raise ValueError(f"no finished records of {', '.join(methods)} for suite "
+                         f"{config.name}; rows with records: {', '.join(labels)}")
     scores = score_table(records, config.tasks, order)
     if not config.anchor_groups:
         return scores
