@@ -339,8 +339,11 @@ def table(
             from harness.experiments.grid import Grid
 
             common = Grid(config, results, "sqlite://", log=lambda _: None)
-            records = pd.DataFrame(common.records(),
+            planned = common.plan()
+            records = pd.DataFrame(common.records(planned),
                                    columns=["method", "task", "seed", "score", "seconds"])
+            if missing := common.missing(planned):
+                typer.secho(f"WARNING: {missing}", err=True)
         else:
             records = finished_records(config, results)
             records = records[records["task"].isin(config.tasks)

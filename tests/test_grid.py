@@ -434,3 +434,21 @@ def test_workers_with_and_without_native_bf16_share_one_queue(tmp_path, tiny_dat
     assert on_avx2.runner.run_id("finetune", "rte", 1) != on_amx.runner.run_id(
         "finetune", "rte", 1)
     assert on_avx2.study_name == on_amx.study_name
+
+
+def test_missing_cells_are_named_by_row_task_seed_and_status():
+    from harness.experiments.grid import GridCell, PlannedCell
+
+    def planned(method: str, task: str, seed: int, status: str,
+                student: str | None = None) -> PlannedCell:
+        return PlannedCell(GridCell(method, task, seed, student), "x" * 64, status, 3.0, 1,
+                           None)
+
+    grid = Grid.__new__(Grid)  # missing() reads only the planned cells it is given
+    cells = [planned("kd", "rte", 1, "done"), planned("kd", "mrpc", 1, "todo"),
+             planned("kd", "mrpc", 2, "failed"), planned("kd", "rte", 2, "todo", "3L-384"),
+             planned("bilstm-soft", "cola", 3, "todo")]
+    assert grid.missing(cells[:1]) is None
+    assert grid.missing(cells) == (
+        "4 of 5 grid cells have no finished run: kd x2 (mrpc; seeds 1, 2; failed/todo); "
+        "kd [3L-384] x1 (rte; seeds 2; todo); bilstm-soft x1 (cola; seeds 3; todo)")

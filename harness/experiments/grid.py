@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import statistics
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -309,6 +310,26 @@ class Grid:
             if path is not None:
                 found.append((item.cell, self.runner.store.load(path)))
         return found
+
+    def missing(self, planned: list[PlannedCell]) -> str | None:
+        """Which cells have no finished run, by method (None when every cell has one): a
+        leaderboard of the grid says so rather than drop a row or a task without a word."""
+        open_cells = [item for item in planned if item.status != "done"]
+        if not open_cells:
+            return None
+        by_method: dict[str, list[PlannedCell]] = defaultdict(list)
+        for item in open_cells:
+            label = item.cell.method + (f" [{item.cell.student}]" if item.cell.student else "")
+            by_method[label].append(item)
+        parts = []
+        for label, items in by_method.items():
+            tasks = list(dict.fromkeys(item.cell.task for item in items))
+            seeds = sorted({item.cell.seed for item in items})
+            statuses = sorted({item.status for item in items})
+            parts.append(f"{label} x{len(items)} ({', '.join(tasks)}; seeds "
+                         f"{', '.join(map(str, seeds))}; {'/'.join(statuses)})")
+        return (f"{len(open_cells)} of {len(planned)} grid cells have no finished run: "
+                + "; ".join(parts))
 
     def records(self, planned: list[PlannedCell] | None = None) -> list[dict[str, Any]]:
         """The finished cells' scores, one row per cell (the grid's leaderboard: each method

@@ -92,10 +92,17 @@ def collect_runs(config: SuiteConfig, results: Path, *, grid: bool = False,
         from harness.experiments.grid import Grid
 
         common = Grid(config, results, "sqlite://", cache_dir=cache_dir, log=lambda _: None)
-        for cell, record in common.cell_records():
+        planned = common.plan()
+        for cell, record in common.cell_records(planned):
             label = cell.method + (f" [{cell.student}]" if cell.student else "")
             rows.append(_run_row(label, record))
             records[record.run_id] = record
+        missing = common.missing(planned)
+        if missing:
+            log(f"WARNING: {missing}")
+        frame = pd.DataFrame(rows, columns=RUN_COLUMNS)
+        frame.attrs["missing_cells"] = missing
+        return frame, records
     else:
         in_suite = [record for record in ResultsStore(results / config.record_suite).records(log)
                     if record.finished and record.task in config.tasks
@@ -851,6 +858,7 @@ def _header(inputs: ReportInputs, command: str, grid: bool, results: Path) -> di
         "teacher": ", ".join(teacher),
         "teacher_scores": teacher_scores,
         "teacher_warnings": teacher_lines(groups),
+        "missing_cells": inputs.runs.attrs.get("missing_cells"),
         "data": f"{' / '.join(sorted(folders))} GLUE files; content fingerprints: "
                 + "; ".join(data_lines),
         "bench": (f"{bench['created_at'][:16].replace('T', ' ')} UTC on "
@@ -901,6 +909,9 @@ def _markdown(inputs: ReportInputs, header: dict[str, Any], figure_list: list[tu
     if header["teacher_warnings"]:
         lines += [f"**Warning:** {TEACHER_WARNING}", "",
                   *[f"- {line}" for line in header["teacher_warnings"]], ""]
+    if header["missing_cells"]:
+        lines += [f"**Warning:** {header['missing_cells']}: their rows and tasks are left "
+                  "out below (`harness grid --dry-run` lists them).", ""]
     lines += ["## Our runs (GLUE dev)", "",
              display_table(board[board["complete"]], tasks).to_markdown(index=False), ""]
     partial = board[~board["complete"]]
