@@ -112,7 +112,7 @@ def tune(
     method: Annotated[str, typer.Option("--method", "-m", help="method or variant to tune")],
     task: Annotated[str, typer.Option(help="task whose dev main metric is the objective")],
     trials: Annotated[int, typer.Option(
-        help="finished (complete or pruned) trials the study should reach")] = 20,
+        min=1, help="finished (complete or pruned) trials the study should reach")] = 20,
     suite: SuiteOpt = "glue-cpu",
     seeds: Annotated[list[str] | None, typer.Option(
         help="seeds each trial averages over (default: the suite's first)")] = None,
@@ -496,11 +496,23 @@ def new_method(
         fail(f"{path} exists")
     if not directory.is_dir():
         fail(f"--directory {directory}: no such folder")
+    from harness.api.registry import registry
+
+    # a second plugin of a registered name, or a module beside a package of its name, is
+    # never the one loaded
+    if name in registry.names():
+        fail(f"a method {name!r} is registered already ({registry.get(name).__module__}); "
+             "pick another name")
+    if (directory / module).is_dir():
+        fail(f"{directory / module} is a package of that name; pick another name")
     class_name = "".join(part.capitalize() for part in module.split("_"))
     template = (Path(__file__).parent / "api" / "method_template.py.txt").read_text()
     path.write_text(template.replace("{{name}}", name).replace("{{class_name}}", class_name))
-    echo(f"wrote {path}: edit its loss terms and stages, then run "
-          f"`harness run --suite glue-cpu --method {name} --tasks mrpc`")
+    builtin = directory.resolve() == (REPO_ROOT / "methods").resolve()
+    echo(f"wrote {path}: edit its loss terms and stages, then "
+         + ("" if builtin else "register the module as an entry point of the group "
+            "'harness.methods' in its package (methods/ is the only folder searched), and ")
+         + f"run `harness run --suite glue-cpu --method {name} --tasks mrpc`")
 
 
 @app.command()

@@ -233,8 +233,12 @@ def test_new_method_skeleton_registers_and_passes_the_contract(tiny_suite_file, 
     missing = CliRunner().invoke(app, ["new-method", "my-kd", "--directory",
                                        str(tmp_path / "nope")])
     assert missing.exit_code == 2 and "no such folder" in missing.output
+    for taken in ("tinybert", "kd"):  # a registered name would never load the new module
+        refused = CliRunner().invoke(app, ["new-method", taken, "--directory", str(tmp_path)])
+        assert refused.exit_code == 2 and "registered already" in refused.output
     result = CliRunner().invoke(app, ["new-method", "my-kd", "--directory", str(tmp_path)])
     assert result.exit_code == 0, result.output
+    assert "entry point of the group 'harness.methods'" in result.output
     path = tmp_path / "my_kd.py"
     spec = importlib.util.spec_from_file_location("my_kd_plugin", path)
     module = importlib.util.module_from_spec(spec)

@@ -357,3 +357,17 @@ def test_a_storage_that_cannot_be_opened_is_named_not_a_traceback(tmp_path, url,
     with pytest.raises(RuntimeError) as info:
         open_storage(url)
     assert str(info.value).startswith(f"--storage {url}: {says}")
+
+
+def test_params_that_name_a_folder_and_zero_trials_are_refused(tmp_path):
+    from harness.cli import app
+    from harness.experiments.tuning import load_tuned
+
+    (tmp_path / "a-folder").mkdir()
+    with pytest.raises(FileNotFoundError, match="neither a file nor a study"):
+        load_tuned(str(tmp_path / "a-folder"), tmp_path)
+    done = CliRunner().invoke(app, ["tune", "--suite", "glue-cpu", "--method", "kd",
+                                    "--task", "rte", "--trials", "0", "--results",
+                                    str(tmp_path / "r")])
+    assert done.exit_code == 2 and "--trials" in done.output
+    assert not (tmp_path / "r").exists()

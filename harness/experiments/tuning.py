@@ -508,9 +508,9 @@ class TunedParams:
 def load_tuned(reference: str, results: Path) -> TunedParams:
     """A parameter file by path, or by study name (under ``<results>/tuned/``)."""
     path = Path(reference)
-    if not path.exists():
+    if not path.is_file():
         path = tuned_path(results, reference)
-    if not path.exists():
+    if not path.is_file():
         raise FileNotFoundError(f"--params {reference}: neither a file nor a study with "
                                 f"written parameters ({path}); run `harness tune` first")
     try:
