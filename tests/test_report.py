@@ -440,6 +440,14 @@ def test_the_revision_is_marked_when_the_reports_inputs_differ_from_it(tmp_path)
     assert _git_revision(results, source=tmp_path / "nowhere") == "unknown"
 
 
+def test_a_damaged_bench_record_is_named(store, tmp_path):
+    (store / "bench" / "glue-cpu").mkdir(parents=True, exist_ok=True)
+    damaged = store / "bench" / "glue-cpu" / "cut.json"
+    damaged.write_text('{"kind": "bench", "settings": ')
+    with pytest.raises(ValueError, match=f"{damaged}: not a readable bench record"):
+        build_report(suite(), store, tmp_path / "out", figures=False, log=lambda _: None)
+
+
 def test_efficiency_comes_from_a_bench_on_the_runs_device(store, tmp_path):
     """A GPU bench record newer than the CPU ones does not price runs trained on a CPU:
     the leaderboard reads the newest bench of the device kind most runs trained on."""
@@ -452,6 +460,10 @@ def test_efficiency_comes_from_a_bench_on_the_runs_device(store, tmp_path):
     wide["created_at"] = "2026-11-29T10:00:00+00:00"  # the newest CPU bench, at batch 256:
     wide["settings"]["throughput_batch"] = 256  # not the leaderboard's batch-32 column
     write_json_atomic(store / "bench" / "glue-cpu" / "wide.json", wide)
+    short = bench_record({"teacher": 30.0, "4L-192": 300.0, "BiLSTM-150": 600.0})
+    short["created_at"] = "2026-11-29T11:00:00+00:00"  # newer still, a quick bench at 8
+    short["settings"]["seq_lengths"] = [8]  # tokens: not the suite's 128-token columns
+    write_json_atomic(store / "bench" / "glue-cpu" / "short.json", short)
     result = build_report(suite(), store, tmp_path / "cpu", figures=False, log=lambda _: None)
     assert result.board.set_index("label").loc["kd", "speedup"] == pytest.approx(150 / 20)
     assert "a CPU, 1 thread(s), fp32" in (tmp_path / "cpu" / "leaderboard.md").read_text()
@@ -467,5 +479,6 @@ def test_efficiency_comes_from_a_bench_on_the_runs_device(store, tmp_path):
     assert "NVIDIA H200, 1 thread(s), bf16" in (tmp_path / "gpu" / "leaderboard.md").read_text()
     # no bench on the runs' kind of device: the newest on another, named in the header
     (store / "bench" / "glue-cpu" / "gpu.json").unlink()
+    (store / "bench" / "glue-cpu" / "short.json").unlink()
     build_report(suite(), store, tmp_path / "other", figures=False, log=lambda _: None)
     assert "a CPU, 1 thread(s), fp32" in (tmp_path / "other" / "leaderboard.md").read_text()

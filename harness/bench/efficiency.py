@@ -556,24 +556,36 @@ def _record_path(results: Path, suite: str, machine: dict[str, Any],
 
 
 def latest_bench(results: Path, suite: str, device: str | None = None,
-                 batches: tuple[int, int] | None = None) -> dict[str, Any] | None:
+                 batches: tuple[int, int] | None = None, seq: int | None = None
+                 ) -> dict[str, Any] | None:
     """The most recent ``harness bench`` record of ``suite`` (by ``created_at``), or None;
     with ``device`` (``cpu``, ``cuda``), the most recent one measured on that kind; with
-    ``batches``, the most recent one timed at that (latency, throughput) batch size."""
+    ``batches``, the most recent one timed at that (latency, throughput) batch size; with
+    ``seq``, the most recent one whose longest sequence length is ``seq`` (the length the
+    leaderboard's columns are read at)."""
     newest: tuple[dt.datetime, dict[str, Any]] | None = None
     for path in sorted((Path(results) / "bench" / suite).glob("*.json")):
         if path.name.startswith("."):
             continue
-        record = json.loads(path.read_text())
-        if record.get("kind") != "bench":
+        try:
+            record = json.loads(path.read_text())
+            if not isinstance(record, dict) or record.get("kind") != "bench":
+                continue
+            settings = record["settings"]
+            timed = (settings["latency_batch"], settings["throughput_batch"])
+            longest = max(int(length) for length in settings["seq_lengths"])
+            machine = record["machine"].get("device")
+            created = dt.datetime.fromisoformat(record["created_at"])
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError,
+                ValueError) as error:
+            raise ValueError(f"{path}: not a readable bench record ({type(error).__name__}: "
+                             f"{error}); move it out of {path.parent}") from None
+        if device is not None and machine != device:
             continue
-        if device is not None and record["machine"].get("device") != device:
+        if batches is not None and timed != batches:
             continue
-        settings = record["settings"]
-        if batches is not None and \
-                (settings["latency_batch"], settings["throughput_batch"]) != batches:
+        if seq is not None and longest != seq:
             continue
-        created = dt.datetime.fromisoformat(record["created_at"])
         if newest is None or created > newest[0]:
             newest = (created, record)
     return newest[1] if newest else None

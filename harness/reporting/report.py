@@ -352,18 +352,21 @@ def suite_bench(results: Path, config: SuiteConfig, records: dict[str, RunRecord
                 ) -> dict[str, Any] | None:
     """The bench record that prices the leaderboard: the suite's newest timed at
     :data:`LEADERBOARD_BATCHES` on the kind of device most runs trained on (``cpu``,
-    ``cuda``), so a GPU bench beside a CPU-trained suite does not price it; else its newest
-    on any device (the header names the device)."""
+    ``cuda``), so a GPU bench beside a CPU-trained suite does not price it, and at the
+    suite's longest sequence length, so a quick bench at a few tokens does not either; else
+    the newest at another length, then on any device (the header names both)."""
     from harness.bench.efficiency import latest_bench
 
     kinds = Counter(str(record.machine.get("device", "cpu")).split(":")[0]
                     for record in records.values())
     device = kinds.most_common(1)[0][0] if kinds else None
+    longest = max(config.data.max_seq_length.single, config.data.max_seq_length.pair)
     for kind in dict.fromkeys([device, None]):
-        for suite in dict.fromkeys((config.name, config.record_suite)):
-            bench = latest_bench(results, suite, kind, LEADERBOARD_BATCHES)
-            if bench is not None:
-                return bench
+        for seq in (longest, None):
+            for suite in dict.fromkeys((config.name, config.record_suite)):
+                bench = latest_bench(results, suite, kind, LEADERBOARD_BATCHES, seq)
+                if bench is not None:
+                    return bench
     return None
 
 
