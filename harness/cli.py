@@ -437,7 +437,13 @@ def data_fetch(
 ) -> None:
     """Download nyu-mll/glue from the hub into OUT for later offline use (needs internet)."""
     from harness.data.loading import fetch_glue
+    from harness.data.tasks import get_task
 
+    try:
+        for task in split_csv(tasks) or []:
+            get_task(task)  # a misspelt task is not a network problem
+    except KeyError as error:
+        fail(error_text(error))
     try:
         paths = fetch_glue(split_csv(tasks) or [], out)
     except Exception as error:  # network and hub errors come in many types

@@ -493,3 +493,23 @@ def test_a_second_process_waits_for_an_entry_being_made_and_does_not_make_it_aga
     with first.producing("general", "k" * 64), \
             second.producing("general", "k" * 64, exclusive=False):
         pass
+
+
+def test_a_cache_folder_that_is_a_file_and_a_misspelt_task_are_named_up_front(tmp_path):
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+    from harness.common.cache import ArtifactCache, CacheNotUsableError
+
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    with pytest.raises(CacheNotUsableError, match="is a file: pass a folder as --cache-dir"):
+        ArtifactCache(a_file)
+    done = CliRunner().invoke(app, ["run", "--suite", "glue-cpu", "-m", "kd", "--tasks", "rte",
+                                    "--seeds", "1", "--results", str(tmp_path / "r"),
+                                    "--cache-dir", str(a_file)])
+    assert done.exit_code == 2 and "is a file: pass a folder as --cache-dir" in done.output
+    fetch = CliRunner().invoke(app, ["data", "fetch", "--out", str(tmp_path / "glue"),
+                                     "--tasks", "mrpc,foo"])
+    assert fetch.exit_code == 2 and "unknown task 'foo'" in fetch.output
+    assert "internet" not in fetch.output

@@ -121,9 +121,16 @@ def _log_to_stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+class CacheNotUsableError(ValueError):
+    """The cache folder cannot hold entries (the message says why and what to pass)."""
+
+
 class ArtifactCache:
     def __init__(self, root: Path, log: Callable[[str], None] = _log_to_stderr) -> None:
         self.root = Path(root)
+        if self.root.exists() and not self.root.is_dir():  # found before any work, not after
+            raise CacheNotUsableError(f"cache folder {self.root} is a file: pass a folder as "
+                                      "--cache-dir")
         self.log = log
         self._checked: set[tuple[str, str]] = set()
 

@@ -795,7 +795,8 @@ def resolve_data_dir(explicit: str | Path | None = None) -> Path:
     from its root).  A folder named explicitly (argument or environment) must exist: it
     is an error, not a reason to fall back silently to another folder.
     """
-    for chosen, how in ((explicit, "--data-dir"), (os.environ.get(ENV_DATA_DIR), ENV_DATA_DIR)):
+    for chosen, how in ((explicit, "--data-dir or the suite's data.dir"),
+                        (os.environ.get(ENV_DATA_DIR), ENV_DATA_DIR)):
         if chosen:
             path = Path(chosen).expanduser()
             if not path.is_dir():
