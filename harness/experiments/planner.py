@@ -42,7 +42,7 @@ from harness.config.schema import (
 )
 from harness.data.corpus import Corpus, build_corpus
 from harness.data.features import EncodedSplit, encode_split
-from harness.data.loading import TaskData, load_task, resolve_data_dir
+from harness.data.loading import DataNotFoundError, TaskData, load_task, resolve_data_dir
 from harness.data.tasks import TaskSpec, get_task
 from harness.experiments.record import RECORD_VERSION, RunRecord
 from harness.teacher.finetune import teacher_key, teacher_pooling
@@ -349,7 +349,15 @@ class RunPlanner:
         if self._corpus is None:
             config = self.suite.corpus
             names = (config.tasks or self.suite.tasks) if config.task_sentences else []
-            tasks = [self.prepare_task(name).data for name in names]
+            tasks = []
+            for name in names:
+                try:
+                    tasks.append(self.prepare_task(name).data)
+                except DataNotFoundError as error:
+                    raise DataNotFoundError(
+                        f"{error} (the general-distillation corpus reads the training "
+                        f"sentences of {', '.join(names)}: corpus.tasks, else the suite's "
+                        "tasks; --set 'corpus.tasks=[...]' names those you have)") from None
             data_dir = (resolve_data_dir(self.suite.data.dir)
                         if self.suite.data.source == "local" else None)
             self._corpus = build_corpus(config, tasks, data_dir)
