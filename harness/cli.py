@@ -31,7 +31,6 @@ from harness.common.cli_options import (
     error_text,
     fail,
     log_dir_for,
-    parse_seeds,
     quiet_libraries,
     recipe_overrides,
     split_csv,
@@ -40,6 +39,7 @@ from harness.config.schema import (
     ConfigError,
     SuiteConfig,
     available_suites,
+    parse_seeds,
     resolve_suite_path,
 )
 

@@ -27,12 +27,11 @@ import pandas as pd
 from harness.common.cli_options import (
     DEFAULT_RESULTS,
     log_dir_for,
-    parse_seeds,
     quiet_libraries,
     recipe_overrides,
     split_csv,
 )
-from harness.config.schema import ConfigError, parse_suite
+from harness.config.schema import ConfigError, parse_seeds, parse_suite
 from harness.experiments.record import RunRecord
 from harness.experiments.store import ResultsStore
 from harness.reporting.frame import records_to_frame

@@ -29,23 +29,6 @@ def error_text(error: BaseException) -> str:
     return str(error)
 
 
-def parse_seeds(values: str | list[str] | None, option: str = "--seeds") -> list[int] | None:
-    """Seeds of a comma-separated or repeated option: whole numbers from 0 (a seed below 0
-    would only fail after the data and teacher were prepared)."""
-    from harness.config.schema import ConfigError
-
-    seeds = []
-    for text in split_csv(values) or []:
-        try:
-            seed = int(text)
-        except ValueError:
-            seed = -1
-        if seed < 0:
-            raise ConfigError(f"{option}: {text!r} is not a seed (a whole number from 0)")
-        seeds.append(seed)
-    return seeds or None
-
-
 def fail(message: str) -> None:
     typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
     raise typer.Exit(2)

@@ -665,6 +665,23 @@ def _assignment_behind(path: str, assignments: dict[str, str]) -> str:
     return ""
 
 
+def parse_seeds(values: str | list[str] | None, option: str = "--seeds") -> list[int] | None:
+    """Seeds of a comma-separated or repeated option: whole numbers from 0 (a seed below 0
+    would only fail after the data and teacher were prepared)."""
+    from harness.common.cli_options import split_csv
+
+    seeds = []
+    for text in split_csv(values) or []:
+        try:
+            seed = int(text)
+        except ValueError:
+            seed = -1
+        if seed < 0:
+            raise ConfigError(f"{option}: {text!r} is not a seed (a whole number from 0)")
+        seeds.append(seed)
+    return seeds or None
+
+
 def parse_assignment(assignment: str) -> tuple[list[str], Any]:
     """``a.b.c=value`` -> (["a", "b", "c"], parsed YAML value)."""
     if "=" not in assignment:
