@@ -185,6 +185,23 @@ def test_a_second_record_of_one_run_is_left_out_and_named(tmp_path: Path) -> Non
         assert len(list(store.records())) == 2
 
 
+def test_a_trial_run_as_a_grid_cell_is_one_run_and_not_a_warning(tmp_path: Path) -> None:
+    """A tuning trial whose parameters are the recipe's is the cell's run in the nested
+    store: the root's records hold it once, the cell's record, and say nothing."""
+    import warnings
+
+    store = ResultsStore(tmp_path)
+    cell = store.record_path("zeta", "kd", "mrpc", "seed1")
+    trial = store.record_path("tuning/study/zeta", "kd", "mrpc", "seed1")
+    store.write(cell, run_record(run_id=RUN_HASH, main_score=80.0))
+    store.write(trial, run_record(run_id=RUN_HASH, main_score=80.0, tuned={"study": "study"}))
+    assert trial < cell  # the trial comes first in path order, and still the cell counts
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        records = list(store.records())
+    assert len(records) == 1 and records[0].tuned is None
+
+
 def test_records_of_a_results_root_leave_bench_records_out(tmp_path: Path) -> None:
     store = ResultsStore(tmp_path)
     store.write(store.record_path("s", "kd", "rte", "one"), sample_record(1.0))

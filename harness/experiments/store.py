@@ -81,22 +81,35 @@ class ResultsStore:
 
     def records(self, log: Callable[[str], None] | None = None) -> Iterator[RunRecord]:
         """Every run record under the root (a suite's folder, or a whole results root),
-        nested tuning stores included, each run once: a second file of one run id (a copy
-        kept beside it, a store merged into another) is left out and named through ``log``
-        (default: a warning), so that no mean counts one run twice."""
-        seen: dict[str, Path] = {}
+        nested tuning stores included, each run once.  A tuning trial run exactly as a
+        grid's cell is one run in two stores: the record outside the nested store counts.
+        Any other second file of one run id (a copy kept beside it, a store merged into
+        another) is left out and named through ``log`` (default: a warning), so that no
+        mean counts one run twice."""
+        kept: dict[str, tuple[Path, RunRecord]] = {}
         for path in sorted(self.root.glob("**/*.json")):
             if path.name.startswith(".") or \
                     path.relative_to(self.root).parts[0] in NOT_RUN_RECORDS:
                 continue
             record = self.load(path)
-            first = seen.setdefault(record.run_id, path)
-            if first != path:
-                message = (f"{path}: a second record of run {record.run_id[:16]} (the first: "
-                           f"{first}); it is left out")
-                if log is not None:
-                    log(message)
-                else:
-                    warnings.warn(message, stacklevel=2)
+            if record.run_id not in kept:
+                kept[record.run_id] = (path, record)
                 continue
+            first = kept[record.run_id][0]
+            nested = [self._nested(one) for one in (first, path)]
+            if nested[0] != nested[1]:  # a trial and a cell: the cell's record counts
+                if nested[0]:
+                    kept[record.run_id] = (path, record)
+                continue
+            message = (f"{path}: a second record of run {record.run_id[:16]} (the first: "
+                       f"{first}); it is left out")
+            if log is not None:
+                log(message)
+            else:
+                warnings.warn(message, stacklevel=2)
+        for _, record in sorted(kept.values(), key=lambda item: item[0]):
             yield record
+
+    def _nested(self, path: Path) -> bool:
+        """Whether ``path`` lies in a nested (tuning) store under the root."""
+        return path.relative_to(self.root).parts[0] in NESTED_STORES
