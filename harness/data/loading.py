@@ -36,6 +36,7 @@ from typing import Any
 import datasets
 import numpy as np
 
+from harness.common.files import offline_variables
 from harness.data.tasks import GLUE_TASKS, TaskSpec, get_task
 
 HUB_DATASET = "nyu-mll/glue"
@@ -747,8 +748,7 @@ def load_hub_dataset(path: str, name: str | None, split: str | None = None,
         return datasets.load_dataset(path, name, **({"split": split} if split else {}))
     except (ConnectionError, FileNotFoundError) as error:  # DatasetNotFoundError is one
         detail = (str(error).strip().splitlines() or [""])[0]
-        offline = [variable for variable in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
-                   if os.environ.get(variable, "").strip().lower() in {"1", "true", "yes"}]
+        offline = offline_variables()
         where = f"{path}/{name}" if name else path
         if offline or isinstance(error, ConnectionError):
             why = (f" ({' and '.join(offline)} {'is' if len(offline) == 1 else 'are'} set)"

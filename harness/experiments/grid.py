@@ -63,9 +63,14 @@ class GridCell:
     task_epochs: float | None = None
 
     @property
+    def row(self) -> str:
+        """The leaderboard row the cell's run fills: the method, and a student shape other
+        than its own in brackets."""
+        return self.method + (f" [{self.student}]" if self.student else "")
+
+    @property
     def label(self) -> str:
-        student = f" [{self.student}]" if self.student else ""
-        return f"{self.method}{student} / {self.task} / seed {self.seed}"
+        return f"{self.row} / {self.task} / seed {self.seed}"
 
     def target(self, seeds: list[int]) -> TuningTarget:
         return TuningTarget(self.method, self.task, seeds, self.student, self.task_epochs)
@@ -319,8 +324,7 @@ class Grid:
             return None
         by_method: dict[str, list[PlannedCell]] = defaultdict(list)
         for item in open_cells:
-            label = item.cell.method + (f" [{item.cell.student}]" if item.cell.student else "")
-            by_method[label].append(item)
+            by_method[item.cell.row].append(item)
         parts = []
         for label, items in by_method.items():
             tasks = list(dict.fromkeys(item.cell.task for item in items))
@@ -334,7 +338,7 @@ class Grid:
     def records(self, planned: list[PlannedCell] | None = None) -> list[dict[str, Any]]:
         """The finished cells' scores, one row per cell (the grid's leaderboard: each method
         on the grid's budget, whichever command made the run)."""
-        return [{"method": cell.method + (f" [{cell.student}]" if cell.student else ""),
+        return [{"method": cell.row,
                  "task": cell.task, "seed": cell.seed, "score": record.main_score,
                  "seconds": record.wall_seconds}
                 for cell, record in self.cell_records(planned)]

@@ -94,8 +94,7 @@ def collect_runs(config: SuiteConfig, results: Path, *, grid: bool = False,
         common = Grid(config, results, "sqlite://", cache_dir=cache_dir, log=lambda _: None)
         planned = common.plan()
         for cell, record in common.cell_records(planned):
-            label = cell.method + (f" [{cell.student}]" if cell.student else "")
-            rows.append(_run_row(label, record))
+            rows.append(_run_row(cell.row, record))
             records[record.run_id] = record
         missing = common.missing(planned)
         if missing:

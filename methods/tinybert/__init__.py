@@ -69,7 +69,7 @@ from harness.api import (
     teacher_regression_loss,
 )
 from harness.assets.glove import glove_problem
-from methods.tinybert.augmentation import ALGORITHM_VERSION, AugmentParams, build_augmenter
+from methods.tinybert.augmentation import AugmentParams, build_augmenter
 
 if TYPE_CHECKING:
     import optuna
@@ -161,13 +161,6 @@ class TinyBERT(Method):
                 "layer_weights": params.layer_weights,
                 "shared_projection": params.shared_projection,
                 "weights": dict.fromkeys(INTERMEDIATE_TERMS, 1.0)}
-
-    def run_key(self) -> dict[str, Any]:
-        """The augmentation's version, for the runs that train on augmented copies (the
-        first version is left out, as it was before versions joined run ids)."""
-        if self.augments and ALGORITHM_VERSION > 1:
-            return {"augmentation_version": ALGORITHM_VERSION}
-        return {}
 
     def stages(self, task: TaskSpec) -> list[Stage]:
         params = self.params
