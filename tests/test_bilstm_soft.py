@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -517,9 +518,81 @@ def test_run_ids_follow_the_augmentation_version_and_tagger(tiny_suite_file, tmp
     monkeypatch.setattr(pos.importlib.metadata, "version", lambda package: (
         real_version(package) + "99" if package == "spacy" else real_version(package)))
     assert run_ids() == (newer, plain)
-    monkeypatch.setattr(pos.importlib.metadata, "version", lambda package: "0.0-other")
+    # another release of the tagger's model (spaCy's own release also splits the plain
+    # runs' words otherwise: see the next test)
+    monkeypatch.setattr(pos.importlib.metadata, "version", lambda package: (
+        "0.0-other" if package.startswith("en-core-web") else real_version(package)))
     other_tagger, same_plain = run_ids()
     assert other_tagger not in (augmented, newer) and same_plain == plain
+
+
+def test_run_ids_follow_the_word_vectors_content_and_the_tokenizer_release(
+        tiny_data_dir, tiny_teacher_dir, tmp_path, monkeypatch):
+    """A BiLSTM run reads its word vectors and spaCy's tokenizer: other vectors (a file's
+    content, wherever it lies; another release of the package) or another tokenizer
+    release give another run id.  The release the shipped records were made with adds
+    nothing, so their ids stay."""
+    import harness.assets.glove as glove
+    import methods.bilstm_soft.words as words
+
+    def run_id(vectors: Path | None) -> str:
+        tree = tiny_suite_dict(tiny_data_dir, tiny_teacher_dir)
+        tree["students"]["tiny-bilstm"]["word_vectors"] = str(vectors) if vectors else None
+        path = tmp_path / "suite.yaml"
+        path.write_text(yaml.safe_dump(tree))
+        runner = SuiteRunner(load_suite(str(path)), tmp_path / "r", tmp_path / "c",
+                             log=lambda _: None)
+        return runner.run_id("bilstm-soft", "rte", 1)
+
+    package = run_id(None)
+    first = tmp_path / "a" / "vectors.txt"
+    first.parent.mkdir()
+    first.write_text("cat 1 2 3 4\n")
+    from_file = run_id(first)
+    assert from_file != package
+    copy = tmp_path / "b" / "vectors.txt"
+    copy.parent.mkdir()
+    copy.write_text(first.read_text())
+    assert run_id(copy) == from_file  # content, not location
+    first.write_text("cat 1 2 3 5\n")  # same name and size, other vectors
+    assert run_id(first) not in (from_file, package)
+
+    real_version = glove.importlib.metadata.version
+    monkeypatch.setattr(glove.importlib.metadata, "version", lambda name: (
+        "1.0.1" if name == glove.PACKAGE else real_version(name)))
+    other_release = run_id(None)
+    assert other_release != package
+    monkeypatch.setattr(glove.importlib.metadata, "version", real_version)
+    assert run_id(None) == package
+
+    spacy_version = real_version("spacy")
+    monkeypatch.setattr(words.importlib.metadata, "version", lambda name: (
+        spacy_version + "99" if name == "spacy" else real_version(name)))
+    assert run_id(None) == package  # a patch release splits words alike
+    monkeypatch.setattr(words.importlib.metadata, "version", lambda name: (
+        "9.1.0" if name == "spacy" else real_version(name)))
+    assert run_id(None) not in (package, other_release)
+
+
+def test_tinybert_run_ids_follow_the_glove_vectors_of_its_candidates(tiny_suite_file,
+                                                                     tmp_path, monkeypatch):
+    """TinyBERT's augmented copies draw candidates from GloVe: another release joins the
+    ids of the runs that train on them, not of the runs without copies."""
+    import harness.assets.glove as glove
+
+    def run_ids() -> tuple[str, str]:
+        suite = load_suite(str(tiny_suite_file), overrides=[
+            "methods.tinybert-plain.base=tinybert",
+            "methods.tinybert-plain.params.augment=false"])
+        runner = SuiteRunner(suite, tmp_path / "r", tmp_path / "c", log=lambda _: None)
+        return runner.run_id("tinybert", "rte", 1), runner.run_id("tinybert-plain", "rte", 1)
+
+    augmented, plain = run_ids()
+    real_version = glove.importlib.metadata.version
+    monkeypatch.setattr(glove.importlib.metadata, "version", lambda name: (
+        "2.0.0" if name == glove.PACKAGE else real_version(name)))
+    other, same_plain = run_ids()
+    assert other != augmented and same_plain == plain
 
 
 def test_missing_spacy_pipeline_is_named_before_anything_runs(tmp_path):

@@ -33,6 +33,13 @@ class StudentKindConfig(BaseModel):
         :meth:`Method.missing_assets` for every cell before the first one trains."""
         return None
 
+    def run_identity(self) -> dict[str, Any]:
+        """The shape as run ids hold it: its fields (the default), where a kind may name an
+        asset by its content instead of its location (a word-vector file's digest, not its
+        path) and add the release of what it reads (a tokenizer), so that a record made
+        with other assets is not taken for a run with these."""
+        return self.model_dump()
+
 
 @dataclass
 class StudentContext:

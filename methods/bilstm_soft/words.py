@@ -10,6 +10,7 @@ lower-cased (GloVe 6B is uncased; the special tokens keep their case).
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -26,6 +27,22 @@ PAD, UNK, MASK = "[PAD]", "[UNK]", "[MASK]"
 SPECIALS = (PAD, UNK, MASK)
 """Rows 0, 1, 2 of every vocabulary: padding (zero vector), unknown words, the mask
 token that augmentation writes into texts."""
+
+
+SHIPPED_TOKENIZER = {"spacy": "3.8"}
+"""The tokenizer of every run id made before run ids named it (the records in results/
+included); :func:`tokenizer_run_identity` leaves it out, so those ids stay as they were."""
+
+
+def tokenizer_run_identity() -> dict[str, str]:
+    """The word tokenizer as a run id holds it: spaCy's minor version (its tokenizer rules
+    change with minor releases, not patches), empty for :data:`SHIPPED_TOKENIZER`."""
+    try:
+        version = importlib.metadata.version("spacy")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    identity = {"spacy": ".".join(version.split(".")[:2])}
+    return {} if identity == SHIPPED_TOKENIZER else identity
 
 
 @functools.lru_cache(maxsize=1)

@@ -68,7 +68,7 @@ from harness.api import (
     soft_cross_entropy,
     teacher_regression_loss,
 )
-from harness.assets.glove import glove_problem
+from harness.assets.glove import glove_problem, vectors_run_identity
 from methods.tinybert.augmentation import AugmentParams, build_augmenter
 
 if TYPE_CHECKING:
@@ -216,6 +216,14 @@ class TinyBERT(Method):
         if not self.augments:
             return None
         return glove_problem(self.params.augmentation.glove_path)
+
+    def run_key(self) -> dict[str, Any]:
+        """For the runs that train on augmented copies, the GloVe vectors their candidates
+        come from, where they are not the release the shipped records were made with."""
+        if not self.augments:
+            return {}
+        vectors = vectors_run_identity(self.params.augmentation.glove_path)
+        return {"glove": vectors} if vectors else {}
 
     def architecture_problem(self, teacher_config) -> str | None:
         if not self.augments:

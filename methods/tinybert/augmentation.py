@@ -54,8 +54,9 @@ from harness.assets.mlm import MaskedLM, MLMHeadConfig, load_masked_lm
 
 ALGORITHM_VERSION = 1
 """Bumped when the same parameters make other copies: it keys the cached copies. A bump
-must also join the run ids of the runs that train on them, through ``TinyBERT.run_key``
-(see ``Method.run_key``), or the store keeps the older copies' records as done."""
+must also join the run ids of the runs that train on them, in ``TinyBERT.run_key`` beside
+the GloVe vectors (see ``Method.run_key``), or the store keeps the older copies' records as
+done."""
 Augmented = list[tuple[int, tuple[str, ...]]]
 
 
