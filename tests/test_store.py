@@ -390,16 +390,13 @@ def _write_weights(kind: str, path: Path) -> None:
         save_file(tensors, path)
     elif kind == "pt":
         torch.save(tensors, path)
-    else:
-        path.write_text("".join(json.dumps({"row": row, "text": f"copy {row}"}) + "\n"
-                                for row in range(50)))
 
 
-@pytest.mark.parametrize("kind", ["safetensors", "pt", "jsonl"])
-def test_an_old_entry_whose_weights_or_json_lines_are_cut_short_is_rebuilt(
-        tmp_path: Path, kind: str) -> None:
-    """A general checkpoint's body (.pt), a teacher's weights (.safetensors) or augmented
-    copies (.jsonl) cut short in an entry without checksums: rebuilt, not sealed."""
+@pytest.mark.parametrize("kind", ["safetensors", "pt"])
+def test_an_old_entry_whose_weights_are_cut_short_is_rebuilt(tmp_path: Path, kind: str
+                                                             ) -> None:
+    """A general checkpoint's body (.pt) or a teacher's weights (.safetensors) cut short
+    in an entry without checksums: rebuilt, not sealed."""
     key = content_hash({"task": "old", "kind": kind})
     cache = ArtifactCache(tmp_path)
     with cache.build("general", key, {"task": "rte"}) as scratch:
@@ -418,6 +415,28 @@ def test_an_old_entry_whose_weights_or_json_lines_are_cut_short_is_rebuilt(
     assert not ArtifactCache(tmp_path, log=messages.append).has("general", key)
     assert f"body.{kind} unreadable" in messages[0] and "rebuilding it" in messages[0]
     assert not entry.exists()
+
+
+def test_an_old_entry_of_json_lines_is_rebuilt_even_when_every_line_parses(
+        tmp_path: Path) -> None:
+    """Augmented copies or POS tags (JSON lines) in an entry without checksums: a file cut
+    at a line's end parses line by line, so such an entry is rebuilt, never sealed."""
+    key = content_hash({"task": "old", "kind": "jsonl"})
+    cache = ArtifactCache(tmp_path)
+    with cache.build("augmented", key, {"task": "rte"}) as scratch:
+        (scratch / "examples.jsonl").write_text("".join(
+            json.dumps({"source_row": row, "fields": [f"copy {row}"]}) + "\n"
+            for row in range(50)))
+    entry = cache.path("augmented", key)
+    description = json.loads((entry / "key.json").read_text())
+    del description["files"]
+    (entry / "key.json").write_text(json.dumps(description))
+    copies = entry / "examples.jsonl"
+    copies.write_text("".join(copies.read_text().splitlines(keepends=True)[:30]))
+    messages: list[str] = []
+    assert not ArtifactCache(tmp_path, log=messages.append).has("augmented", key)
+    assert "examples.jsonl holds JSON lines written before checksums" in messages[0]
+    assert "rebuilding it" in messages[0] and not entry.exists()
 
 
 @pytest.mark.parametrize("bad_index", [None, 0, 6, 7, 59])

@@ -12,7 +12,8 @@ The first time a process uses an entry it checks them: a truncated, missing or a
 file makes the entry damaged; it is reported, moved out of the way and rebuilt, never
 read.  An entry written before checksums existed has them recorded on first use, once
 its arrays load and hold finite numbers, its weights load and its JSON files parse (else
-it is damaged too).
+it is damaged too); one that holds JSON lines (augmented copies, POS tags) is rebuilt, as
+a file of them cut at a line's end would read as whole.
 """
 
 from __future__ import annotations
@@ -75,9 +76,9 @@ def file_manifest(folder: Path) -> dict[str, dict[str, Any]]:
 def _readable_problems(entry: Path) -> list[str]:
     """What reading an entry that has no recorded checksums shows: arrays that do not load
     or hold non-finite numbers (no logit or hidden state is NaN), weights (safetensors, a
-    torch state) that do not load, JSON or JSON lines that do not parse.  Without this a
-    damaged old entry would have its checksums recorded and be trusted.  (A JSON-lines file
-    cut at a line's end still parses: only checksums catch that.)"""
+    torch state) that do not load, JSON that does not parse, and any JSON lines (a file
+    of them cut at a line's end still parses: only checksums would catch that).  Without
+    this a damaged old entry would have its checksums recorded and be trusted."""
     import torch
     from safetensors import SafetensorError, safe_open
 
@@ -94,8 +95,11 @@ def _readable_problems(entry: Path) -> list[str]:
             elif path.suffix == ".json":
                 json.loads(path.read_text())
             elif path.suffix == ".jsonl":
-                for line in path.read_text().splitlines():
-                    json.loads(line)
+                # Cut at a line's end, JSON lines still parse: only checksums would show
+                # the loss.  What such entries hold (augmented copies, POS tags) is remade
+                # in seconds to minutes, so it is remade rather than trusted.
+                problems.append(f"{name} holds JSON lines written before checksums (a file "
+                                "cut at a line's end would read as whole)")
             elif path.suffix == ".safetensors":
                 with safe_open(path, framework="pt") as weights:
                     for tensor in weights.keys():  # noqa: SIM118 (no iterator of its own)
