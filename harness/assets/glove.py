@@ -140,12 +140,13 @@ class GloveVectors:
         return len(self.words)
 
     def identity(self) -> dict[str, Any]:
-        """What identifies these vectors, for cache keys and run records."""
+        """What identifies these vectors, for cache keys and run records: a file by its
+        content (two files of one name and size are other vectors), with its name, words
+        and width for the reader."""
         if self.path is None:
             return vectors_identity(None)
-        stat = self.path.stat()
-        return {"source": "file", "name": self.path.name, "bytes": stat.st_size,
-                "words": len(self), "dim": self.dim}
+        return {**vectors_identity(self.path), "name": self.path.name, "words": len(self),
+                "dim": self.dim}
 
     # ------------------------------------------------------------------ lookups
 
