@@ -28,7 +28,8 @@ import math
 import os
 import re
 import tempfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -821,7 +822,22 @@ def _subsample(
     if max_examples is None or max_examples >= len(ds):
         return ds, "subsample=none"
     keep = np.sort(np.random.default_rng(seed).permutation(len(ds))[:max_examples])
-    return ds.select(keep.tolist()).flatten_indices(), f"subsample={max_examples},seed={seed}"
+    with _no_progress_bars():  # under a second of copying, on every plan of the task
+        flat = ds.select(keep.tolist()).flatten_indices()
+    return flat, f"subsample={max_examples},seed={seed}"
+
+
+@contextmanager
+def _no_progress_bars() -> Iterator[None]:
+    """The datasets library's progress bars off inside the block, back on after it where
+    they were on."""
+    shown = not datasets.are_progress_bars_disabled()
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if shown:
+            datasets.enable_progress_bars()
 
 
 def load_task(

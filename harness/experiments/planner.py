@@ -6,7 +6,6 @@ the plans; the grid and tuning ask the planner for ids before they decide what t
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +55,7 @@ class PreparedTask:
     task: TaskSpec
     data: TaskData
     splits: dict[str, EncodedSplit]
+    """The encoded splits; empty where the planner plans run ids only (``encode=False``)."""
     max_length: int
 
 
@@ -115,19 +115,22 @@ class RunPlanner:
 
     def __init__(self, suite: SuiteConfig, device: torch.device,
                  log: Callable[[str], None] = print,
-                 precision: dict[str, str] | None = None) -> None:
+                 precision: dict[str, str] | None = None, encode: bool = True) -> None:
         """``precision``: what ``auto`` resolves to (default: what ``device`` computes
-        natively)."""
+        natively).  ``encode=False`` plans run ids only: a task's data is read for its
+        fingerprint and not tokenized, which is most of what planning costs."""
         self.declared_suite = suite
         self.device = device
         self.precision = precision or auto_precision(device)
         self.suite = with_resolved_precision(suite, self.precision)
         self._other_precisions: list[RunPlanner] | None = None
         self.log = log
+        self.encode = encode
         self.checkpoint: Checkpoint = resolve_checkpoint(suite.teacher.checkpoint)
         self._tokenizer = None
         self._tasks: dict[str, PreparedTask] = {}
         self._corpus: Corpus | None = None
+        self._corpus_from: RunPlanner | None = None
         self._teacher_pooling: str | None = None
         self._teacher_config: PretrainedConfig | None = None
 
@@ -148,7 +151,7 @@ class RunPlanner:
             lengths = data_config.max_seq_length
             max_length = lengths.pair if task.is_pair else lengths.single
             splits = {split: encode_split(split, dataset, task, self.tokenizer, max_length)
-                      for split, dataset in data.splits.items()}
+                      for split, dataset in data.splits.items()} if self.encode else {}
             self._tasks[name] = PreparedTask(task, data, splits, max_length)
         return self._tasks[name]
 
@@ -331,7 +334,8 @@ class RunPlanner:
             for resolution in AUTO_RESOLUTIONS:
                 if resolution == self.precision:
                     continue
-                other = RunPlanner(self.declared_suite, self.device, self.log, resolution)
+                other = RunPlanner(self.declared_suite, self.device, self.log, resolution,
+                                   encode=self.encode)
                 if other.suite == self.suite:  # nothing in the recipe says auto
                     continue
                 other._tasks = self._tasks  # the same data, prepared once
@@ -348,9 +352,11 @@ class RunPlanner:
     # -- general distillation ------------------------------------------------------------
     def corpus(self) -> Corpus:
         """The suite's unlabeled corpus (built once per process)."""
+        if self._corpus is None and self._corpus_from is not None:
+            self._corpus = self._corpus_from.corpus()
         if self._corpus is None:
             config = self.suite.corpus
-            names = (config.tasks or self.suite.tasks) if config.task_sentences else []
+            names = self._corpus_tasks()
             tasks = []
             for name in names:
                 try:
@@ -364,6 +370,24 @@ class RunPlanner:
                         if self.suite.data.source == "local" else None)
             self._corpus = build_corpus(config, tasks, data_dir)
         return self._corpus
+
+    def _corpus_tasks(self) -> list[str]:
+        """The tasks whose training sentences the corpus reads."""
+        config = self.suite.corpus
+        return list(config.tasks or self.suite.tasks) if config.task_sentences else []
+
+    def share_reading(self, other: RunPlanner) -> None:
+        """Take task data, and the corpus, from ``other`` where it reads the same: the same
+        data settings, teacher (its tokenizer) and encoding; for the corpus also the same
+        corpus settings and tasks.  Planners of two suites of one store (a view such as
+        tinybert-ablation and its protocol) then read and fingerprint each once."""
+        if (self.suite.data, self.suite.teacher.checkpoint, self.encode) != (
+                other.suite.data, other.suite.teacher.checkpoint, other.encode):
+            return
+        self._tasks = other._tasks
+        if (self.suite.corpus, self._corpus_tasks()) == (other.suite.corpus,
+                                                          other._corpus_tasks()):
+            self._corpus_from = other
 
     def general_key(self, method: Method, shape: StudentConfig, stages: list[Stage],
                     stage_configs: dict[str, TrainConfig]) -> str:
@@ -392,41 +416,79 @@ def record_variation(record: RunRecord) -> Variation:
                         task_epochs=departure.get("task_epochs"))
 
 
-def current_records(suite: SuiteConfig, records: Iterable[RunRecord],
-                    log: Callable[[str], None] = print) -> list[RunRecord]:
-    """The records that are runs of ``suite`` as it now reads: each record's method, task,
-    seed and variation, planned again, give its run id (in either resolution of an ``auto``
+class RecipeCheck:
+    """Whether records are runs of ``suite`` as it now reads: a record's method, task, seed
+    and variation, planned again, give its run id (in either resolution of an ``auto``
     precision).  A method ``suite`` does not declare is planned by the shipped suite of the
     same protocol that does (tinybert-ablation's variants in glue-cpu's store), else as a
-    plugin run by name.  A record of an earlier recipe, of a ``--set``, or of a method
-    neither plans is left out and named in the log, so that no table averages two
-    configurations under one row."""
+    plugin run by name.
+
+    Planning reads each task's data and the corpus once, for their fingerprints (nothing is
+    tokenized), and one verdict serves every seed of a configuration: a run id hashes the
+    run's configuration (:attr:`RunRecord.run_id`), in which the seed is only ``seed``."""
+
+    def __init__(self, suite: SuiteConfig) -> None:
+        self.suite = suite
+        self._suites = [suite] + [
+            other for other in map(load_suite, available_suites())
+            if other.record_suite == suite.record_suite and other.name != suite.name]
+        self._planners: dict[str, RunPlanner] = {}
+        self._verdicts: dict[str, bool | None] = {}
+
+    def _planner(self, method: str) -> RunPlanner:
+        # The suite that declares the method, else the suite itself (a plugin run by name)
+        declaring = next((candidate for candidate in self._suites
+                          if method in candidate.methods), self.suite)
+        if declaring.name not in self._planners:
+            planner = RunPlanner(declaring, torch.device("cpu"), log=lambda message: None,
+                                 encode=False)
+            for other in self._planners.values():
+                planner.share_reading(other)
+            self._planners[declaring.name] = planner
+        return self._planners[declaring.name]
+
+    def planned(self, record: RunRecord) -> bool | None:
+        """True where ``record`` is a run of the suite as it now reads; False where the
+        suite plans its method, task and variation as another run (an earlier recipe, a
+        ``--set``); None where it cannot plan them.  Planning that needs data or an asset
+        this machine lacks raises (FileNotFoundError)."""
+        config = record.config
+        head = {"record_version": RECORD_VERSION, "suite": self.suite.record_suite,
+                "method": record.method, "task": record.task, "seed": record.seed}
+        if any(config.get(key) != value for key, value in head.items()):
+            return False  # no plan of this suite resolves to its configuration
+        key = content_hash({"method": record.method, "task": record.task,
+                            "variation": record.variation or {},
+                            "config": {name: value for name, value in config.items()
+                                       if name != "seed"}})
+        if key not in self._verdicts:
+            planner = self._planner(record.method)
+            variation = record_variation(record)
+            try:
+                ids = {planner.run_id(record.method, record.task, record.seed, variation),
+                       *planner.equivalent_run_ids(record.method, record.task, record.seed,
+                                                   variation)}
+            except (ConfigError, KeyError, ValueError):
+                self._verdicts[key] = None
+            else:
+                self._verdicts[key] = record.run_id in ids
+        return self._verdicts[key]
+
+
+def current_records(suite: SuiteConfig, records: Iterable[RunRecord],
+                    log: Callable[[str], None] = print,
+                    check: RecipeCheck | None = None) -> list[RunRecord]:
+    """The records that are runs of ``suite`` as it now reads (:class:`RecipeCheck`;
+    ``check``: one already holding the suite's planners).  A record of an earlier recipe, of
+    a ``--set``, or of a method the suite cannot plan is left out and named in the log, so
+    that no table averages two configurations under one row."""
     records = list(records)
     if not records:
         return []
-    suites = [suite] + [other for other in map(load_suite, available_suites())
-                        if other.record_suite == suite.record_suite and other.name != suite.name]
-    planners: dict[str, RunPlanner] = {}
-
-    def planner_for(method: str) -> RunPlanner:
-        # The suite that declares the method, else the suite itself (a plugin run by name)
-        declaring = next((candidate for candidate in suites if method in candidate.methods),
-                         suite)
-        if declaring.name not in planners:
-            planners[declaring.name] = RunPlanner(declaring, torch.device("cpu"),
-                                                  log=lambda message: None)
-        return planners[declaring.name]
-
+    check = check or RecipeCheck(suite)
     kept, left_out = [], []
     for record in records:
-        planner = planner_for(record.method)
-        variation = record_variation(record)
-        ids: set[str] = set()
-        with contextlib.suppress(ConfigError, KeyError, ValueError):  # cannot plan it
-            ids = {planner.run_id(record.method, record.task, record.seed, variation),
-                   *planner.equivalent_run_ids(record.method, record.task, record.seed,
-                                               variation)}
-        (kept if record.run_id in ids else left_out).append(record)
+        (kept if check.planned(record) else left_out).append(record)
     if left_out:
         log(f"left out {len(left_out)} record(s) that are not runs of suite {suite.name} as "
             "it now reads (an earlier recipe, a --set, or a method it cannot plan); "
