@@ -325,11 +325,16 @@ def table(
     grid: Annotated[bool, typer.Option(
         "--grid", help="the suite's common grid only: its cells' runs, on its budget")] = False,
 ) -> None:
-    """Print method x task scores (mean over seeds) with the suite's paper anchors beside."""
+    """Print method x task scores (mean over seeds) with the suite's paper anchors beside.
+
+    A row marked * holds runs, on some task, that are not the suite as it now reads (an
+    earlier recipe, a --set); the notes under the table name them."""
     import pandas as pd
 
     from harness.reporting.tables import finished_records, markdown, suite_table
 
+    notes: list[str] = []  # the store's and the check's log, printed under the table
+    not_current: set[str] = set()
     try:
         config = load_suite(suite)
         method = split_csv(method)
@@ -345,20 +350,24 @@ def table(
             if missing := common.missing(planned):
                 typer.secho(f"WARNING: {missing}", err=True)
         else:
-            records = finished_records(config, results)
+            records = finished_records(config, results, notes.append)
             records = records[records["task"].isin(config.tasks)
                               & records["seed"].isin(config.seeds)]
-    except (ConfigError, KeyError, FileNotFoundError, ValueError) as error:
-        fail(error_text(error))
-        return
-    if records.empty:
-        fail(f"no finished records for suite {config.name} under {results}")
-    try:
+            shown = set(zip(records["method"], records["task"], strict=True))
+            not_current = {row.label for row in records.attrs["not_current"]
+                           if (row.label, row.task) in shown}
+        if records.empty:
+            raise ValueError(f"no finished records for suite {config.name} under {results}")
         table = suite_table(config, records, method)
-    except ValueError as error:
+    except (ConfigError, KeyError, FileNotFoundError, ValueError) as error:
+        for line in notes:
+            echo(line)
         fail(error_text(error))
         return
+    table = table.rename(index=lambda label: f"{label} *" if label in not_current else label)
     echo(markdown(table))
+    for line in notes:
+        echo(line)
 
 
 @app.command()

@@ -19,6 +19,7 @@ from harness.common.files import write_json_atomic
 from harness.config.published import load_published
 from harness.experiments.store import ResultsStore
 from harness.reporting.report import (
+    NOT_CURRENT_WARNING,
     ablation_frame,
     baseline_check,
     build_report,
@@ -307,7 +308,11 @@ def test_cli_report_and_its_errors(store, tmp_path):
     assert "82.33 ± 1.25 (3)" in rows["kd"] and "83.00 ± 0.41 (3)" in rows["bilstm"]
     assert "80.50 ± 0.41 (3)" in rows["finetune"]
     assert "majority / mean baseline: MRPC 81.20, RTE 52.70" in lines
-    assert not any(line.startswith("WARNING") for line in lines)
+    # the store's records are stubs, not runs of glue-cpu as it reads: shown, and named
+    assert [line for line in lines if line.startswith("WARNING")] == [
+        f"WARNING: {NOT_CURRENT_WARNING}"]
+    assert "  kd (4L-192) on mrpc, rte: runs of an earlier recipe or of a --set" in lines
+    assert f"**Warning:** {NOT_CURRENT_WARNING}" in (out / "leaderboard.md").read_text()
     assert "- teachers' dev scores: MRPC 86.00; RTE 60.00" \
         in (out / "leaderboard.md").read_text().splitlines()
     assert "Differences (paired sign-flip test over tasks x seeds, complete rows):" in lines

@@ -179,8 +179,9 @@ def test_a_second_record_of_one_run_is_left_out_and_named(tmp_path: Path) -> Non
     logs: list[str] = []
     runs = finished_records(suite, tmp_path, logs.append)
     assert sorted(runs["score"]) == [80.0, 84.0] and runs["score"].mean() == 82.0
-    assert len(logs) == 1 and str(copy) in logs[0] and str(first) in logs[0]
-    assert f"a second record of run {run_record(seed=1).run_id[:16]}" in logs[0]
+    named = [line for line in logs if str(copy) in line]  # the rest: stubs, not glue-cpu's
+    assert len(named) == 1 and str(first) in named[0]
+    assert f"a second record of run {run_record(seed=1).run_id[:16]}" in named[0]
     with pytest.warns(UserWarning, match="a second record of run"):
         assert len(list(store.records())) == 2
 

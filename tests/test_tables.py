@@ -175,6 +175,48 @@ def test_of_one_seeds_two_auto_resolutions_the_later_run_counts(tiny_suite_file,
     assert any("the later counts" in line for line in logged)
 
 
+def test_a_row_of_an_earlier_recipe_is_shown_marked_and_named(tiny_suite_file, tmp_path):
+    """A row whose runs are all of an earlier recipe (kd's, before its alpha was edited)
+    stays in the table, marked and named with its task; a current row is not."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+
+    results, cache = tmp_path / "results", tmp_path / "cache"
+    runner = SuiteRunner(load_suite(str(tiny_suite_file)), results, cache, log=lambda _: None)
+    for method in ("finetune", "kd"):
+        runner.run_one(method, "rte", 1)
+    document = yaml.safe_load(tiny_suite_file.read_text())
+    document["methods"]["kd"] = {"params": {"alpha": 0.2}}
+    edited_file = tmp_path / "edited.yaml"
+    edited_file.write_text(yaml.safe_dump(document))
+    edited = load_suite(str(edited_file))
+
+    shown = CliRunner().invoke(app, ["table", "--suite", str(edited_file), "--results",
+                                     str(results)])
+    assert shown.exit_code == 0, shown.output
+    rows = [line.split("|")[1].strip() for line in shown.output.splitlines()[2:]
+            if line.startswith("|")]
+    assert sorted(rows) == ["finetune", "kd *"]
+    why = "runs of an earlier recipe or of a --set"
+    assert f"  kd (tiny) on rte: {why}" in shown.output.splitlines()
+
+    logged: list[str] = []
+    runs = finished_records(edited, results, logged.append)
+    assert sorted(runs["method"]) == ["finetune", "kd"]  # still shown
+    assert [(row.label, row.student, row.task, row.why)
+            for row in runs.attrs["not_current"]] == [("kd", "tiny", "rte", why)]
+    assert any(line.startswith("* not runs of suite tiny as it now reads") for line in logged)
+    assert f"  kd (tiny) on rte: {why}" in logged
+    assert not any("finetune" in line for line in logged)
+
+    logged.clear()  # as the suite read when the runs were made: nothing marked
+    assert finished_records(load_suite(str(tiny_suite_file)), results,
+                            logged.append).attrs["not_current"] == []
+    assert logged == []
+
+
 def test_table_rows_asked_for_by_name_are_those_or_an_error(tmp_path):
     """`harness table -m`: comma lists split, an unknown name and a name without records
     are errors, where they once printed every row."""
@@ -192,8 +234,9 @@ def test_table_rows_asked_for_by_name_are_those_or_an_error(tmp_path):
 
     shown = table("kd,finetune")
     assert shown.exit_code == 0, shown.output
-    rows = [line.split("|")[1].strip() for line in shown.output.splitlines()[2:]]
-    assert rows == ["finetune", "kd"]
+    rows = [line.split("|")[1].strip() for line in shown.output.splitlines()[2:]
+            if line.startswith("|")]
+    assert rows == ["finetune *", "kd *"]  # stub configurations: not glue-cpu's runs
     unknown = table("nosuch")
     assert unknown.exit_code == 2 and "unknown method 'nosuch'" in unknown.output
     none = table("bert-pkd")

@@ -85,7 +85,10 @@ def collect_runs(config: SuiteConfig, results: Path, *, grid: bool = False,
                  ) -> tuple[pd.DataFrame, dict[str, RunRecord]]:
     """One row per finished run: the suite's tasks and seeds from its store, no row
     holding two configurations (:func:`harness.reporting.tables.recipe_runs`), or (``grid``)
-    exactly the cells of its grid. Returns the rows and the records by run id."""
+    exactly the cells of its grid (planned as the suite now reads). Returns the rows and
+    the records by run id; ``attrs["not_current"]``: the rows whose runs are not the
+    suite as it now reads, as lines (:func:`harness.reporting.tables.not_current_rows`; none
+    for a grid)."""
     records: dict[str, RunRecord] = {}
     rows = []
     if grid:
@@ -106,10 +109,15 @@ def collect_runs(config: SuiteConfig, results: Path, *, grid: bool = False,
         in_suite = [record for record in ResultsStore(results / config.record_suite).records(log)
                     if record.finished and record.task in config.tasks
                     and record.seed in config.seeds]
-        for record in tables.recipe_runs(config, in_suite, log):
+        kept, not_current = tables.recipe_runs(config, in_suite, log)
+        for record in kept:
             rows.append(_run_row(record.label(), record))
             records[record.run_id] = record
-    return pd.DataFrame(rows, columns=RUN_COLUMNS), records
+        for line in tables.not_current_lines(config, not_current):
+            log(line)
+    frame = pd.DataFrame(rows, columns=RUN_COLUMNS)
+    frame.attrs["not_current"] = tables.not_current_rows(config, not_current)
+    return frame, records
 
 
 # --------------------------------------------------------------------------- efficiency
@@ -283,6 +291,12 @@ TEACHER_WARNING = (
     "seed) or in another precision. The teacher row "
     "averages them, and rows compare students distilled from different teachers. Keep one "
     "machine family's runs in a store, or re-run the others with the same teachers.")
+
+NOT_CURRENT_WARNING = (
+    "the rows and tasks named here hold runs that are not the suite as it now reads (an "
+    "earlier recipe, a --set, or a method the suite cannot plan), shown all the same: their "
+    "numbers are not those of the recipe the report names. Re-run them (harness run, "
+    "harness grid), or report them with the suite or --set they were made with.")
 
 TEACHER_TOLERANCE = 0.01
 """Teacher dev scores (points) further apart than this come from different teachers: one
@@ -861,6 +875,7 @@ def _header(inputs: ReportInputs, command: str, grid: bool, results: Path) -> di
         "teacher_scores": teacher_scores,
         "teacher_warnings": teacher_lines(groups),
         "missing_cells": inputs.runs.attrs.get("missing_cells"),
+        "not_current": inputs.runs.attrs.get("not_current", []),
         "data": f"{' / '.join(sorted(folders))} GLUE files; content fingerprints: "
                 + "; ".join(data_lines),
         "bench": (f"{bench['created_at'][:16].replace('T', ' ')} UTC on "
@@ -914,6 +929,9 @@ def _markdown(inputs: ReportInputs, header: dict[str, Any], figure_list: list[tu
     if header["missing_cells"]:
         lines += [f"**Warning:** {header['missing_cells']}: their rows and tasks are left "
                   "out below (`harness grid --dry-run` lists them).", ""]
+    if header["not_current"]:
+        lines += [f"**Warning:** {NOT_CURRENT_WARNING}", "",
+                  *[f"- {line}" for line in header["not_current"]], ""]
     lines += ["## Our runs (GLUE dev)", "",
              display_table(board[board["complete"]], tasks).to_markdown(index=False), ""]
     partial = board[~board["complete"]]
@@ -1016,7 +1034,7 @@ def _html(inputs: ReportInputs, header: dict[str, Any], figure_list: list[tuple[
         if inputs.orderings else "",
         shares=table(inputs.shares, "shares") if not inputs.shares.empty else "",
         orderings_note=ORDERINGS_NOTE, shares_note=SHARES_NOTE,
-        teacher_warning=TEACHER_WARNING,
+        teacher_warning=TEACHER_WARNING, not_current_warning=NOT_CURRENT_WARNING,
         images=images, escape=html.escape)
 
 
@@ -1122,6 +1140,10 @@ def terminal_summary(inputs: ReportInputs) -> list[str]:
     warnings = teacher_lines(inputs.teachers)
     if warnings:
         lines += [f"WARNING: {TEACHER_WARNING}", *[f"  {line}" for line in warnings], ""]
+    not_current = inputs.runs.attrs.get("not_current", [])
+    if not_current:
+        lines += [f"WARNING: {NOT_CURRENT_WARNING}", *[f"  {line}" for line in not_current],
+                  ""]
     baselines = task_baselines(inputs.records, tasks)
     if baselines:
         lines += ["majority / mean baseline: " + ", ".join(

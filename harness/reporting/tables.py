@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -25,26 +26,62 @@ def _configuration(record: RunRecord) -> str:
     return content_hash({key: value for key, value in record.config.items() if key != "seed"})
 
 
+@dataclass(frozen=True)
+class NotCurrent:
+    """A row (label and student) whose runs on ``task``, all of one configuration, are
+    not the suite's as it now reads: shown all the same, and named."""
+
+    label: str
+    student: str
+    task: str
+    why: str
+
+
 def recipe_runs(config: SuiteConfig, records: Iterable[RunRecord],
-                log: Callable[[str], None] = print) -> list[RunRecord]:
-    """``records`` without two configurations under one row.  A row (label and student)
-    that holds more than one configuration for a task (a recipe edited after some of its
-    runs, a ``--set`` run into the same store, the two resolutions of an ``auto``
-    precision) keeps, on that task, the runs of the suite as it now reads
+                log: Callable[[str], None] = print
+                ) -> tuple[list[RunRecord], list[NotCurrent]]:
+    """``records`` without two configurations under one row, and the rows whose only
+    configuration is not the suite's as it now reads.
+
+    Every row (label and student) is checked on every task against the suite as it now
+    reads (:class:`harness.experiments.planner.RecipeCheck`), planning one of its runs per
+    configuration.  A row that holds more than one configuration for a task (a recipe
+    edited after some of its runs, a ``--set`` run into the same store, the two resolutions
+    of an ``auto`` precision) keeps, on that task, the runs of the suite as it now reads
     (:func:`harness.experiments.planner.current_records`, which names the others in the
-    log); where two of those share a seed (one per resolution of ``auto``), the later."""
+    log); where two of those share a seed (one per resolution of ``auto``), the later.  A
+    row of one configuration that is not current (all its runs made by an earlier recipe,
+    or a store of ``--set`` runs) keeps its runs, so a scratch store still has its table,
+    and is returned in the second list."""
     records = list(records)
     groups: dict[tuple[str, str, str], list[RunRecord]] = defaultdict(list)
     for record in records:
         groups[(record.label(), record.student_shape, record.task)].append(record)
-    mixed = [record for group in groups.values()
-             if len({_configuration(record) for record in group}) > 1 for record in group]
-    if not mixed:
-        return records
-    # Planning reads the suite's data and tokenizer: only for rows that need it.
-    from harness.experiments.planner import current_records
+    if not groups:
+        return records, []
+    # Planning reads the suite's data and corpus: imported only where there are runs.
+    from harness.experiments.planner import RecipeCheck, current_records
 
-    current = {record.run_id for record in current_records(config, mixed, log)}
+    check = RecipeCheck(config)
+    mixed: list[RunRecord] = []
+    not_current = []
+    for (label, student, task), group in groups.items():
+        if len({_configuration(record) for record in group}) > 1:
+            mixed += group
+            continue
+        try:  # one configuration: one of its runs answers for all
+            planned = check.planned(group[0])
+        except FileNotFoundError as error:  # data or an asset this machine lacks
+            why = f"not checked here ({error})"
+        else:
+            if planned:
+                continue
+            why = ("runs of an earlier recipe or of a --set" if planned is False
+                   else "runs of a method the suite cannot plan")
+        not_current.append(NotCurrent(label, student, task, why))
+    if not mixed:
+        return records, not_current
+    current = {record.run_id for record in current_records(config, mixed, log, check)}
     latest: dict[tuple[str, str, str, int], RunRecord] = {}
     for record in mixed:
         if record.run_id not in current:
@@ -59,8 +96,33 @@ def recipe_runs(config: SuiteConfig, records: Iterable[RunRecord],
         latest[key] = record
     mixed_ids = {record.run_id for record in mixed}
     kept = {record.run_id for record in latest.values()}
-    return [record for record in records
-            if record.run_id not in mixed_ids or record.run_id in kept]
+    return ([record for record in records
+             if record.run_id not in mixed_ids or record.run_id in kept], not_current)
+
+
+def not_current_rows(config: SuiteConfig, rows: Iterable[NotCurrent]) -> list[str]:
+    """``rows`` (:func:`recipe_runs`) as lines: each row and student with its tasks and why
+    its runs there are not the suite's as it now reads."""
+    tasks: dict[tuple[str, str, str], list[str]] = defaultdict(list)
+    for row in rows:
+        tasks[(row.label, row.student, row.why)].append(row.task)
+
+    def order(task: str) -> int:
+        return config.tasks.index(task) if task in config.tasks else len(config.tasks)
+
+    return [f"{label} ({student}) on {', '.join(sorted(names, key=order))}: {why}"
+            for (label, student, why), names in tasks.items()]
+
+
+def not_current_lines(config: SuiteConfig, rows: Iterable[NotCurrent]) -> list[str]:
+    """The log's note on ``rows``: what they are, what to do, then each row
+    (:func:`not_current_rows`); none without rows."""
+    named = not_current_rows(config, rows)
+    if not named:
+        return []
+    return [f"* not runs of suite {config.name} as it now reads, shown all the same: re-run "
+            "them (harness run, harness grid), or report them with the suite or --set they "
+            "were made with:", *[f"  {line}" for line in named]]
 
 
 def finished_records(config: SuiteConfig, results: Path,
@@ -68,15 +130,23 @@ def finished_records(config: SuiteConfig, results: Path,
     """One row per finished run in the store of ``config`` (its
     :attr:`~harness.config.schema.SuiteConfig.record_suite`), no row holding two
     configurations (:func:`recipe_runs`): method (its row label, see
-    :meth:`~harness.experiments.record.RunRecord.label`), task, seed, main score, seconds."""
+    :meth:`~harness.experiments.record.RunRecord.label`), task, seed, main score, seconds.
+    ``attrs["not_current"]`` holds the rows whose runs are not the suite's as it now reads
+    (:class:`NotCurrent`), which the log names."""
     finished = [record for record in ResultsStore(results / config.record_suite).records(log)
                 if record.finished]
-    runs = records_to_frame(recipe_runs(config, finished, log))
+    kept, not_current = recipe_runs(config, finished, log)
+    for line in not_current_lines(config, not_current):
+        log(line)
+    runs = records_to_frame(kept)
     columns = ["label", "task", "seed", "main_score", "wall_seconds"]
     if runs.empty:
-        return pd.DataFrame(columns=["method", "task", "seed", "score", "seconds"])
-    return runs[columns].set_axis(["method", "task", "seed", "score", "seconds"],
-                                  axis=1).reset_index(drop=True)
+        frame = pd.DataFrame(columns=["method", "task", "seed", "score", "seconds"])
+    else:
+        frame = runs[columns].set_axis(["method", "task", "seed", "score", "seconds"],
+                                       axis=1).reset_index(drop=True)
+    frame.attrs["not_current"] = not_current
+    return frame
 
 
 def score_table(records: pd.DataFrame, tasks: list[str], methods: list[str] | None = None
