@@ -253,6 +253,87 @@ def test_new_method_skeleton_registers_and_passes_the_contract(tiny_suite_file, 
         registry._methods.pop("my-kd", None)
 
 
+def _plugin_from_skeleton(tmp_path: Path, name: str, edits: dict[str, str]) -> Path:
+    """``harness new-method`` 's skeleton of ``name``, with ``edits`` (old -> new text)."""
+    result = CliRunner().invoke(app, ["new-method", name, "--directory", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    path = tmp_path / f"{name.replace('-', '_')}.py"
+    text = path.read_text()
+    for old, new in edits.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    path.write_text(text)
+    return path
+
+
+def _load_plugin(path: Path) -> None:
+    spec = importlib.util.spec_from_file_location(f"{path.stem}_plugin", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+
+@pytest.mark.parametrize(("edits", "problem"), [
+    ({'Stage("task", ("gold", "distill")': 'Stage("task", ("gold", "distil")'},
+     r"stage 'task' names loss term\(s\) \['distil'\] that are not among its loss_terms"),
+    ({'return {"gold": 0.5, "distill": 0.5}': 'return {"gold": 0.5, "distil": 0.5}'},
+     r"default_weights\(\) weighs \['distil'\], which are not among its loss_terms"),
+    ({'teacher="finetuned",\n': 'teacher="pretrained",\n'},
+     r"stage 'task': the pre-trained teacher has no task head, so no logits"),
+    ({'frozenset({"logits"})': 'frozenset({"logitz"})'},
+     r"stage 'task': unknown teacher outputs \['logitz'\]"),
+])
+def test_a_plugin_that_declares_its_losses_or_stages_wrongly_is_refused_naming_its_file(
+        tiny_suite_file, tmp_path, edits, problem):
+    """A misspelt term in a stage or in the default weights used to train without that
+    loss and record a score; a stage asking a pre-trained teacher for logits failed after
+    training began.  Each is refused before anything runs, naming the plugin's file."""
+    path = _plugin_from_skeleton(tmp_path, "my-bad", edits)
+    try:
+        _load_plugin(path)
+        runner = _runner(tiny_suite_file, tmp_path)
+        with pytest.raises(ValueError, match=problem) as refused:
+            runner.run_one("my-bad", "rte", seed=1)
+        assert str(path) in str(refused.value)
+        assert not list((tmp_path / "results").glob("**/*.json"))
+    finally:
+        registry._methods.pop("my-bad", None)
+
+
+def test_a_plugin_that_cannot_load_is_named_and_the_others_stay_usable(tmp_path):
+    """A syntax error or a plugin that cannot register (a loss term without its method)
+    used to stop every command with a traceback.  Such a plugin is named, with its file,
+    on stderr and when asked for; the other methods run."""
+    from harness.api.registry import MethodRegistry
+
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    (folder / "__init__.py").write_text("")
+    (folder / "broken_syntax.py").write_text("def oops(:\n")
+    _plugin_from_skeleton(folder, "no-loss", {"    def loss_distill(": "    def loss_distil("})
+    script = (
+        "import sys\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "import methods, plugins\n"
+        "methods.__path__.extend(plugins.__path__)\n"
+        "from harness.api.registry import registry\n"
+        "print('kd' in registry.names(), 'no-loss' in registry.names())\n"
+        "try:\n"
+        "    registry.get('no-loss')\n"
+        "except KeyError as error:\n"
+        "    print(error.args[0])\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    shown, missing = done.stdout.splitlines()[:2]
+    assert shown == "True False"
+    assert f"{folder / 'broken_syntax.py'}: not loaded (SyntaxError: " in done.stderr
+    assert "no_loss.py: not loaded (TypeError: NoLoss: loss term 'distill' has no " \
+        "loss_distill method)" in done.stderr
+    assert "unknown method 'no-loss'" in missing and "no_loss.py: not loaded" in missing
+    assert MethodRegistry().broken == []  # nothing is discovered until asked
+
+
 def test_run_killed_midway_resumes_without_duplicate_or_partial_records(
         tiny_suite_file, tmp_path):
     suite = yaml.safe_load(tiny_suite_file.read_text())

@@ -114,6 +114,10 @@ class Stage:
             raise ValueError(f"stage {self.name!r}: a corpus stage has no labels, no task "
                              "logits and no fine-tuned teacher (teacher='pretrained' or "
                              "'none', evaluate=False)")
+        if self.teacher == "pretrained" and "logits" in self.teacher_outputs:
+            raise ValueError(f"stage {self.name!r}: the pre-trained teacher has no task head, "
+                             "so no logits: ask the fine-tuned teacher (teacher='finetuned') "
+                             "for them")
         if self.data == "augmented" and self.teacher != "finetuned":
             raise ValueError(f"stage {self.name!r}: augmented copies carry no gold labels; "
                              "they need the fine-tuned teacher's outputs")

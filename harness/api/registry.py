@@ -4,14 +4,17 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
-from collections.abc import Iterable
+import sys
+from collections.abc import Callable, Iterable
 from importlib.metadata import entry_points
+from pathlib import Path
 
 from pydantic import ValidationError
 
 from harness.api.context import StudentKindConfig
-from harness.api.method import Method, MethodParams
+from harness.api.method import Method, MethodParams, Stage
 from harness.config.schema import ConfigError, MethodRecipe, PluginStudentShape, StudentConfig
 
 ENTRY_POINT_GROUP = "harness.methods"
@@ -24,6 +27,8 @@ class MethodRegistry:
         self._methods: dict[str, type[Method]] = {}
         self._student_kinds: dict[str, tuple[type[StudentKindConfig], str]] = {}
         self._discovered = False
+        self.broken: list[str] = []
+        """Plugins that could not be loaded, each with its file and why."""
 
     def register(self, cls: type[Method]) -> type[Method]:
         name = getattr(cls, "name", None)
@@ -51,6 +56,10 @@ class MethodRegistry:
         return cls
 
     def discover(self) -> None:
+        """Import every plugin.  One that cannot be loaded (a syntax error, a loss term
+        without its method, a name taken) is named on stderr with its file and left out,
+        so the other methods stay usable; asking for a method it would have defined names
+        it again (:meth:`get`)."""
         if self._discovered:
             return
         self._discovered = True
@@ -58,11 +67,25 @@ class MethodRegistry:
 
         for module in pkgutil.iter_modules(methods.__path__):
             if not module.name.startswith("_"):
-                importlib.import_module(f"methods.{module.name}")
+                where = str(Path(module.module_finder.path) / module.name)  # type: ignore[union-attr]
+                where += "/" if module.ispkg else ".py"
+                self._load(where, lambda name=module.name: importlib.import_module(
+                    f"methods.{name}"))
         for entry in entry_points(group=ENTRY_POINT_GROUP):
-            loaded = entry.load()
-            if isinstance(loaded, type) and issubclass(loaded, Method):
-                self.register(loaded)
+            self._load(f"entry point {entry.name} ({entry.value})",
+                       lambda entry=entry: self._register_entry(entry.load()))
+
+    def _register_entry(self, loaded: object) -> None:
+        if isinstance(loaded, type) and issubclass(loaded, Method):
+            self.register(loaded)
+
+    def _load(self, where: str, load: Callable[[], object]) -> None:
+        try:
+            load()
+        except Exception as error:  # a plugin's own fault, whatever it is
+            problem = f"{where}: not loaded ({_error_line(error)})"
+            self.broken.append(problem)
+            print(f"WARNING: method plugin {problem}", file=sys.stderr, flush=True)
 
     def names(self) -> list[str]:
         self.discover()
@@ -72,7 +95,8 @@ class MethodRegistry:
         self.discover()
         if name not in self._methods:
             known = ", ".join(self.names())
-            raise KeyError(f"unknown method {name!r}; registered methods: {known}")
+            broken = "".join(f"; {problem}" for problem in self.broken)
+            raise KeyError(f"unknown method {name!r}; registered methods: {known}{broken}")
         return self._methods[name]
 
     def items(self) -> Iterable[tuple[str, type[Method]]]:
@@ -91,6 +115,15 @@ class MethodRegistry:
                 f"{name} ({plugin})" for name, plugin in self.student_kinds().items())])
             raise KeyError(f"unknown student kind {kind!r}; kinds: {known}")
         return self._student_kinds[kind][0]
+
+
+def _error_line(error: BaseException) -> str:
+    """An exception as one line: its type and message, with the file and line of a syntax
+    error."""
+    if isinstance(error, SyntaxError):
+        return f"SyntaxError: {error.msg}, {error.filename} line {error.lineno}"
+    detail = (str(error).strip().splitlines() or [""])[0]
+    return f"{type(error).__name__}: {detail}"
 
 
 registry = MethodRegistry()
@@ -168,4 +201,33 @@ def instantiate(name: str, recipe: MethodRecipe | None = None, task: str | None 
         if key not in term_names:
             raise ConfigError(f"methods.{name}: unknown loss term {key!r}; "
                               f"{name} has {sorted(term_names)}")
-    return weighted_method(cls, params, recipe)
+    method = weighted_method(cls, params, recipe)
+    if undeclared := sorted(set(method.default_weights()) - term_names):
+        raise ConfigError(f"{plugin_file(cls)}: {cls.__qualname__}.default_weights() weighs "
+                          f"{undeclared}, which are not among its loss_terms "
+                          f"{sorted(term_names)}: a term nobody computes trains nothing")
+    return method
+
+
+def undeclared_stage_terms(method: Method, stages: Iterable[Stage]) -> str | None:
+    """What is wrong when a stage of ``method`` names a loss term the plugin does not
+    declare (its loss would silently count for nothing), naming the plugin's file; None
+    when every term is declared."""
+    cls = type(method)
+    term_names = {term.name for term in cls.loss_terms}
+    for stage in stages:
+        if undeclared := sorted(set(stage.loss_terms) - term_names):
+            return (f"{plugin_file(cls)}: {cls.__qualname__}'s stage {stage.name!r} names "
+                    f"loss term(s) {undeclared} that are not among its loss_terms "
+                    f"{sorted(term_names)}")
+    return None
+
+
+def plugin_file(cls: type) -> str:
+    """Where a plugin class is written (its file, else its module), for messages that
+    point a plugin's author at the line to fix."""
+    for member in vars(cls).values():  # a function's code knows its file, imported or not
+        if inspect.isfunction(member):
+            return member.__code__.co_filename
+    module = sys.modules.get(cls.__module__)
+    return getattr(module, "__file__", None) or cls.__module__

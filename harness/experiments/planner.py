@@ -16,7 +16,12 @@ from transformers import PretrainedConfig
 from harness.api.compatibility import check_method_architecture
 from harness.api.context import StudentKindConfig
 from harness.api.method import Method, Stage
-from harness.api.registry import instantiate, typed_student_shape
+from harness.api.registry import (
+    instantiate,
+    plugin_file,
+    typed_student_shape,
+    undeclared_stage_terms,
+)
 from harness.api.students import resolve_teacher_sizes, student_pooling
 from harness.api.suites import load_suite
 from harness.assets.checkpoints import (
@@ -224,7 +229,13 @@ class RunPlanner:
         recipe = self.recipe(method_name, task.name, variation)
         plugin = self.suite.plugin(method_name)
         method = instantiate(plugin, recipe, task.name)
-        stages = method.stages(task)
+        try:
+            stages = method.stages(task)
+        except ValueError as error:  # a Stage the plugin declares wrongly, or its recipe
+            raise ConfigError(f"methods.{method_name} ({plugin_file(type(method))}, "
+                              f"on {task.name}): {error}") from None
+        if problem := undeclared_stage_terms(method, stages):
+            raise ConfigError(f"methods.{method_name}: {problem}")
         stage_names = {stage.name for stage in stages}
         named = [(f"stages.{name}", name) for name in recipe.stages]
         named += [(f"task_stages.{task.name}.{name}", name)
