@@ -201,6 +201,53 @@ def test_export_refuses_what_it_cannot_write(tmp_path, tiny_data_dir, tiny_teach
     assert "exported the kept student" in result.output
     assert "trust_remote_code=True" in result.output
     assert "from transformers import AutoModelForSequenceClassification;" in result.output
+    # A target that is a file, or under one, is refused before a student is trained for it
+    (tmp_path / "afile").write_text("mine")
+    for target, problem in [(tmp_path / "afile", "afile is a file, not a folder"),
+                            (tmp_path / "afile" / "sub", "afile is a file, not a folder")]:
+        with pytest.raises(ExportError, match=problem):
+            export_student(record, target, ArtifactCache(tmp_path / "empty-cache"),
+                           retrain=lambda _: pytest.fail("trained for a target it refuses"),
+                           command="harness run ...")
+    assert (tmp_path / "afile").read_text() == "mine"
+
+
+def test_a_damaged_kept_student_that_cannot_be_trained_again_is_named(
+        tmp_path, tiny_data_dir, tiny_teacher_dir):
+    """The cache removes a damaged kept student; when no suite here trains the run again,
+    the error says the student was damaged instead of blaming only the recipe."""
+    suite_file = _suite_file(tmp_path, tiny_data_dir, tiny_teacher_dir, "mean")
+    runner = SuiteRunner(load_suite(str(suite_file)), tmp_path / "results", tmp_path / "cache",
+                         log=lambda _: None, save_students=True)
+    record = ResultsStore(tmp_path / "results").load(runner.run_one("kd", "rte", 1).path)
+    weights = ArtifactCache(tmp_path / "cache").path(STUDENT_KIND, record.run_id) / \
+        "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    changed = _suite_file(tmp_path, tiny_data_dir, tiny_teacher_dir, "cls")
+    with pytest.raises(ExportError, match=r"was damaged .* and was removed, and it cannot be "
+                                          r"trained again here: .*resolves to run id"):
+        export_run(record.run_id, tmp_path / "out", tmp_path / "results", tmp_path / "cache",
+                   suite=str(changed), log=lambda _: None)
+    assert not (tmp_path / "out").exists()
+
+
+def test_keeping_students_of_recorded_runs_says_they_were_not_kept(
+        tmp_path, tiny_data_dir, tiny_teacher_dir):
+    """--save-students on a run that is recorded skips it and keeps nothing: it says so,
+    and how to keep it."""
+    suite = load_suite(str(_suite_file(tmp_path, tiny_data_dir, tiny_teacher_dir, "mean")))
+    record = ResultsStore(tmp_path / "results").load(SuiteRunner(
+        suite, tmp_path / "results", tmp_path / "cache", log=lambda _: None
+    ).run_one("kd", "rte", 1).path)
+    messages: list[str] = []
+    outcome = SuiteRunner(suite, tmp_path / "results", tmp_path / "cache",
+                          log=messages.append, save_students=True).run_one("kd", "rte", 1)
+    assert outcome.status == "skipped"
+    assert any(message.startswith("[student] not kept: kd rte seed 1 is recorded")
+               and f"harness export {record.run_id[:16]} <folder>" in message
+               for message in messages), messages
 
 
 # Scores a student exported in its method's own format with the harness's documented loader,

@@ -20,6 +20,7 @@ module copied verbatim) under a model type of its own, so it loads only with
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 import tempfile
@@ -47,7 +48,7 @@ from harness.data.tasks import get_task
 from harness.experiments.planner import RunPlanner, record_variation
 from harness.experiments.record import RunRecord
 from harness.experiments.store import ResultsStore
-from harness.experiments.students import STUDENT_FILE, kept_student
+from harness.experiments.students import STUDENT_FILE, STUDENT_KIND, kept_student
 
 EXPORTED_FILE = "harness_student.json"
 """In an exported student that is not a Transformers model: the plugin that loads it."""
@@ -78,12 +79,20 @@ def export_student(record: RunRecord, out_dir: Path, cache: ArtifactCache,
     if not record.finished or record.main_score is None:
         raise ExportError(f"run {record.run_id[:16]} did not finish ({record.status}); "
                           "there is no student to export")
-    if out_dir.exists() and any(out_dir.iterdir()):
-        raise ExportError(f"{out_dir} is not empty; export into a new folder")
-    source = kept_student(cache, record.run_id)
+    if problem := _target_problem(out_dir):
+        raise ExportError(problem)
+    was_kept = (cache.path(STUDENT_KIND, record.run_id) / MARKER).exists()
+    source = kept_student(cache, record.run_id)  # a damaged one is named and removed
     retrained = source is None
     if source is None:
-        source = retrain(record)
+        try:
+            source = retrain(record)
+        except ExportError as error:
+            if not was_kept:
+                raise
+            raise ExportError(f"the student kept for run {record.run_id[:16]} was damaged "
+                              "(the [cache] line above says how) and was removed, and it "
+                              f"cannot be trained again here: {error}") from None
     kept = json.loads((source / STUDENT_FILE).read_text())
     if kept["main_score"] != record.main_score and not retrained:
         # kept by another training of the run (another results store, thread count or
@@ -125,6 +134,23 @@ def export_student(record: RunRecord, out_dir: Path, cache: ArtifactCache,
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return ExportResult(out_dir, retrained, kept["main_score"], loads_with)
+
+
+def _target_problem(out_dir: Path) -> str | None:
+    """Why ``out_dir`` cannot receive an export (a file, under a file, not empty, not
+    writable), found before a student is trained again for it; None when it can."""
+    if out_dir.exists():
+        if not out_dir.is_dir():
+            return f"{out_dir} is a file, not a folder; export into a new folder"
+        if any(out_dir.iterdir()):
+            return f"{out_dir} is not empty; export into a new folder"
+    existing = next(parent for parent in (out_dir, *out_dir.absolute().parents)
+                    if parent.exists())
+    if not existing.is_dir():
+        return f"{out_dir}: {existing} is a file, not a folder; export into a new folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{out_dir}: {existing} is not writable; export into a folder you can write"
+    return None
 
 
 def load_student(folder: str | Path) -> ExportedStudent:

@@ -48,7 +48,7 @@ from harness.experiments.planner import (
 )
 from harness.experiments.record import RunRecord
 from harness.experiments.store import ResultsStore, StoreNotWritableError
-from harness.experiments.students import keep_student
+from harness.experiments.students import keep_student, kept_student
 from harness.experiments.tracking import RunTracker, Tracking
 from harness.teacher.augmented import AugmentedSet, prepare_augmented
 from harness.teacher.finetune import (
@@ -237,6 +237,12 @@ class SuiteRunner(RunPlanner):
                          f"{recorded.run_id[:16]})")
                 self.log(f"[skip] {method_name} {task_name} seed {seed}: already recorded "
                          f"({recorded.status}) at {existing}{other}")
+                if (self.save_students and recorded.finished and self.accelerator.is_main_process
+                        and kept_student(self.cache, recorded.run_id) is None):
+                    self.log(f"[student] not kept: {method_name} {task_name} seed {seed} is "
+                             "recorded, so it did not train here; harness export "
+                             f"{recorded.run_id[:16]} <folder> (with this command's "
+                             "--results and --set) trains it again and keeps it")
                 return RunOutcome(method_name, task_name, seed, "skipped", existing,
                                   recorded.main_score, recorded)
         task = get_task(task_name)
