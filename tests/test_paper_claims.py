@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from harness.api.suites import load_suite
 from harness.config.schema import PaperOrdering, PaperShare
@@ -92,3 +93,38 @@ def test_the_grid_report_gives_the_shares_of_grid_rows_only():
     config = load_suite("glue-cpu")
     assert "tinybert-full-da" in {share.method for share in config.paper_shares}
     assert [share.method for share in grid_shares(config)] == ["tinybert", "distilbert"]
+
+
+def test_orderings_are_one_family_whose_holm_adjusted_p_decides_significance():
+    """Two orderings read together: one +1 on each of 5 pairs of one task (exact two-sided
+    sign-flip p 2/32 = 0.0625 alone would not pass; on 6 pairs 2/64 = 0.031 would), the
+    other no difference.  Holm over the two doubles the smaller p, so the first is not
+    called significant, though its raw p is under 0.05."""
+    gap = np.zeros(15)
+    gap[:6] = 1.0  # sst2's 3 pairs and mrpc's 3 pairs: 6 positive, 9 ties
+    runs = pd.concat([runs_of("finetune", 70.0, np.zeros(15)), runs_of("kd", 70.0, gap),
+                      runs_of("bert-pkd", 70.0, np.zeros(15))])
+    tests = check_orderings(runs, [
+        PaperOrdering(better="kd", worse="finetune", source="a"),
+        PaperOrdering(better="bert-pkd", worse="finetune", source="b")])
+    first = tests[0].result
+    assert first.p_permutation < 0.05 and first.family == 2
+    assert first.p_holm == min(1.0, 2 * first.p_permutation) >= 0.05
+    assert not first.significant and tests[0].verdict == "not separated"
+    table = orderings_table(tests)
+    assert table.loc[0, "Holm p"] == "0.062" and table.loc[0, "sign-flip p"] == "0.031"
+    alone = check_orderings(runs, [PaperOrdering(better="kd", worse="finetune", source="a")])
+    assert alone[0].result.significant and alone[0].verdict == "agrees (significant)"
+
+
+def test_a_cells_interval_is_the_student_t_interval_over_its_seeds():
+    """Over 3 seeds a percentile bootstrap is their range (labelled 95%); the report's
+    interval is Student-t's."""
+    from harness.reporting.stats import t_ci
+
+    runs = runs_of("kd", 70.0, np.resize([0.0, 1.0, 3.0], 15))
+    board = leaderboard(runs, TASKS).set_index("label")
+    low, high = t_ci([70.0, 71.0, 73.0])
+    assert (board.loc["kd", "rte_ci_low"], board.loc["kd", "rte_ci_high"]) == \
+        pytest.approx((low, high))
+    assert low < 70.0 and high > 73.0

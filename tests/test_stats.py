@@ -14,6 +14,7 @@ from scipy import stats as scipy_stats
 from harness.reporting.stats import (
     bootstrap_ci,
     holm_adjust,
+    holm_family,
     paired_comparison,
     pairwise_table,
     sign_flip_pvalue,
@@ -265,3 +266,31 @@ def test_holm_adjust_known_values():
     adjusted = holm_adjust([0.01, 0.04, 0.03, float("nan")])
     assert adjusted[:3] == pytest.approx([0.03, 0.06, 0.06])
     assert math.isnan(adjusted[3])
+
+
+def test_paired_interval_is_the_student_t_interval_of_the_differences():
+    """A percentile bootstrap over few pairs is narrower than its level says, and could
+    exclude 0 next to a test that is far from significant; the interval is Student-t's."""
+    a = pd.DataFrame({"task": ["rte"] * 4, "seed": [1, 2, 3, 4], "score": [60.0, 58, 61, 57]})
+    b = pd.DataFrame({"task": ["rte"] * 4, "seed": [1, 2, 3, 4], "score": [55.0, 58.5, 56, 57]})
+    result = paired_comparison(a, b)
+    differences = (a["score"] - b["score"]).to_numpy()
+    assert (result.ci_low, result.ci_high) == pytest.approx(t_ci(differences))
+    assert result.ci_low < 0 < result.ci_high
+
+
+def test_holm_family_adjusts_a_family_and_decides_significance():
+    runs = {name: pd.DataFrame({"task": ["a"] * 6, "seed": range(6), "score": scores})
+            for name, scores in {"zero": [0.0] * 6, "up": [1.0] * 6,
+                                 "mixed": [1.0, -1, 1, -1, 1, -1]}.items()}
+    results = [paired_comparison(runs["up"], runs["zero"]),
+               paired_comparison(runs["mixed"], runs["zero"]),
+               paired_comparison(runs["up"], runs["up"].iloc[:0])]  # no pairs
+    assert results[0].significant and results[0].p_permutation == pytest.approx(2 / 64)
+    family = holm_family(results)
+    assert [result.family for result in family] == [2, 2, 2]
+    assert family[0].p_holm == pytest.approx(holm_adjust(
+        [results[0].p_permutation, results[1].p_permutation])[0])
+    assert family[0].significant is (family[0].p_holm < 0.05)
+    assert family[2].p_holm is None and not family[2].significant
+    assert "Holm-adjusted over 2 comparisons p" in family[0].summary()

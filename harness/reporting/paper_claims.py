@@ -11,6 +11,9 @@ runs paired on the (task, seed) pairs both have) and states a verdict whatever i
 - ``better >= worse`` (the paper claims no loss): *contradicts* only where the difference is
   significantly negative; *agrees* where it is significantly positive; else *consistent*.
 
+The orderings are one family of claims read together: their sign-flip p-values are
+Holm-adjusted over the orderings that have pairs, and the adjusted p decides "significant".
+
 An ordering whose methods share no (task, seed) pair yet says so instead of a verdict.
 """
 
@@ -21,10 +24,11 @@ from dataclasses import dataclass
 import pandas as pd
 
 from harness.config.schema import PaperOrdering, PaperShare
-from harness.reporting.stats import PairedResult, format_p, paired_comparison
+from harness.reporting.stats import PairedResult, format_p, holm_family, paired_comparison
 
 ORDERINGS_NOTE = ("Paired over the (task, seed) pairs both rows have; differences in points "
-                  "(better - worse); the sign-flip test decides the verdict.")
+                  "(better - worse), with a Student-t 95% CI; the sign-flip test's p, "
+                  "Holm-adjusted over the orderings tested together, decides the verdict.")
 SHARES_NOTE = ("Share of the teacher, ours beside the paper's (their teacher is BERT-base, "
                "ours the suite's):")
 
@@ -60,6 +64,8 @@ class OrderingTest:
             "mean diff": None if empty else round(result.mean_diff, 2),
             "95% CI": None if empty else f"{result.ci_low:+.2f} to {result.ci_high:+.2f}",
             "sign-flip p": None if empty else format_p(result.p_permutation).lstrip("= "),
+            "Holm p": None if empty or result.p_holm is None
+            else format_p(result.p_holm).lstrip("= "),
             "Wilcoxon p": None if empty else format_p(result.p_wilcoxon).lstrip("= "),
             "wins/losses": None if empty else f"{result.wins}/{result.losses}",
             "per task": ", ".join(f"{task} {diff:+.2f}" for task, diff in
@@ -76,7 +82,7 @@ class OrderingTest:
                 "pairs": result.n_pairs, "tasks": ", ".join(result.tasks),
                 "mean_diff": result.mean_diff, "ci_low": result.ci_low,
                 "ci_high": result.ci_high, "p_permutation": result.p_permutation,
-                "p_wilcoxon": result.p_wilcoxon, "wins": result.wins,
+                "p_holm": result.p_holm, "p_wilcoxon": result.p_wilcoxon, "wins": result.wins,
                 "losses": result.losses, "ties": result.ties, "verdict": self.verdict,
                 "source": self.ordering.source}
 
@@ -86,14 +92,14 @@ def check_orderings(runs: pd.DataFrame, orderings: list[PaperOrdering]) -> list[
     ``seed``, ``score``), differences better - worse in points. A method is the row labelled
     with its bare name: runs that departed from its recipe (tuned, another student, a grid
     budget) are rows of their own and take no part."""
-    tests = []
+    results = []
     for ordering in orderings:
         better = runs[runs["label"] == ordering.better]
         worse = runs[runs["label"] == ordering.worse]
-        result = paired_comparison(better, worse, name_a=ordering.better,
-                                   name_b=ordering.worse)
-        tests.append(OrderingTest(ordering, result))
-    return tests
+        results.append(paired_comparison(better, worse, name_a=ordering.better,
+                                         name_b=ordering.worse))
+    return [OrderingTest(ordering, result)
+            for ordering, result in zip(orderings, holm_family(results), strict=True)]
 
 
 def orderings_table(tests: list[OrderingTest], *, numbers: bool = False) -> pd.DataFrame:

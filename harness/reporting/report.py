@@ -10,7 +10,8 @@ our averages) -> writers and figures (:func:`build_report`).
 Definitions (also printed in every report):
 
 - a task cell: the main dev metric, mean +- std (ddof 0) over seeds, and the seeds counted;
-  95% confidence intervals are percentile bootstraps over seeds (harness.reporting.stats);
+  95% confidence intervals are Student-t intervals of the mean over seeds
+  (harness.reporting.stats);
 - GLUE average: the mean of the task means, only where every task of the suite has runs;
 - % of teacher: 100 x the row's GLUE average / the teacher's average on the same tasks
   (a ratio of averages, as the papers compute it: per-task ratios explode near 0 MCC);
@@ -161,11 +162,11 @@ def task_header(task: str) -> str:
     return f"{spec.display_name or task} ({METRIC_NAMES.get(spec.metrics[0], spec.metrics[0])})"
 
 
-def _cell_stats(scores: pd.Series, confidence_seed: int = 0) -> dict[str, float]:
-    from harness.reporting.stats import bootstrap_ci
+def _cell_stats(scores: pd.Series) -> dict[str, float]:
+    from harness.reporting.stats import t_ci
 
     values = scores.to_numpy(dtype=float)
-    low, high = bootstrap_ci(values, seed=confidence_seed)
+    low, high = t_ci(values)  # a bootstrap over 3 seeds is their range, not 95%
     return {"mean": float(values.mean()), "std": float(values.std(ddof=0)),
             "n": len(values), "ci_low": float(low), "ci_high": float(high)}
 
@@ -493,12 +494,12 @@ def display_table(board: pd.DataFrame, tasks: list[str], plus_minus: str = " ± 
 
 
 def ci_table(board: pd.DataFrame, tasks: list[str]) -> pd.DataFrame:
-    """95% bootstrap confidence intervals of each task mean over seeds."""
+    """95% Student-t confidence intervals of each task mean over seeds ("-" with one seed)."""
     ours = board[~board["is_teacher"].astype(bool)]
     return pd.DataFrame({
         "method": ours["label"], "student": ours["student"],
         **{task_header(task): [
-            "-" if pd.isna(row[task]) else f"[{row[f'{task}_ci_low']:.2f}, "
+            "-" if pd.isna(row[f"{task}_ci_low"]) else f"[{row[f'{task}_ci_low']:.2f}, "
             f"{row[f'{task}_ci_high']:.2f}]" for _, row in ours.iterrows()] for task in tasks}})
 
 
@@ -601,7 +602,7 @@ def comparisons(runs: pd.DataFrame, board: pd.DataFrame) -> tuple[pd.DataFrame, 
     """Paired tests over tasks x seeds between every two complete rows (a table), and the
     claims the report makes in words: each complete row against the next in the ranking,
     called a difference only where the paired test says so."""
-    from harness.reporting.stats import paired_comparison, pairwise_table
+    from harness.reporting.stats import holm_family, paired_comparison, pairwise_table
 
     ours = board[board["complete"] & ~board["is_teacher"].astype(bool)]
     ranked = [f"{label} · {student}" for label, student in
@@ -610,13 +611,12 @@ def comparisons(runs: pd.DataFrame, board: pd.DataFrame) -> tuple[pd.DataFrame, 
     if len(ranked) < 2:
         return pd.DataFrame(), []
     table = pairwise_table(keyed[["method", "task", "seed", "score"]], ranked)
-    claims = []
-    for better, worse in pairwise(ranked):
-        result = paired_comparison(keyed[keyed["method"] == better],
-                                   keyed[keyed["method"] == worse],
-                                   name_a=better, name_b=worse)
-        claims.append(result.summary() + ".")
-    return table, claims
+    neighbours = [paired_comparison(keyed[keyed["method"] == better],
+                                    keyed[keyed["method"] == worse],
+                                    name_a=better, name_b=worse)
+                  for better, worse in pairwise(ranked)]
+    # the claims are read together: significant only after Holm over all of them
+    return table, [result.summary() + "." for result in holm_family(neighbours)]
 
 
 # --------------------------------------------------------------------------- figure inputs
@@ -900,8 +900,10 @@ DEFINITIONS = [
     "GFLOPs/ex. (forward, 2 x multiply-adds), latency at batch 1 and examples/s at batch 32: "
     "from the bench record named in the header, at its sequence length; speedup = the row's "
     "throughput / the teacher's in the same bench run.",
-    "95% confidence intervals: percentile bootstrap of the mean over seeds (with 2-3 seeds "
-    "they are optimistic). Differences are claimed only where the paired test says so.",
+    "95% confidence intervals: Student-t intervals of the mean over seeds (t with 2 degrees "
+    "of freedom is 4.3: with 3 seeds they are wide, as they should be). Differences are "
+    "claimed only where the paired sign-flip test says so after a Holm adjustment over the "
+    "comparisons claimed together (the neighbouring rows; the papers' orderings).",
     "Published rows are the papers' numbers, never our runs and never in our averages: "
     "their split (dev or test) is shown; a metric in brackets differs from ours for that "
     "task, '‡' that the source does not name its metric; '?' marks a value transcribed from "
@@ -1161,5 +1163,5 @@ def terminal_summary(inputs: ReportInputs) -> list[str]:
             continue
         lines.append(f"  {ordering}: {row['verdict']} (mean difference "
                      f"{row['mean diff']:+.2f} over {row['pairs']} pairs, sign-flip p "
-                     f"{row['sign-flip p']})")
+                     f"{row['sign-flip p']}, Holm-adjusted {row['Holm p']})")
     return lines

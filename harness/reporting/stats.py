@@ -3,11 +3,13 @@
 - `bootstrap_ci(values)`: percentile-bootstrap confidence interval of a mean over seeds;
   `t_ci(values)`: the Student-t interval of the same mean, for comparison.
 - `paired_comparison(a, b)`: two methods' runs (columns ``task``, ``seed``, ``score``) paired on
-  the (task, seed) pairs both have; the mean difference a - b, its bootstrap CI, a sign-flip
+  the (task, seed) pairs both have; the mean difference a - b, its Student-t CI, a sign-flip
   permutation test (exact up to 16 pairs, Monte Carlo beyond), the Wilcoxon signed-rank test,
   wins/losses/ties and the per-task mean differences, in a `PairedResult`.
 - `pairwise_table(runs, methods)`: every pair of methods, one row each, with Holm-adjusted
-  p-values across the rows.
+  p-values across the rows; `holm_family(results)`: the same adjustment for a family of
+  comparisons read together (the report's neighbouring rows, the papers' orderings), which
+  then decides each one's ``significant``.
 
 Seeds are few (typically 2-5 per task), so every interval here is rough: with n values the
 bootstrap cannot see variation it has not sampled, and its percentile interval is too narrow
@@ -15,6 +17,11 @@ for small n (with 2 values it is simply the range of the two). The paired tests 
 seeds, which gives them more units than any single task has; the sign-flip test is the one that
 decides `significant`, because it is exact for small n and needs no distributional assumption
 beyond the two methods being exchangeable within each (task, seed) pair under the null.
+Where several comparisons are claimed at once, their p-values are Holm-adjusted over that
+family before any is called significant: five tests at 0.05 each would call one difference
+in four real by chance. The report's intervals are Student-t intervals (of a cell's mean
+over seeds, of a mean paired difference): a percentile bootstrap over 3 seeds is their range,
+far narrower than 95%.
 
 Scores are in the suite's points (metric x 100). Tasks have different spreads (CoLA's MCC moves
 far more between seeds than SST-2's accuracy), so a raw mean difference is dominated by the
@@ -28,7 +35,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import combinations
 from typing import Literal
 
@@ -168,11 +175,11 @@ class PairedResult:
     n_pairs: int
     tasks: tuple[str, ...]
     mean_diff: float  # mean of a - b over the pairs, in `unit`
-    ci_low: float  # bootstrap CI of mean_diff (pairs resampled with replacement)
+    ci_low: float  # Student-t CI of mean_diff over the pairs
     ci_high: float
     p_permutation: float  # two-sided sign-flip permutation test
     p_wilcoxon: float  # two-sided Wilcoxon signed-rank test
-    significant: bool  # p_permutation < alpha
+    significant: bool  # p_holm (else p_permutation) < alpha
     wins: int  # pairs where a scored higher
     losses: int
     ties: int
@@ -182,6 +189,8 @@ class PairedResult:
     normalize: str = "none"
     confidence: float = 0.95
     alpha: float = 0.05
+    p_holm: float | None = None  # p_permutation Holm-adjusted over `family` comparisons
+    family: int = 1
 
     @property
     def n_tasks(self) -> int:
@@ -202,9 +211,11 @@ class PairedResult:
                    else "not significant")
         pairs = "pair" if self.n_pairs == 1 else "pairs"
         tasks = "task" if self.n_tasks == 1 else "tasks"
+        adjusted = ("" if self.p_holm is None else
+                    f", Holm-adjusted over {self.family} comparisons p {format_p(self.p_holm)}")
         return (f"{head}: {self.mean_diff:+.2f} {self.unit} ({level} CI {self.ci_low:+.2f} to "
                 f"{self.ci_high:+.2f}) over {self.n_pairs} {pairs} on {self.n_tasks} {tasks}; "
-                f"sign-flip p {format_p(self.p_permutation)}, "
+                f"sign-flip p {format_p(self.p_permutation)}{adjusted}, "
                 f"Wilcoxon p {format_p(self.p_wilcoxon)}: {verdict}")
 
     def row(self) -> dict[str, object]:
@@ -213,7 +224,8 @@ class PairedResult:
             "method_a": self.name_a, "method_b": self.name_b, "n_pairs": self.n_pairs,
             "n_tasks": self.n_tasks, "tasks": ", ".join(self.tasks),
             "mean_diff": self.mean_diff, "ci_low": self.ci_low, "ci_high": self.ci_high,
-            "p_permutation": self.p_permutation, "p_wilcoxon": self.p_wilcoxon,
+            "p_permutation": self.p_permutation, "p_holm": self.p_holm,
+            "p_wilcoxon": self.p_wilcoxon,
             "significant": self.significant, "wins": self.wins, "losses": self.losses,
             "ties": self.ties,
             "per_task": ", ".join(f"{task} {diff:+.2f}" for task, diff in self.per_task.items()),
@@ -260,8 +272,8 @@ def paired_comparison(a: pd.DataFrame, b: pd.DataFrame, *, name_a: str | None = 
     Rows with a NaN score are dropped; a (task, seed) appearing twice in one frame is an error.
     Pairs present in only one frame are left out. Differences are a - b.
 
-    - mean_diff and its bootstrap CI: the pairs are resampled with replacement (tasks and
-      seeds alike), so the spread between tasks counts as uncertainty too;
+    - mean_diff and its Student-t CI over the pairs (tasks and seeds alike), so the spread
+      between tasks counts as uncertainty too;
     - p_permutation: two-sided sign-flip test (`sign_flip_pvalue`), which decides
       ``significant`` (p < alpha);
     - p_wilcoxon: two-sided Wilcoxon signed-rank test on the same differences;
@@ -295,7 +307,7 @@ def paired_comparison(a: pd.DataFrame, b: pd.DataFrame, *, name_a: str | None = 
         with np.errstate(divide="ignore", invalid="ignore"):
             differences = np.where(per_pair > 0, raw / per_pair, 0.0)
 
-    low, high = bootstrap_ci(differences, confidence=confidence, resamples=resamples, seed=seed)
+    low, high = t_ci(differences, confidence=confidence)
     p_permutation, exact = sign_flip_pvalue(differences, resamples=resamples, seed=seed)
     by_task = pairs.assign(diff=raw).groupby("task", sort=True)["diff"]
     return PairedResult(
@@ -335,6 +347,16 @@ def holm_adjust(pvalues: Sequence[float] | np.ndarray) -> np.ndarray:
         running = max(running, min(1.0, (m - rank) * p[index]))
         adjusted[index] = running
     return adjusted
+
+
+def holm_family(results: Sequence[PairedResult]) -> list[PairedResult]:
+    """``results`` read as one family of claims: each sign-flip p Holm-adjusted over the
+    comparisons that have pairs, which then decides ``significant``."""
+    adjusted = holm_adjust([result.p_permutation for result in results])
+    family = int(np.isfinite(adjusted).sum())
+    return [replace(result, p_holm=None if math.isnan(p) else float(p), family=family,
+                    significant=bool(p < result.alpha))
+            for result, p in zip(results, adjusted, strict=True)]
 
 
 def pairwise_table(runs: pd.DataFrame, methods: Sequence[str] | None = None, *,
