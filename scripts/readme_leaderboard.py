@@ -81,15 +81,17 @@ def ablation_table(suite: str = "tinybert-ablation", repo: Path = REPO) -> str:
     full = config.default_methods()[0]
     counts = records.groupby(["method", "task"])["seed"].nunique()
     header = (["variant", "paper's table"] + [_task_header(task) for task in tasks]
-              + ["change", "p"] + [f"paper: {get_task(task).display_name}" for task in tasks]
+              + ["change", "p", "Holm p"]
+              + [f"paper: {get_task(task).display_name}" for task in tasks]
               + ["paper: change"])
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for method, row in table.iterrows():
         p_value = row["p_change"] if pd.notna(row["change"]) else float("nan")
+        p_holm = row["p_holm"] if pd.notna(row["change"]) else float("nan")
         group = "full model" if method == full else group_of.get(method, "not in the paper")
         lines.append(f"| {method} | {group} | "
                      + " | ".join(_cell(row[task], counts.get((method, task))) for task in tasks)
-                     + f" | {_signed(row['change'])} | {_p(p_value)} | "
+                     + f" | {_signed(row['change'])} | {_p(p_value)} | {_p(p_holm)} | "
                      + " | ".join(_cell(row.get(f"paper_{task}", float("nan")))
                                   for task in tasks)
                      + f" | {_signed(row.get('paper_change', float('nan')))} |")
@@ -99,7 +101,9 @@ def ablation_table(suite: str = "tinybert-ablation", repo: Path = REPO) -> str:
                  f"number in brackets); change = the mean over {names} minus {full}'s, the "
                  "paper's on the same tasks; p = the two-sided sign-flip test of the change "
                  f"over the (task, seed) pairs (smallest possible with {len(tasks)} tasks x "
-                 f"{len(config.seeds)} seeds: {2 / 2 ** (len(tasks) * len(config.seeds)):.3f}).")
+                 f"{len(config.seeds)} seeds: {2 / 2 ** (len(tasks) * len(config.seeds)):.3f}); "
+                 "Holm p = those p-values Holm-adjusted over the variants, which are read "
+                 "together.")
     return "\n".join(lines)
 
 

@@ -115,6 +115,11 @@ def test_ablation_p_is_the_sign_flip_test_against_the_full_model(tmp_path):
         line for line in lines if line.startswith("| worse")).split("|")]
     assert worse[header.index("p_change")] == "0.031"
     assert worse[header.index("seeds")] == "3" and worse[header.index("mrpc")] == "77.00"
+    # the variants are read together: Holm over the two tested (0.031 doubled)
+    assert pd.isna(table.loc["full", "p_holm"])
+    assert table.loc["worse", "p_holm"] == pytest.approx(2 * 2 / 64)
+    assert table.loc["mixed", "p_holm"] == pytest.approx(max(2 * 2 / 64,
+                                                             table.loc["mixed", "p_change"]))
 
 
 def test_a_row_never_averages_two_configurations(tiny_suite_file, tmp_path):

@@ -17,7 +17,7 @@ from harness.config.schema import SuiteConfig
 from harness.experiments.record import RunRecord
 from harness.experiments.store import ResultsStore
 from harness.reporting.frame import records_to_frame
-from harness.reporting.stats import paired_comparison
+from harness.reporting.stats import holm_adjust, paired_comparison
 
 
 def _configuration(record: RunRecord) -> str:
@@ -226,7 +226,9 @@ def suite_table(config: SuiteConfig, records: pd.DataFrame,
 def with_paired_p(table: pd.DataFrame, records: pd.DataFrame, full: str) -> pd.DataFrame:
     """``p_change``: the two-sided sign-flip p of each row against ``full`` over the (task,
     seed) pairs both have (:func:`~harness.reporting.stats.paired_comparison`); with 2
-    tasks x 3 seeds the smallest possible is 2/64 = 0.031."""
+    tasks x 3 seeds the smallest possible is 2/64 = 0.031.  ``p_holm``: those p-values
+    Holm-adjusted over the table's variants, read together as an ablation table is (ten
+    tests at 0.05 would pass one in two by chance)."""
     if full not in table.index:
         return table
     reference = records[records["method"] == full]
@@ -236,4 +238,5 @@ def with_paired_p(table: pd.DataFrame, records: pd.DataFrame, full: str) -> pd.D
             records[records["method"] == method], reference, name_a=method,
             name_b=full).p_permutation
         for method in tested.index]
+    tested["p_holm"] = holm_adjust(tested["p_change"].to_numpy(dtype=float))
     return tested
