@@ -245,3 +245,19 @@ def test_nan_pearson_is_reported_as_zero() -> None:
     assert evaluator.baseline(train, refs) == {"pearson": 0.0, "spearmanr": 0.0}
     constant_logits = np.full((5, 1), 2.0, dtype=np.float32)
     assert evaluator.score(constant_logits, refs) == {"pearson": 0.0, "spearmanr": 0.0}
+
+
+@pytest.mark.parametrize("task", ["stsb", "sst2"])
+def test_non_finite_predictions_are_refused_not_scored(task: str) -> None:
+    """A diverged model's NaN outputs used to score 0 Pearson (a NaN correlation read as no
+    skill): a plausible number from broken input.  Only a constant prediction is scored 0."""
+    evaluator = TaskEvaluator(get_task(task))
+    refs = (np.array([0.5, 1.0, 4.0, 3.0, 2.0], dtype=np.float32) if task == "stsb"
+            else np.array([0, 1, 1, 0, 1]))
+    logits = np.random.default_rng(0).normal(size=(5, 1 if task == "stsb" else 2))
+    logits[2, 0] = np.nan
+    with pytest.raises(ValueError, match=r"1 of 5 predictions are not finite"):
+        evaluator.score_predictions(logits[:, 0], refs)
+    if task == "stsb":
+        with pytest.raises(ValueError, match="not finite"):
+            evaluator.score(logits, refs)

@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -84,6 +85,28 @@ def test_diverging_loss_stops_and_records_the_failure(tiny_suite_file, tmp_path)
     assert losses and any(not math.isfinite(value) for value in losses.values())
     again = _runner(tiny_suite_file, tmp_path, diverging).run_one("finetune", "rte", seed=1)
     assert again.status == "skipped"
+
+
+def test_non_finite_dev_logits_stop_the_run_and_record_the_failure(tiny_suite_file, tmp_path,
+                                                                    monkeypatch):
+    """A student whose dev outputs hold a NaN (an overflow in evaluation, not in the loss)
+    used to be scored: NaN correlations read as 0.  The run stops and records why."""
+    import harness.training.engine as engine
+
+    real = engine.predict_logits
+
+    def with_a_nan(*args, **kwargs):
+        logits = real(*args, **kwargs)
+        logits[0, 0] = np.nan
+        return logits
+
+    runner = _runner(tiny_suite_file, tmp_path)
+    runner.teacher("stsb")  # the teacher's own fine-tuning scores its dev split unpatched
+    monkeypatch.setattr(engine, "predict_logits", with_a_nan)
+    outcome = runner.run_one("finetune", "stsb", seed=1)
+    assert outcome.status == "failed"
+    record = json.loads(outcome.path.read_text())
+    assert "non-finite dev logits in stage 'task'" in record["error"], record["error"]
 
 
 def test_teacher_no_better_than_the_majority_baseline_is_refused(tiny_suite_file, tmp_path):

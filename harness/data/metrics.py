@@ -34,10 +34,22 @@ class TaskEvaluator:
 
     def score_predictions(self, predictions: np.ndarray, references: np.ndarray
                           ) -> dict[str, float]:
+        predictions = np.asarray(predictions)
+        if not np.isfinite(predictions.astype(float)).all():
+            raise ValueError(f"{self.task.name}: {int(np.sum(~np.isfinite(predictions)))} of "
+                             f"{len(predictions)} predictions are not finite (NaN or inf); "
+                             "no score is computed from them")
         raw = self._metric.compute(predictions=predictions, references=references)
+        constant = predictions.size == 0 or np.ptp(predictions) == 0 or np.ptp(
+            np.asarray(references, dtype=float)) == 0
         scores = {}
         for name in self.task.metrics:
             value = float(raw[name])
+            if math.isnan(value) and not constant:
+                raise ValueError(f"{self.task.name}: {name} is undefined on these "
+                                 "predictions and references")
+            # a correlation with a constant is undefined: no skill, scored 0 (as STS-B's
+            # mean baseline is)
             scores[name] = 0.0 if math.isnan(value) else 100.0 * value
         return scores
 

@@ -49,9 +49,10 @@ from harness.training.distributed import local_rows
 class NonFiniteLossError(RuntimeError):
     """Training diverged; the run is stopped and recorded as failed."""
 
-    def __init__(self, stage: str, step: int, values: dict[str, float]) -> None:
+    def __init__(self, stage: str, step: int, values: dict[str, float], what: str = "loss"
+                 ) -> None:
         shown = ", ".join(f"{name}={value:.4g}" for name, value in values.items())
-        super().__init__(f"non-finite loss in stage {stage!r} at step {step}: {shown}")
+        super().__init__(f"non-finite {what} in stage {stage!r} at step {step}: {shown}")
         self.stage = stage
         self.step = step
         self.values = values
@@ -466,6 +467,9 @@ def train_stage(
                     logits = predict_logits(
                         student, eval_split, accelerator, config.eval_batch_size, "no",
                         forward=lambda b: method.forward_student(seen_by_method, b, stage))
+                    if not np.isfinite(logits).all():  # diverged: no score from these
+                        raise NonFiniteLossError(stage.name, step, {
+                            "values": float(np.sum(~np.isfinite(logits)))}, what="dev logits")
                     metrics = evaluator.score(logits, eval_split.labels)
                     result.evaluations.append({"step": step, "epoch": epochs_done, **metrics})
                     main = metrics[task.main_metric]
