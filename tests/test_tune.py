@@ -15,6 +15,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from harness.api.registry import registry
 from harness.api.suites import load_suite
 from harness.cli import app
 from harness.config.schema import ConfigError
@@ -27,6 +28,7 @@ from harness.experiments.tuning import (
     study_name,
     tuned_path,
 )
+from methods.kd import VanillaKD
 from tests.test_grid import (
     _check_every_cell_once,
     _harness,
@@ -371,3 +373,40 @@ def test_params_that_name_a_folder_and_zero_trials_are_refused(tmp_path):
                                     str(tmp_path / "r")])
     assert done.exit_code == 2 and "--trials" in done.output
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(("key", "says"), [
+    ("params.temperatur", "kd-misspelt has no parameter 'temperatur'; its parameters: "
+                          "alpha, temperature"),
+    ("stages.taks.lr", "kd-misspelt has no stage 'taks'; its stages: task"),
+    ("foo.bar", "not a recipe override; expected params.<name>, stages.<stage>.<field> or "
+                "loss_weights.<term>"),
+    ("stages.task.lrr", "a stage has no training setting 'lrr'; the settings: epochs, "),
+])
+def test_a_search_space_key_the_recipe_cannot_take_is_refused_before_any_study(
+        tmp_path, suite_file, key, says):
+    """A misspelt key was read by the recipe point before anything checked it: a bare
+    `error: temperatur` or a traceback, and an empty study left in the storage."""
+
+    class Misspelt(VanillaKD):
+        name = "kd-misspelt"
+
+        def search_space(self, trial) -> dict:
+            return {"params.alpha": trial.suggest_float("alpha", 0.1, 0.9),
+                    key: trial.suggest_float("x", 1e-5, 1e-3, log=True)}
+
+    registry.register(Misspelt)
+    try:
+        results = tmp_path / "results"
+        tune = CliRunner().invoke(app, ["tune", "--method", "kd-misspelt", "--task", "stsb",
+                                        "--trials", "1", "--suite", str(suite_file),
+                                        "--results", str(results),
+                                        "--cache-dir", str(tmp_path / "cache")])
+    finally:
+        registry._methods.pop("kd-misspelt", None)
+    assert tune.exit_code == 2, tune.output
+    assert "Traceback" not in tune.output
+    [line] = [line for line in tune.output.splitlines() if line.strip()]
+    assert line.startswith(f"error: tests/{Path(__file__).name}:")  # the space's source
+    assert f": search space of kd-misspelt: {key!r}: {says}" in line
+    assert not (results / "optuna.db").exists()  # no study, not even an empty one

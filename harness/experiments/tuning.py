@@ -20,6 +20,7 @@ storage and broadcasts every trial's parameters and pruning decisions to the oth
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import socket
 import time
@@ -31,10 +32,12 @@ from typing import Any
 
 import yaml
 
+from harness.api.method import Method
 from harness.api.registry import instantiate
 from harness.common.cache import content_hash
 from harness.common.files import write_text_atomic
-from harness.config.schema import ConfigError, SuiteConfig
+from harness.config.schema import OVERRIDE_ROOTS, ConfigError, SuiteConfig, TrainOverride
+from harness.data.tasks import get_task
 from harness.experiments.store import NESTED_STORES, StoreNotWritableError
 from harness.experiments.tracking import Tracking
 from harness.training.distributed import broadcast, gather
@@ -216,6 +219,7 @@ class Tuner:
     """Experiment trackers for the trial runs (tracker runs under ``tuning/<study>/``)."""
     _runner: Any = field(default=None, init=False)
     _name: str | None = field(default=None, init=False)
+    _space_checked: bool = field(default=False, init=False)
 
     @property
     def runner(self):
@@ -239,9 +243,12 @@ class Tuner:
 
     def study(self):
         """The study, created on first use with the recipe's own point queued as its
-        first trial (see :meth:`recipe_point`)."""
+        first trial (see :meth:`recipe_point`), once its search space has been checked
+        (:meth:`check_search_space`): a study is never created for a space no trial can
+        run."""
         import optuna
 
+        self.check_search_space()
         study = optuna.create_study(
             study_name=self.name, storage=open_storage(self.storage_url),
             direction="maximize", load_if_exists=True, sampler=make_sampler(self.name),
@@ -257,6 +264,7 @@ class Tuner:
         """The recipe's own values of the searched parameters ({} when one lies outside
         the space).  Tried first, so the best trial is never worse than the untuned recipe
         on the tuning seeds, and the study shows what tuning gained over it."""
+        self.check_search_space()
         recorder = _RecordingTrial()
         keys = list(self._search_space(recorder))
         if len(keys) != len(recorder.calls):  # not one suggestion per override: unmatched
@@ -267,6 +275,8 @@ class Tuner:
         for key, (name, distribution) in zip(keys, recorder.calls, strict=True):
             root, *rest = key.split(".")
             if root == "stages":
+                if rest[0] not in configs:  # a stage the method runs on other tasks only
+                    return {}
                 value: Any = getattr(configs[rest[0]], rest[1])
             else:
                 value = spec["params" if root == "params" else "loss_weights"]
@@ -280,11 +290,35 @@ class Tuner:
             point[name] = value
         return point
 
+    def check_search_space(self) -> None:
+        """Every key of the plugin's search space must be an override the target's recipe
+        takes; a ConfigError (one line: the file that declares the space, the key, and
+        what is valid there) otherwise.  Checked before a study exists, since the recipe
+        point and every trial read these keys."""
+        if self._space_checked:
+            return
+        method = self._method()
+        overrides = self._search_space(_RecordingTrial(), method)
+        where = f"{search_space_source(method)}: search space of {self.target.method}"
+        for key, value in overrides.items():
+            problem = override_problem(method, self.target.task, key)
+            if problem is None:  # the key's form is right: its value must resolve too
+                try:
+                    self.runner.resolve(self.target.method, self.target.task,
+                                        self.target.seeds[0], self.target.variation({key: value}))
+                except ConfigError as error:
+                    problem = "; ".join(line.strip() for line in str(error).splitlines())
+            if problem is not None:
+                raise ConfigError(f"{where}: {key!r}: {problem}")
+        self._space_checked = True
+
     # -- the objective -------------------------------------------------------------------
-    def _search_space(self, trial) -> dict[str, Any]:
+    def _method(self) -> Method:
         recipe = self.suite.recipe(self.target.method)
-        method = instantiate(self.suite.plugin(self.target.method), recipe, self.target.task)
-        overrides = method.search_space(trial)
+        return instantiate(self.suite.plugin(self.target.method), recipe, self.target.task)
+
+    def _search_space(self, trial, method: Method | None = None) -> dict[str, Any]:
+        overrides = (method or self._method()).search_space(trial)
         if not overrides:
             raise ConfigError(f"{self.target.method}: its plugin declares no search space")
         return overrides
@@ -484,6 +518,53 @@ class Tuner:
         # Other workers read it as it lands (load_tuned): never half a file.
         write_text_atomic(path, yaml.safe_dump(document, sort_keys=False))
         return path
+
+
+def search_space_source(method: Method) -> str:
+    """Where ``method``'s search space is written: its plugin's file and line (relative
+    to the working folder when inside it), else its module's name."""
+    function = type(method).search_space
+    try:
+        source = inspect.getsourcefile(function)
+        line = inspect.getsourcelines(function)[1]
+    except (OSError, TypeError):
+        return type(method).__module__
+    if source is None:
+        return type(method).__module__
+    path = Path(source)
+    shown = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
+    return f"{shown}:{line}"
+
+
+def override_problem(method: Method, task: str, key: str) -> str | None:
+    """What is wrong with the form of the dotted override ``key`` for ``method`` on
+    ``task``, naming what is valid there (None: nothing). Its value is not checked."""
+    root, *rest = key.split(".")
+    if root not in OVERRIDE_ROOTS or not rest or not all(rest):
+        return ("not a recipe override; expected params.<name>, stages.<stage>.<field> or "
+                "loss_weights.<term>")
+    if root == "params":
+        names = sorted(type(method.params).model_fields)
+        if rest[0] not in names:
+            return (f"{method.name} has no parameter {rest[0]!r}; its parameters: "
+                    f"{', '.join(names) or 'none'}")
+    elif root == "stages":
+        stages = list(method.stage_names or
+                      [stage.name for stage in method.stages(get_task(task))])
+        if len(rest) != 2:
+            return f"expected stages.<stage>.<field>, <stage> one of {', '.join(stages)}"
+        if rest[0] not in stages:
+            return f"{method.name} has no stage {rest[0]!r}; its stages: {', '.join(stages)}"
+        fields = list(TrainOverride.model_fields)
+        if rest[1] not in fields:
+            return (f"a stage has no training setting {rest[1]!r}; the settings: "
+                    f"{', '.join(fields)}")
+    else:
+        terms = [term.name for term in method.loss_terms]
+        if len(rest) != 1 or rest[0] not in terms:
+            return (f"{method.name} has no loss term {'.'.join(rest)!r}; its terms: "
+                    f"{', '.join(terms)}")
+    return None
 
 
 def tuned_path(results: Path, study: str) -> Path:
