@@ -351,6 +351,9 @@ def test_a_seed_already_recorded_reports_its_evaluations_so_later_seeds_keep_the
     ("notaurl", "not a database URL this can open"),
     ("bogus://x", "not a database URL this can open"),
     ("sqlite:///{missing}/x.db", "cannot open the database (unable to open database file)"),
+    ("sqlite://", "an in-memory SQLite database; a study must persist"),
+    ("sqlite:///", "an in-memory SQLite database; a study must persist"),
+    ("sqlite:///:memory:", "an in-memory SQLite database; a study must persist"),
 ])
 def test_a_storage_that_cannot_be_opened_is_named_not_a_traceback(tmp_path, url, says):
     from harness.experiments.tuning import open_storage
@@ -410,3 +413,19 @@ def test_a_search_space_key_the_recipe_cannot_take_is_refused_before_any_study(
     assert line.startswith(f"error: tests/{Path(__file__).name}:")  # the space's source
     assert f": search space of kd-misspelt: {key!r}: {says}" in line
     assert not (results / "optuna.db").exists()  # no study, not even an empty one
+
+
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///"])
+def test_tune_refuses_an_in_memory_storage_before_any_trial(tmp_path, suite_file, url):
+    """Trials used to run on it while the heartbeat thread, on a connection of its own,
+    found no tables ("no such table: trial_heartbeats"), then no trial was complete."""
+    results = tmp_path / "results"
+    tune = CliRunner().invoke(app, ["tune", "--method", "kd", "--task", "stsb", "--trials",
+                                    "1", "--storage", url, "--suite", str(suite_file),
+                                    "--results", str(results),
+                                    "--cache-dir", str(tmp_path / "cache")])
+    assert tune.exit_code == 2, tune.output
+    assert [line for line in tune.output.splitlines() if line.strip()] == [
+        f"error: --storage {url}: an in-memory SQLite database; a study must persist: pass "
+        "a file path, e.g. sqlite:///path/study.db"]
+    assert not list(results.rglob("*.json"))  # no trial ran

@@ -63,9 +63,34 @@ def default_storage(results: Path) -> str:
     return f"sqlite:///{(results / 'optuna.db').resolve()}"
 
 
+def in_memory_sqlite(url: str) -> bool:
+    """Whether ``url`` names an in-memory SQLite database (``sqlite://``, ``sqlite:///``,
+    ``sqlite:///:memory:``)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return False
+    if parsed.get_backend_name() != "sqlite":
+        return False
+    database = parsed.database or ""
+    return database in {"", ":memory:"} or (database.startswith("file:")
+                                            and "mode=memory" in url)
+
+
 def open_storage(url: str):
-    """An Optuna RDB storage with worker heartbeats and retry of dead workers' trials."""
+    """An Optuna RDB storage with worker heartbeats and retry of dead workers' trials.
+
+    An in-memory SQLite database is refused: each connection of the engine's pool (the
+    heartbeat thread's, another worker's) sees its own empty database, and a study must
+    outlive the command that runs it to be resumed and to give its parameters."""
     import optuna
+
+    if in_memory_sqlite(url):
+        raise RuntimeError(f"--storage {url}: an in-memory SQLite database; a study must "
+                           "persist: pass a file path, e.g. sqlite:///path/study.db")
     from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
