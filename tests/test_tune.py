@@ -219,9 +219,17 @@ def test_grid_tunes_then_runs_and_a_worker_killed_mid_trial_is_retried(
 
     _check_every_cell_once(grid, results)
     best = load_tuned(tuner.name, results).overrides
+    # where the recipe's own point won, the cells are the untuned cells' runs (one run id):
+    # recorded as the recipe's, whichever command makes them first
+    own = grid.runner.overrides_are_the_recipes("kd", "stsb", 1,
+                                                grid.variation(grid.cells[0], best))
     for record_path in (results / "tiny").glob("**/*.json"):
         record = json.loads(record_path.read_text())
-        assert record["tuned"]["study"] == tuner.name
+        assert record["grid"]
+        if own:
+            assert "tuned" not in record and "overrides" not in record["variation"]
+        else:
+            assert record["tuned"]["study"] == tuner.name
         assert record["config"]["params"]["alpha"] == best["params.alpha"]
 
 
@@ -429,3 +437,37 @@ def test_tune_refuses_an_in_memory_storage_before_any_trial(tmp_path, suite_file
         f"error: --storage {url}: an in-memory SQLite database; a study must persist: pass "
         "a file path, e.g. sqlite:///path/study.db"]
     assert not list(results.rglob("*.json"))  # no trial ran
+
+
+def test_tuned_parameters_that_are_the_recipes_own_are_its_run_in_either_order(
+        tmp_path, suite_file):
+    """When the best trial is the recipe's own point, `run --params` is the plain run (one
+    run id). Its record was annotated only by the command that came first, so the table
+    showed `kd` and `kd [tuned]` for one configuration, or no tuned row, by command order."""
+    own = {"params.alpha": 0.5, "params.temperature": 2.0, "stages.task.lr": 1e-3}
+    assert Tuner(load_suite(str(suite_file)), TuningTarget("kd", "stsb", [1]), tmp_path,
+                 "sqlite://").recipe_point() == {"alpha": 0.5, "temperature": 2.0, "lr": 1e-3}
+    params = tmp_path / "own.yaml"
+    params.write_text(yaml.safe_dump({"study": "tune-tiny-kd-stsb-own", "suite": "tiny",
+                                      "method": "kd", "task": "stsb", "overrides": own}))
+    tables = []
+    for first, second in ((["--params", str(params)], []), ([], ["--params", str(params)])):
+        results = tmp_path / f"results-{len(tables)}"
+        common = ["--method", "kd", "--tasks", "stsb", "--seeds", "1", "--suite",
+                  str(suite_file), "--results", str(results), "--cache-dir",
+                  str(tmp_path / "cache")]
+        for extra in (first, second):
+            ran = CliRunner().invoke(app, ["run", *extra, *common])
+            assert ran.exit_code == 0, ran.output
+            said = [line for line in ran.output.splitlines()
+                    if "the tuned parameters are the recipe's own" in line]
+            assert len(said) == (1 if extra else 0), ran.output
+        [record] = results.rglob("*.json")  # one run id, one record
+        document = json.loads(record.read_text())
+        assert "tuned" not in document and "variation" not in document
+        table = CliRunner().invoke(app, ["table", "--suite", str(suite_file), "--results",
+                                         str(results)])
+        assert table.exit_code == 0, table.output
+        tables.append(table.output)
+    assert "[tuned]" not in tables[0] and "| kd " in tables[0]
+    assert tables[0] == tables[1]

@@ -7,7 +7,7 @@ the plans; the grid and tuning ask the planner for ids before they decide what t
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -330,6 +330,18 @@ class RunPlanner:
                variation: Variation = Variation()) -> str:
         """The run's id: the hash of its resolved configuration."""
         return content_hash(self.resolve(method_name, task_name, seed, variation)[1])
+
+    def overrides_are_the_recipes(self, method_name: str, task_name: str, seed: int,
+                                  variation: Variation, run_id: str | None = None) -> bool:
+        """Whether ``variation``'s overrides leave the run as it is without them (the
+        same run id: tuned parameters that are the recipe's own values).  ``run_id``: the
+        run's id with them, when the caller has it."""
+        if not variation.overrides:
+            return False
+        if run_id is None:
+            run_id = self.run_id(method_name, task_name, seed, variation)
+        return run_id == self.run_id(method_name, task_name, seed,
+                                     replace(variation, overrides=()))
 
     def equivalent_run_ids(self, method_name: str, task_name: str, seed: int,
                            variation: Variation = Variation()) -> list[str]:

@@ -13,7 +13,7 @@ import platform
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -216,9 +216,18 @@ class SuiteRunner(RunPlanner):
                 on_evaluate: EvaluationCallback | None = None,
                 annotations: dict[str, Any] | None = None) -> RunOutcome:
         """Train and record one run, or find its record.  ``annotations`` go into the
-        record (e.g. the tuning trial it served) without entering its id."""
+        record (e.g. the tuning trial it served) without entering its id.
+
+        Overrides that leave the run as the recipe resolves it (tuned parameters that are
+        the recipe's own values) make it the recipe's run: its record holds neither them
+        nor a ``tuned`` annotation.  One run id has one record, written by whichever
+        command comes first, so its table row must not depend on which that was."""
         method, spec, stage_configs = self.resolve(method_name, task_name, seed, variation)
         run_hash = content_hash(spec)
+        if self.overrides_are_the_recipes(method_name, task_name, seed, variation, run_hash):
+            variation = replace(variation, overrides=())
+            annotations = {key: value for key, value in (annotations or {}).items()
+                           if key != "tuned"}
         departure = self._departure(method_name, task_name, seed, variation, spec)
         # The main process looks (the record may appear meanwhile, from another worker):
         # every process of a launch skips or trains alike.
@@ -734,13 +743,20 @@ class SuiteRunner(RunPlanner):
             by_cell[params.method, params.task] = params
         cells = [(task, method, seed) for task in tasks for method in methods for seed in seeds]
         outcomes = []
+        said: set[tuple[str, str]] = set()
         for index, (task, method, seed) in enumerate(cells, start=1):
             self.log(f"== cell {index}/{len(cells)}: {method} / {task} / seed {seed}")
             params = by_cell.get((method, task))
             if params is None:
                 outcomes.append(self.run_one(method, task, seed))
-            else:
-                outcomes.append(self.run_one(method, task, seed,
-                                             Variation.of(overrides=params.overrides),
-                                             annotations={"tuned": params.annotation()}))
+                continue
+            variation = Variation.of(overrides=params.overrides)
+            if (method, task) not in said and self.overrides_are_the_recipes(
+                    method, task, seed, variation):
+                # run_one records such runs as the recipe's; say why they are not tuned.
+                self.log(f"[tuned] {method} {task}: the tuned parameters are the recipe's "
+                         f"own ({params.path}): its runs are the recipe's, not marked tuned")
+            said.add((method, task))
+            outcomes.append(self.run_one(method, task, seed, variation,
+                                         annotations={"tuned": params.annotation()}))
         return outcomes
