@@ -471,3 +471,40 @@ def test_tuned_parameters_that_are_the_recipes_own_are_its_run_in_either_order(
         tables.append(table.output)
     assert "[tuned]" not in tables[0] and "| kd " in tables[0]
     assert tables[0] == tables[1]
+
+
+def test_run_params_trains_the_student_the_parameters_were_tuned_on(tmp_path, suite_file):
+    """`tune --student` writes its shape into the parameter file; `run --params` applied
+    the parameters to the method's own student instead, and marked that run tuned."""
+    results, cache = tmp_path / "results", tmp_path / "cache"
+    common = ["--suite", str(suite_file), "--results", str(results), "--cache-dir", str(cache)]
+    tune = CliRunner().invoke(app, ["tune", "--method", "kd", "--task", "stsb", "--trials",
+                                    "1", "--student", "tiny-wide", *common])
+    assert tune.exit_code == 0, tune.output
+    [path] = (results / "tuned").glob("*.yaml")
+    assert yaml.safe_load(path.read_text())["student"] == "tiny-wide"
+    run = CliRunner().invoke(app, ["run", "--method", "kd", "--tasks", "stsb", "--seeds", "1",
+                                   "--params", str(path), *common])
+    assert run.exit_code == 0, run.output
+    [record] = (results / "tiny").glob("**/*.json")
+    document = json.loads(record.read_text())
+    assert document["student_shape"] == "tiny-wide"
+    assert document["variation"]["student"] == "tiny-wide"
+    assert "tuned on student tiny-wide" in run.output
+    params = load_tuned(str(path), results)
+    assert params.student == "tiny-wide"
+    # the study's only trial ran this configuration on seed 1: the same run, the same score
+    study = optuna.load_study(study_name=params.study, storage=open_storage(
+        f"sqlite:///{results / 'optuna.db'}"))
+    assert document["main_score"] == pytest.approx(study.best_value)
+
+    # a file tuned on a shape the suite does not define is refused, naming it
+    document = yaml.safe_load(path.read_text())
+    document["student"] = "tiny-gone"
+    gone = tmp_path / "gone.yaml"
+    gone.write_text(yaml.safe_dump(document))
+    refused = CliRunner().invoke(app, ["run", "--method", "kd", "--tasks", "stsb", "--params",
+                                       str(gone), *common])
+    assert refused.exit_code == 2, refused.output
+    assert f"{gone}: tuned on student 'tiny-gone', which suite tiny does not define" in \
+        refused.output

@@ -728,7 +728,8 @@ class SuiteRunner(RunPlanner):
     def run(self, methods: list[str], tasks: list[str], seeds: list[int],
             tuned: list[Any] | None = None) -> list[RunOutcome]:
         """Every (task, method, seed) cell; ``tuned`` parameter files (see
-        :func:`harness.experiments.tuning.load_tuned`) apply to their own method and task."""
+        :func:`harness.experiments.tuning.load_tuned`) apply to their own method and task,
+        on the student shape they were tuned on."""
         for method in methods:
             registry.get(self.suite.plugin(method))
         self.check_assets(methods, tasks)
@@ -740,6 +741,10 @@ class SuiteRunner(RunPlanner):
             if params.method not in methods or params.task not in tasks:
                 raise ConfigError(f"{params.path}: parameters for {params.method} on "
                                   f"{params.task}, which this run does not include")
+            if params.student is not None and params.student not in self.suite.students:
+                raise ConfigError(f"{params.path}: tuned on student {params.student!r}, "
+                                  f"which suite {self.suite.name} does not define (its "
+                                  f"students: {', '.join(sorted(self.suite.students))})")
             by_cell[params.method, params.task] = params
         cells = [(task, method, seed) for task in tasks for method in methods for seed in seeds]
         outcomes = []
@@ -750,12 +755,17 @@ class SuiteRunner(RunPlanner):
             if params is None:
                 outcomes.append(self.run_one(method, task, seed))
                 continue
-            variation = Variation.of(overrides=params.overrides)
-            if (method, task) not in said and self.overrides_are_the_recipes(
-                    method, task, seed, variation):
-                # run_one records such runs as the recipe's; say why they are not tuned.
-                self.log(f"[tuned] {method} {task}: the tuned parameters are the recipe's "
-                         f"own ({params.path}): its runs are the recipe's, not marked tuned")
+            variation = Variation.of(params.student, params.overrides)
+            if (method, task) not in said:
+                own = self.suite.recipe(method).student or self.suite.default_student
+                if params.student not in (None, own):
+                    self.log(f"[tuned] {method} {task}: tuned on student {params.student} "
+                             f"({params.path}): its runs train that student")
+                if self.overrides_are_the_recipes(method, task, seed, variation):
+                    # run_one records such runs as the recipe's; say why they are untuned.
+                    self.log(f"[tuned] {method} {task}: the tuned parameters are the "
+                             f"recipe's own ({params.path}): its runs are the recipe's, not "
+                             "marked tuned")
             said.add((method, task))
             outcomes.append(self.run_one(method, task, seed, variation,
                                          annotations={"tuned": params.annotation()}))

@@ -606,6 +606,10 @@ class TunedParams:
     method: str
     task: str
     overrides: dict[str, Any]
+    student: str | None = None
+    """The suite student shape the study tuned on (None: the method's own); the runs that
+    use the parameters train it, since parameters tuned for one shape say nothing of
+    another's."""
 
     def annotation(self) -> dict[str, Any]:
         return {"study": self.study, "file": str(self.path)}
@@ -628,9 +632,13 @@ def load_tuned(reference: str, results: Path) -> TunedParams:
         raise ConfigError(f"{path}: not a tuned-parameter file (missing {', '.join(missing)})")
     if not isinstance(document["overrides"], dict):
         raise ConfigError(f"{path}: overrides: expected a mapping of dotted keys to values")
+    student = document.get("student")
+    if student is not None and not isinstance(student, str):
+        raise ConfigError(f"{path}: student: expected the name of a suite student shape")
     return TunedParams(path=path, study=str(document.get("study", path.stem)),
                        suite=str(document.get("suite", "")), method=str(document["method"]),
-                       task=str(document["task"]), overrides=dict(document["overrides"]))
+                       task=str(document["task"]), overrides=dict(document["overrides"]),
+                       student=student)
 
 
 def fail_dead_local_trials(study) -> int:
