@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -152,8 +153,30 @@ def tune(
         fail(error_text(error))
         return
     _print_study(tuner)
-    echo(f"\nbest parameters: {path}\nuse them: harness run --suite {suite} --method {method} "
-          f"--tasks {task} --params {tuner.name}")
+    use = _run_params_command(suite, method, task, tuner.name, set_, data_dir, teacher,
+                              results, cache_dir)
+    echo(f"\nbest parameters: {path}\nuse them: {use}")
+
+
+def _run_params_command(suite: str, method: str, task: str, study: str,
+                        set_: list[str] | None, data_dir: str | None, teacher: str | None,
+                        results: Path, cache_dir: Path | None) -> str:
+    """The `harness run --params` command that applies a study's parameters, with the
+    options `tune` was given that it needs to work as printed: the store that holds the
+    parameter file (a study name is looked up under its ``tuned/``), and the recipe,
+    data, teacher and cache the study tuned with."""
+    parts = ["harness", "run", "--suite", suite, "--method", method, "--tasks", task]
+    for assignment in set_ or []:
+        parts += ["--set", assignment]
+    if data_dir is not None:
+        parts += ["--data-dir", data_dir]
+    if teacher is not None:
+        parts += ["--teacher", teacher]
+    if results.resolve() != DEFAULT_RESULTS.resolve():
+        parts += ["--results", str(results)]
+    if cache_dir is not None:
+        parts += ["--cache-dir", str(cache_dir)]
+    return shlex.join([*parts, "--params", study])
 
 
 def _tracking(log_with: list[str] | None, log_dir: Path | None, results: Path

@@ -508,3 +508,29 @@ def test_run_params_trains_the_student_the_parameters_were_tuned_on(tmp_path, su
     assert refused.exit_code == 2, refused.output
     assert f"{gone}: tuned on student 'tiny-gone', which suite tiny does not define" in \
         refused.output
+
+
+def test_the_printed_run_command_works_as_printed(tmp_path, suite_file):
+    """The "use them:" line left out --results (and the --set assignments): copied, it
+    looked for the study's parameters in the default store ("neither a file nor a
+    study")."""
+    import shlex
+
+    results, cache = tmp_path / "a store", tmp_path / "cache"  # a space, to be quoted
+    tune = CliRunner().invoke(app, ["tune", "--method", "kd", "--task", "stsb", "--trials",
+                                    "1", "--suite", str(suite_file), "--set",
+                                    "training.epochs=2", "--results", str(results),
+                                    "--cache-dir", str(cache)])
+    assert tune.exit_code == 0, tune.output
+    [use] = [line.removeprefix("use them: ") for line in tune.output.splitlines()
+             if line.startswith("use them: ")]
+    command = shlex.split(use)
+    assert command[:2] == ["harness", "run"]
+    run = CliRunner().invoke(app, command[1:])
+    assert run.exit_code == 0, run.output
+    [record] = (results / "tiny").glob("**/*.json")
+    document = json.loads(record.read_text())
+    assert document["config"]["stages"]["task"]["epochs"] == 2  # the recipe it tuned
+    [trial] = optuna.load_study(study_name=command[-1], storage=open_storage(
+        f"sqlite:///{results / 'optuna.db'}")).trials
+    assert document["main_score"] == pytest.approx(trial.value)
