@@ -131,7 +131,12 @@ def tune(
 ) -> None:
     """Create or resume the Optuna study of METHOD on TASK; write its best parameters."""
     quiet_libraries()
-    from harness.experiments.tuning import Tuner, TuningTarget, default_storage
+    from harness.experiments.tuning import (
+        Tuner,
+        TuningInterrupted,
+        TuningTarget,
+        default_storage,
+    )
 
     if pruner not in {"median", "halving", "none"}:
         fail(f"--pruner {pruner!r}: choose median, halving or none")
@@ -152,6 +157,13 @@ def tune(
     except (ConfigError, KeyError, FileNotFoundError, RuntimeError, ValueError) as error:
         fail(error_text(error))
         return
+    except KeyboardInterrupt as stopped:  # Ctrl-C: in a trial, a TuningInterrupted
+        queued = (f"trial {stopped.trial}'s parameters are queued again; "
+                  if isinstance(stopped, TuningInterrupted) and stopped.trial is not None
+                  else "")
+        study = f" study {stopped.study}" if isinstance(stopped, TuningInterrupted) else ""
+        echo(f"[tune] interrupted (Ctrl-C): {queued}the same command resumes the{study}")
+        raise typer.Exit(130) from None
     _print_study(tuner)
     use = _run_params_command(suite, method, task, tuner.name, set_, data_dir, teacher,
                               results, cache_dir)

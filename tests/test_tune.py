@@ -534,3 +534,42 @@ def test_the_printed_run_command_works_as_printed(tmp_path, suite_file):
     [trial] = optuna.load_study(study_name=command[-1], storage=open_storage(
         f"sqlite:///{results / 'optuna.db'}")).trials
     assert document["main_score"] == pytest.approx(trial.value)
+
+
+def test_ctrl_c_in_a_trial_says_so_queues_its_parameters_again_and_exits_130(tmp_path,
+                                                                           suite_file):
+    """Ctrl-C used to print KeyboardInterrupt's traceback and leave the trial failed, its
+    parameters never tried (the next trial drew new ones): a study one worker runs alone
+    did not repeat. Now it follows a killed worker's trial: queued again, same parameters."""
+    results, cache = tmp_path / "results", tmp_path / "cache"
+    common = ["tune", "--method", "kd", "--task", "stsb", "--trials", "2", "--suite",
+              str(suite_file), "--results", str(results), "--cache-dir", str(cache),
+              "--set", "training.epochs=12"]
+    storage = f"sqlite:///{results / 'optuna.db'}"
+    suite = load_suite(str(suite_file), ["training.epochs=12"])
+    name = Tuner(suite, TuningTarget("kd", "stsb", [1]), results, storage).name
+    first = _harness(*common)
+    running = _wait_for_running_cell(storage, name, first.pid, timeout=300)
+    while running.number < 1:  # a trial the sampler drew, not the recipe's queued point
+        time.sleep(0.2)
+        running = _wait_for_running_cell(storage, name, first.pid, timeout=300)
+    time.sleep(0.5)
+    first.send_signal(signal.SIGINT)
+    output, _ = first.communicate(timeout=120)
+    assert first.returncode == 130, output
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output, output
+    [said] = [line for line in output.splitlines() if "interrupted" in line]
+    assert f"trial {running.number}'s parameters are queued again" in said
+    study = optuna.load_study(study_name=name, storage=open_storage(storage))
+    interrupted = study.trials[running.number]
+    assert interrupted.state.name == "FAIL"
+    [retry] = [t for t in study.trials if t.system_attrs.get("failed_trial") == running.number]
+    assert retry.state.name == "WAITING" and retry.params == interrupted.params
+
+    second = _harness(*common)  # the same command runs the queued trial next
+    output, _ = second.communicate(timeout=300)
+    assert second.returncode == 0, output
+    study = optuna.load_study(study_name=name, storage=open_storage(storage))
+    retry = study.trials[retry.number]
+    assert retry.state.name in {"COMPLETE", "PRUNED"} and retry.params == interrupted.params
+    assert len(study.trials) == running.number + 2  # no other trial was drawn

@@ -9,18 +9,20 @@ or successive-halving pruner stops hopeless trials early.  Trial runs are record
 their own store (``<results>/tuning/<study>/``), apart from the suite's leaderboard.
 
 Workers record a heartbeat: a trial whose worker died is marked failed after the grace
-period and re-queued with the same parameters (``RetryFailedTrialCallback``), and the next
-worker to ask for a trial takes it.  Each trial's random draws are seeded from the study's
-name and the trial's number (:func:`make_sampler`), so parallel workers do not propose one
-another's parameters.  A study whose trials keep failing stops once as many have failed as
-it was asked to finish.  Under ``accelerate launch`` process 0 talks to the
-storage and broadcasts every trial's parameters and pruning decisions to the others.
+period and re-queued with the same parameters (``RetryHeartbeatStaleTrialCallback``), and
+the next worker to ask for a trial takes it; a trial stopped by Ctrl-C is re-queued
+alike.  Each trial's random draws are seeded from the study's name and the trial's number
+(:func:`make_sampler`), so parallel workers do not propose one another's parameters.  A
+study whose trials keep failing stops once as many have failed as it was asked to finish.
+Under ``accelerate launch`` process 0 talks to the storage and broadcasts every trial's
+parameters and pruning decisions to the others.
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
+import logging
 import os
 import socket
 import time
@@ -136,6 +138,32 @@ def open_storage(url: str):
     raise AssertionError("unreachable")
 
 
+class TuningInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a study's trial; ``trial``: the number of the trial stopped, whose
+    parameters are queued again (None: none was running, or the retries are used up)."""
+
+    def __init__(self, study: str, trial: int | None) -> None:
+        super().__init__(study, trial)
+        self.study = study
+        self.trial = trial
+
+
+class _QuietInterruptedTrial(logging.Filter):
+    """Drops Optuna's warnings about a trial that Ctrl-C stopped (the KeyboardInterrupt's
+    traceback, then its value): the tuner reports the interruption in one line."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.interrupted = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[0] if record.exc_info else None
+        if error is not None and issubclass(error, KeyboardInterrupt):
+            self.interrupted = True
+            return False
+        return not (self.interrupted and "failed with value" in record.getMessage())
+
+
 def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -245,6 +273,8 @@ class Tuner:
     _runner: Any = field(default=None, init=False)
     _name: str | None = field(default=None, init=False)
     _space_checked: bool = field(default=False, init=False)
+    _running: int | None = field(default=None, init=False)
+    """The storage id of the trial this process's objective is running."""
 
     @property
     def runner(self):
@@ -402,6 +432,7 @@ class Tuner:
         import optuna
 
         accelerator = self.runner.accelerator
+        self._running = trial._trial_id
         trial.set_user_attr("worker", worker_id())
         overrides = self._search_space(trial)
         broadcast(("trial", overrides), accelerator)
@@ -457,8 +488,40 @@ class Tuner:
                    if trial.state.name == "FAIL" and "error" in trial.user_attrs)
 
     def run_trial(self, study) -> None:
-        """One trial (a re-queued one first), with the worker's heartbeat."""
-        study.optimize(self.objective, n_trials=1, catch=(RuntimeError,))
+        """One trial (a re-queued one first), with the worker's heartbeat.
+
+        Ctrl-C in a trial (Optuna fails it) queues its parameters again, as the storage's
+        retry callback does for a dead worker's trial, and raises TuningInterrupted: the
+        trial says nothing about its parameters, and one worker alone must repeat its
+        study, so the next trial of the study runs them rather than drawing new ones."""
+        logger = logging.getLogger("optuna.study._optimize")
+        quiet = _QuietInterruptedTrial()
+        logger.addFilter(quiet)
+        self._running = None
+        try:
+            study.optimize(self.objective, n_trials=1, catch=(RuntimeError,))
+        except KeyboardInterrupt:
+            raise TuningInterrupted(self.name, self._retry_interrupted(study)) from None
+        finally:
+            logger.removeFilter(quiet)
+
+    def _retry_interrupted(self, study) -> int | None:
+        """Queue the parameters of the trial Ctrl-C stopped again; its number (None: no
+        trial of this process was running, or its retries are used up)."""
+        from optuna.trial import TrialState
+
+        if self._running is None:
+            return None
+        storage = study._storage
+        trial = storage.get_trial(self._running)
+        if trial.state == TrialState.RUNNING:  # stopped before Optuna could fail it
+            storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
+            trial = storage.get_trial(trial._trial_id)
+        if trial.state != TrialState.FAIL:  # it had finished
+            return None
+        before = len(study.get_trials(deepcopy=False))
+        _retry(study, trial)
+        return trial.number if len(study.get_trials(deepcopy=False)) > before else None
 
     def optimize(self, trials: int, poll_seconds: float | None = None,
                  reclaim_local: bool = True) -> None:
@@ -661,10 +724,17 @@ def fail_dead_local_trials(study) -> int:
         except Exception:  # another worker failed it first
             continue
         failed += 1
-        callback = storage.get_heartbeat_stale_trial_callback()
-        if callback is not None:
-            callback(study, storage.get_trial(trial._trial_id))
+        _retry(study, storage.get_trial(trial._trial_id))
     return failed
+
+
+def _retry(study, trial) -> None:
+    """Queue a failed ``trial``'s parameters again through the storage's heartbeat retry
+    callback (see :func:`open_storage`): what a worker that finds a dead worker's trial
+    does, up to ``MAX_RETRIES`` times."""
+    callback = study._storage.get_heartbeat_stale_trial_callback()
+    if callback is not None:
+        callback(study, trial)
 
 
 def _alive(pid: int) -> bool:
