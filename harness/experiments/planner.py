@@ -340,8 +340,12 @@ class RunPlanner:
             return False
         if run_id is None:
             run_id = self.run_id(method_name, task_name, seed, variation)
-        return run_id == self.run_id(method_name, task_name, seed,
-                                     replace(variation, overrides=()))
+        try:
+            without = self.run_id(method_name, task_name, seed,
+                                  replace(variation, overrides=()))
+        except (ValueError, AssetNotFoundError):  # the recipe alone cannot run here:
+            return False  # the overrides are what makes the run possible
+        return run_id == without
 
     def equivalent_run_ids(self, method_name: str, task_name: str, seed: int,
                            variation: Variation = Variation()) -> list[str]:
