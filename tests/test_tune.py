@@ -573,3 +573,29 @@ def test_ctrl_c_in_a_trial_says_so_queues_its_parameters_again_and_exits_130(tmp
     retry = study.trials[retry.number]
     assert retry.state.name in {"COMPLETE", "PRUNED"} and retry.params == interrupted.params
     assert len(study.trials) == running.number + 2  # no other trial was drawn
+
+
+def test_grid_params_apply_only_to_the_cells_of_the_student_they_were_tuned_on(
+        tmp_path, suite_file):
+    """`grid --params` applied a file tuned on one student to the method's cells of
+    another; a file names its student, and a grid with no cell of it refuses the file."""
+    from harness.experiments.grid import GridCell
+    from harness.experiments.tuning import TunedParams
+
+    suite = load_suite(str(suite_file))
+    results = tmp_path / "results"
+
+    def grid(student: str | None) -> Grid:
+        params = TunedParams(path=tmp_path / "kd.yaml", study="s", suite=suite.record_suite,
+                             method="kd", task="stsb", overrides={"params.alpha": 0.9},
+                             student=student)
+        return Grid(suite, results, f"sqlite:///{results / 'optuna.db'}", tmp_path / "cache",
+                    log=lambda _: None, tuned=[params])
+
+    own = suite.recipe("kd").student or suite.default_student
+    cell = GridCell("kd", "stsb", 1)
+    assert grid(None).tuned_overrides(cell) == {"params.alpha": 0.9}
+    assert grid(own).tuned_overrides(cell) == {"params.alpha": 0.9}
+    with pytest.raises(ConfigError, match=rf"tuned on student 'tiny-wide'; this grid's kd "
+                                          rf"cells on stsb train {own}"):
+        grid("tiny-wide")

@@ -216,10 +216,16 @@ class Grid:
             if params.suite and params.suite != suite.record_suite:
                 raise ConfigError(f"{params.path}: tuned on suite {params.suite!r}, not "
                                   f"{suite.record_suite!r}")
-            if not any((cell.method, cell.task) == (params.method, params.task)
-                       for cell in self.cells):
+            cells = [cell for cell in self.cells
+                     if (cell.method, cell.task) == (params.method, params.task)]
+            if not cells:
                 raise ConfigError(f"{params.path}: parameters for {params.method} on "
                                   f"{params.task}, which is not a cell of this grid")
+            students = {self._student(cell) for cell in cells}
+            if params.student is not None and params.student not in students:
+                raise ConfigError(f"{params.path}: tuned on student {params.student!r}; this "
+                                  f"grid's {params.method} cells on {params.task} train "
+                                  f"{', '.join(sorted(students))}")
             self.tuned[params.method, params.task] = params
         self._tuners: dict[tuple, Tuner] = {}
         self._estimates: dict[GridCell, float | None] = {}
@@ -240,11 +246,24 @@ class Grid:
                                       log=self.log, tracking=self.tracking)
         return self._tuners[key]
 
+    def _student(self, cell: GridCell) -> str:
+        """The student shape the cell trains."""
+        return cell.student or self.suite.recipe(cell.method).student or \
+            self.suite.default_student
+
+    def tuned_file(self, cell: GridCell) -> TunedParams | None:
+        """The ``--params`` file for the cell: of its method and task, tuned on its student
+        (a file that names no student applies to every student of the method)."""
+        params = self.tuned.get((cell.method, cell.task))
+        if params is None or params.student not in (None, self._student(cell)):
+            return None
+        return params
+
     def tuned_overrides(self, cell: GridCell) -> dict[str, Any] | None:
         """The cell's tuned parameters: a ``--params`` file's, else the best of its study
         (None: not tuned yet), else none."""
-        if (cell.method, cell.task) in self.tuned:
-            return self.tuned[cell.method, cell.task].overrides
+        if (params := self.tuned_file(cell)) is not None:
+            return params.overrides
         if not self.trials:
             return {}
         path = tuned_path(self.results, self.tuner(cell).name)
@@ -464,8 +483,7 @@ class Grid:
         accelerator = self.runner.accelerator
         if self.trials:
             studies = {id(tuner): tuner for tuner in (
-                self.tuner(cell) for cell in self.cells
-                if (cell.method, cell.task) not in self.tuned)}
+                self.tuner(cell) for cell in self.cells if self.tuned_file(cell) is None)}
             for tuner in studies.values():  # one study per method, task, student, budget
                 tuner.optimize(self.trials, self.poll_seconds, self.reclaim_local)
                 if accelerator.is_main_process:  # (re)written: a study may have grown
@@ -551,8 +569,8 @@ class Grid:
         broadcast(("cell", asdict(cell), overrides), self.runner.accelerator)
         self.log(f"== grid cell {trial.number}: {cell.label}")
         annotations = {"grid": {"study": self.study_name, "trial": trial.number}}
-        if (cell.method, cell.task) in self.tuned:
-            annotations["tuned"] = self.tuned[cell.method, cell.task].annotation()
+        if (params := self.tuned_file(cell)) is not None:
+            annotations["tuned"] = params.annotation()
         elif overrides:
             annotations["tuned"] = {"study": self.tuner(cell).name}
         try:
