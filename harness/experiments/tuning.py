@@ -275,6 +275,8 @@ class Tuner:
     _space_checked: bool = field(default=False, init=False)
     _running: int | None = field(default=None, init=False)
     """The storage id of the trial this process's objective is running."""
+    _interrupted: bool = field(default=False, init=False)
+    """Whether Ctrl-C stopped this process's running trial."""
 
     @property
     def runner(self):
@@ -498,16 +500,43 @@ class Tuner:
         quiet = _QuietInterruptedTrial()
         logger.addFilter(quiet)
         self._running = None
+        self._interrupted = False
         try:
-            study.optimize(self.objective, n_trials=1, catch=(RuntimeError,))
+            study.optimize(self._noting_interrupts, n_trials=1, catch=(RuntimeError,))
         except KeyboardInterrupt:
+            raise TuningInterrupted(self.name, self._retry_interrupted(study)) from None
+        except Exception:
+            if not self._interrupted:
+                raise
+            # Ctrl-C stopped the trial, then Optuna's own record of its failure failed (the
+            # storage busy: "database is locked"); the trial is failed and queued here.
             raise TuningInterrupted(self.name, self._retry_interrupted(study)) from None
         finally:
             logger.removeFilter(quiet)
 
-    def _retry_interrupted(self, study) -> int | None:
+    def _noting_interrupts(self, trial) -> float:
+        try:
+            return self.objective(trial)
+        except KeyboardInterrupt:
+            self._interrupted = True
+            raise
+
+    def _retry_interrupted(self, study, attempts: int = 5) -> int | None:
         """Queue the parameters of the trial Ctrl-C stopped again; its number (None: no
-        trial of this process was running, or its retries are used up)."""
+        trial of this process was running, or its retries are used up).  A storage that is
+        busy (another process writing to SQLite) is asked again, a second apart."""
+        from sqlalchemy.exc import OperationalError
+
+        for attempt in range(attempts):
+            try:
+                return self._queue_interrupted_again(study)
+            except OperationalError:
+                if attempt == attempts - 1:
+                    raise
+                time.sleep(1.0)
+        return None
+
+    def _queue_interrupted_again(self, study) -> int | None:
         from optuna.trial import TrialState
 
         if self._running is None:
