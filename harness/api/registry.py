@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from harness.api.context import StudentKindConfig
 from harness.api.method import Method, MethodParams, Stage
+from harness.common.cli_options import error_text
 from harness.config.schema import ConfigError, MethodRecipe, PluginStudentShape, StudentConfig
 
 ENTRY_POINT_GROUP = "harness.methods"
@@ -122,7 +123,7 @@ def _error_line(error: BaseException) -> str:
     error."""
     if isinstance(error, SyntaxError):
         return f"SyntaxError: {error.msg}, {error.filename} line {error.lineno}"
-    detail = (str(error).strip().splitlines() or [""])[0]
+    detail = (error_text(error).strip().splitlines() or [""])[0]
     return f"{type(error).__name__}: {detail}"
 
 
@@ -223,11 +224,22 @@ def undeclared_stage_terms(method: Method, stages: Iterable[Stage]) -> str | Non
     return None
 
 
+def code_location(function: Callable[..., object]) -> tuple[Path, int] | None:
+    """The file and first line a Python function is written at, read from its code (which
+    knows them whether the plugin was imported as a module or loaded from a file); None
+    for a callable without Python code."""
+    code = getattr(inspect.unwrap(function), "__code__", None)
+    if code is None:
+        return None
+    return Path(code.co_filename), code.co_firstlineno
+
+
 def plugin_file(cls: type) -> str:
     """Where a plugin class is written (its file, else its module), for messages that
     point a plugin's author at the line to fix."""
-    for member in vars(cls).values():  # a function's code knows its file, imported or not
-        if inspect.isfunction(member):
-            return member.__code__.co_filename
+    for member in vars(cls).values():
+        location = code_location(member) if inspect.isfunction(member) else None
+        if location is not None:
+            return str(location[0])
     module = sys.modules.get(cls.__module__)
     return getattr(module, "__file__", None) or cls.__module__

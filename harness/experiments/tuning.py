@@ -21,7 +21,6 @@ parameters and pruning decisions to the others.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import logging
 import os
 import socket
@@ -35,7 +34,7 @@ from typing import Any
 import yaml
 
 from harness.api.method import Method
-from harness.api.registry import instantiate
+from harness.api.registry import code_location, instantiate
 from harness.common.cache import content_hash
 from harness.common.files import write_text_atomic
 from harness.config.schema import OVERRIDE_ROOTS, ConfigError, SuiteConfig, TrainOverride
@@ -640,15 +639,10 @@ class Tuner:
 def search_space_source(method: Method) -> str:
     """Where ``method``'s search space is written: its plugin's file and line (relative
     to the working folder when inside it), else its module's name."""
-    function = type(method).search_space
-    try:
-        source = inspect.getsourcefile(function)
-        line = inspect.getsourcelines(function)[1]
-    except (OSError, TypeError):
+    location = code_location(type(method).search_space)
+    if location is None:
         return type(method).__module__
-    if source is None:
-        return type(method).__module__
-    path = Path(source)
+    path, line = location
     shown = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
     return f"{shown}:{line}"
 
