@@ -630,7 +630,12 @@ def ablation_frame(results: Path, config: SuiteConfig, published: pd.DataFrame,
     restricted to the (task, seed) pairs that every variant with runs and the full model
     share: the value is the mean over those tasks, the delta is against the full model.  The
     paper's value is its mean over the same tasks where it reports them for every row, else
-    its own average."""
+    its own average.
+
+    It reads the store itself rather than the report's runs: the ablation suite records its
+    variants in this suite's store with seeds beyond the suite's own (glue-cpu's figure
+    holds seeds 1-5 where its leaderboard holds 1-3), and a grid report's runs are only
+    the grid's cells."""
     groups = published[published["group"] != ""]
     if groups.empty:
         return pd.DataFrame(), ""
