@@ -233,14 +233,23 @@ def test_grid_tunes_then_runs_and_a_worker_killed_mid_trial_is_retried(
         assert record["config"]["params"]["alpha"] == best["params.alpha"]
 
 
-def test_tune_killed_mid_trial_resumes_and_retries_that_trial(tmp_path, suite_file):
+def _kd_stsb_tuning(tmp_path: Path, suite_file: Path, trials: int
+                    ) -> tuple[list[str], str, str]:
+    """The `tune` command of kd on STS-B with long trials (12 epochs, so a test can stop
+    one mid-way), its storage and its study's name."""
     results, cache = tmp_path / "results", tmp_path / "cache"
-    common = ["tune", "--method", "kd", "--task", "stsb", "--trials", "3", "--suite",
-              str(suite_file), "--results", str(results), "--cache-dir", str(cache),
-              "--set", "training.epochs=12"]
+    command = ["tune", "--method", "kd", "--task", "stsb", "--trials", str(trials), "--suite",
+               str(suite_file), "--results", str(results), "--cache-dir", str(cache),
+               "--set", "training.epochs=12"]
     storage = f"sqlite:///{results / 'optuna.db'}"
     suite = load_suite(str(suite_file), ["training.epochs=12"])
-    name = Tuner(suite, TuningTarget("kd", "stsb", [1]), results, storage).name
+    return command, storage, Tuner(suite, TuningTarget("kd", "stsb", [1]), results,
+                                   storage).name
+
+
+def test_tune_killed_mid_trial_resumes_and_retries_that_trial(tmp_path, suite_file):
+    results = tmp_path / "results"
+    common, storage, name = _kd_stsb_tuning(tmp_path, suite_file, trials=3)
     first = _harness(*common)
     running = _wait_for_running_cell(storage, name, first.pid)
     time.sleep(0.5)
@@ -541,13 +550,7 @@ def test_ctrl_c_in_a_trial_says_so_queues_its_parameters_again_and_exits_130(tmp
     """Ctrl-C used to print KeyboardInterrupt's traceback and leave the trial failed, its
     parameters never tried (the next trial drew new ones): a study one worker runs alone
     did not repeat. Now it follows a killed worker's trial: queued again, same parameters."""
-    results, cache = tmp_path / "results", tmp_path / "cache"
-    common = ["tune", "--method", "kd", "--task", "stsb", "--trials", "2", "--suite",
-              str(suite_file), "--results", str(results), "--cache-dir", str(cache),
-              "--set", "training.epochs=12"]
-    storage = f"sqlite:///{results / 'optuna.db'}"
-    suite = load_suite(str(suite_file), ["training.epochs=12"])
-    name = Tuner(suite, TuningTarget("kd", "stsb", [1]), results, storage).name
+    common, storage, name = _kd_stsb_tuning(tmp_path, suite_file, trials=2)
     first = _harness(*common)
     running = _wait_for_running_cell(storage, name, first.pid, timeout=300)
     while running.number < 1:  # a trial the sampler drew, not the recipe's queued point
