@@ -831,6 +831,26 @@ def test_a_runaway_quote_is_reported_at_the_line_it_opens(tmp_path: Path) -> Non
     assert (info.value.path, info.value.line) == (train, 3)
 
 
+@pytest.mark.parametrize(("folder", "name", "header", "row"), [
+    ("RTE", "train.tsv", "sentence1\tsentence2\tlabel\tidx",
+     '"No," he said, "never."\tHe refused.\t1\t1'),
+    ("RTE", "train.csv", "sentence1,sentence2,label,idx", '"No" he said,He refused.,1,1'),
+])
+def test_a_quote_opening_a_field_not_quoted_whole_is_refused(
+        tmp_path: Path, folder: str, name: str, header: str, row: str) -> None:
+    """A Hugging Face export is read with CSV quoting: a field that opens with a quote but
+    is not quoted whole (the text written literally) is refused at its line, not read as
+    the text without its quotes ('No, he said, "never."')."""
+    sep = "\t" if name.endswith(".tsv") else ","
+    first = sep.join(("A cat sat.", "An animal sat.", "0", "0"))
+    train = write(tmp_path, folder, name, lines(header, first, row))
+    write(tmp_path, folder, "dev.tsv", lines("sentence1\tsentence2\tlabel\tidx",
+                                             "a\tb\t0\t0"))
+    with pytest.raises(DataFormatError, match="not valid CSV") as info:
+        load_task("rte", data_dir=tmp_path)
+    assert (info.value.path, info.value.line) == (train, 3)
+
+
 def test_a_parquet_shard_s_rows_are_numbered_after_a_malformed_shard(tmp_path: Path) -> None:
     def shard(first: int, texts: list[str]) -> datasets.Dataset:
         count = len(texts)

@@ -437,8 +437,13 @@ def _read_table(spec: TaskSpec, path: Path, raw: bytes) -> _Table:
 
 def _read_csv(path: Path, content: str, delimiter: str = ",") -> _Table:
     """Fields separated by ``delimiter``, with CSV quoting, as ``datasets`` (pandas)
-    writes CSV and TSV."""
-    reader = csv.reader(io.StringIO(content, newline=""), delimiter=delimiter)
+    writes CSV and TSV.
+
+    Read strictly: a field that opens with a quote must be quoted whole (pandas writes
+    ``"No,"" he said"`` for the text ``No," he said``).  The lenient reading would take
+    ``"No," he said`` written literally as the text ``No, he said`` and load it without a
+    word; strictly it is an error at its line."""
+    reader = csv.reader(io.StringIO(content, newline=""), delimiter=delimiter, strict=True)
     records = []
     start = 1  # the first line of the next record (a quoted field may span several)
     try:
@@ -449,7 +454,8 @@ def _read_csv(path: Path, content: str, delimiter: str = ",") -> _Table:
             start = reader.line_num + 1
     except csv.Error as error:
         raise DataFormatError(path, start, f"not valid CSV ({error}) in the record that "
-                              "starts here") from None
+                              "starts here (expected a field that opens with a quote to be "
+                              "quoted whole, its own quotes doubled)") from None
     return _Table(records, separator="comma-separated " if delimiter == "," else
                   "tab-separated ", quoted=delimiter == "\t")
 
