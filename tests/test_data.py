@@ -429,6 +429,25 @@ def test_other_glue_layouts(
     assert all(text == text.strip() and text for text in column(train, "text_a"))
 
 
+@pytest.mark.parametrize(("task", "folder", "header", "row", "owner"), [
+    ("rte", "RTE", "index\tquestion\tsentence\tlabel", "0\tWho?\tHim.\tentailment", "qnli"),
+    ("rte", "RTE", "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String", "1\t1\t2\ta\tb", "mrpc"),
+    ("mrpc", "MRPC", "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate",
+     "0\t1\t2\tq a?\tq b?\t1", "qqp"),
+])
+def test_another_task_s_glue_file_is_refused(tmp_path: Path, task: str, folder: str,
+                                            header: str, row: str, owner: str) -> None:
+    """GLUE's own header of one task (QNLI's question / sentence, MRPC's ids, QQP's
+    question ids) in another task's folder is that task's file: QNLI's labels are RTE's,
+    so it would train and score as RTE without a word."""
+    train = write(tmp_path, folder, "train.tsv", lines(header, row))
+    write(tmp_path, folder, "dev.tsv", lines(header, row))
+    with pytest.raises(DataFormatError, match="unrecognised header") as info:
+        load_task(task, data_dir=tmp_path)
+    assert (info.value.path, info.value.line) == (train, 1)
+    assert f"the header of {owner}'s files" in str(info.value)
+
+
 # --------------------------------------------------------------------------- fetch round trip
 
 

@@ -129,7 +129,10 @@ class _Layout:
     """Headerless only: how many fields beyond ``positional`` a row may carry (the STS
     Benchmark's two source tags, one per sentence)."""
     tasks: tuple[str, ...] = ()
-    """Headerless only: the tasks whose files may have this layout."""
+    """The tasks whose files may have this layout; empty: any task with as many texts
+    (header layouts only).  A header that is one task's own (MRPC's ids, QNLI's
+    question) in another task's folder is that task's file, not this one's: QNLI's
+    labels are RTE's, so it would load as RTE without a word."""
     checks: tuple[tuple[str, str], ...] = ()
     """(column, check) pairs for columns the loader does not return but which tell a
     shifted or swapped row apart: see ``_FIELD_CHECKS``."""
@@ -154,12 +157,14 @@ _FIELD_CHECKS: dict[str, tuple[re.Pattern[str], str]] = {
 
 _HEADER_LAYOUTS: tuple[_Layout, ...] = (
     _Layout("glue-mrpc", text=("#1 String", "#2 String"), label="Quality",
-            checks=(("#1 ID", "integer"), ("#2 ID", "integer")), key=("#1 ID", "#2 ID")),
+            checks=(("#1 ID", "integer"), ("#2 ID", "integer")), key=("#1 ID", "#2 ID"),
+            tasks=("mrpc",)),
     _Layout("glue-qqp", text=("question1", "question2"), label="is_duplicate",
-            checks=(("qid1", "integer"), ("qid2", "integer"))),
-    _Layout("glue-mnli", text=("sentence1", "sentence2"), label="gold_label"),
-    _Layout("glue-stsb", text=("sentence1", "sentence2"), label="score"),
-    _Layout("glue-qnli", text=("question", "sentence"), label="label"),
+            checks=(("qid1", "integer"), ("qid2", "integer")), tasks=("qqp",)),
+    _Layout("glue-mnli", text=("sentence1", "sentence2"), label="gold_label",
+            tasks=("mnli",)),
+    _Layout("glue-stsb", text=("sentence1", "sentence2"), label="score", tasks=("stsb",)),
+    _Layout("glue-qnli", text=("question", "sentence"), label="label", tasks=("qnli",)),
     _Layout("glue-pair", text=("sentence1", "sentence2"), label="label"),  # RTE, WNLI
     _Layout("glue-single", text=("sentence",), label="label"),  # SST-2; CoLA/SST-2 test
 )
@@ -246,7 +251,8 @@ def _match_layout(
     names = [f.strip() for f in fields]
     arity = len(spec.text_fields)
     candidates = [_hf_export_layout(spec)] + [
-        lay for lay in _HEADER_LAYOUTS if len(lay.text) == arity
+        lay for lay in _HEADER_LAYOUTS
+        if len(lay.text) == arity and (not lay.tasks or spec.name in lay.tasks)
     ]
     with_text = [lay for lay in candidates if all(col in names for col in lay.text)
                  and (named or all(col in names for col in lay.requires))]
@@ -293,11 +299,15 @@ def _match_layout(
                              for column, check in lay.checks),
                 key_cols=tuple(cols.index(c) for c in lay.key),
             )
-    known = "; ".join(" ".join((*lay.text, lay.label)) for lay in candidates)
+    known = "; ".join(dict.fromkeys(" ".join((*lay.text, lay.label)) for lay in candidates))
+    other = next((lay for lay in _HEADER_LAYOUTS if lay.tasks and spec.name not in lay.tasks
+                  and all(col in names for col in (*lay.text, lay.label))), None)
+    whose = (f" (it is the header of {'/'.join(other.tasks)}'s files, but the folder is "
+             f"read as task {spec.name})" if other is not None else "")
     raise DataFormatError(
         path,
         lineno,
-        f"unrecognised header {names!r} for task {spec.name}: "
+        f"unrecognised header {names!r} for task {spec.name}{whose}: "
         f"expected columns including one of: {known}",
     )
 
