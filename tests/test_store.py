@@ -321,7 +321,21 @@ def built_entry(cache: ArtifactCache, key: str) -> Path:
     return cache.path("teachers", key)
 
 
+def edited_manifest(change):
+    """A damage: ``key.json``'s files record edited by hand (``change`` maps it to the new
+    record)."""
+    def damage(entry: Path) -> None:
+        description = json.loads((entry / "key.json").read_text())
+        description["files"] = change(description["files"])
+        (entry / "key.json").write_text(json.dumps(description))
+    return damage
+
+
 @pytest.mark.parametrize(("damage", "problem"), [
+    (edited_manifest(lambda files: sorted(files)), "key.json unreadable (its files record"),
+    (edited_manifest(lambda files: {name: {"size": item["size"]}
+                                    for name, item in files.items()}),
+     "key.json unreadable (its files record"),
     (lambda entry: (entry / "weights.bin").write_bytes(bytes(range(256)) * 2),
      "weights.bin has 512 bytes, 1024 were written"),
     (lambda entry: (entry / "logits" / "train.npy").unlink(), "logits/train.npy is missing"),

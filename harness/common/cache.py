@@ -73,6 +73,15 @@ def file_manifest(folder: Path) -> dict[str, dict[str, Any]]:
                                                                               MARKER}}
 
 
+def _is_manifest(recorded: Any) -> bool:
+    """Whether ``key.json``'s ``files`` has the shape :func:`file_manifest` writes (a file
+    edited by hand may not: it is then damaged, not a reason to stop with a traceback)."""
+    return isinstance(recorded, dict) and all(
+        isinstance(name, str) and isinstance(item, dict)
+        and isinstance(item.get("size"), int) and isinstance(item.get("sha256"), str)
+        for name, item in recorded.items())
+
+
 def _readable_problems(entry: Path) -> list[str]:
     """What reading an entry that has no recorded checksums shows: arrays that do not load
     or hold non-finite numbers (no logit or hidden state is NaN), weights (safetensors, a
@@ -171,6 +180,9 @@ class ArtifactCache:
             return [f"{DESCRIPTION} unreadable ({error})"]
         if recorded is None:
             return _readable_problems(entry) or None
+        if not _is_manifest(recorded):
+            return [f"{DESCRIPTION} unreadable (its files record is not a size and sha256 "
+                    "per file)"]
         problems = []
         for name, expected in recorded.items():
             path = entry / name
