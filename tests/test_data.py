@@ -735,17 +735,18 @@ def test_an_export_s_label_names_are_mapped_by_name(shared_tasks: dict[str, Task
     """A parquet export whose ClassLabel lists the names in another order, and a JSON
     lines file holding the names themselves, read as the task's label ids."""
     rows = shared_tasks["rte"].splits["train"].select(range(20))
+    dev_rows = shared_tasks["rte"].splits["train"].select(range(20, 40))
     folder = tmp_path / "RTE"
     export(as_hub_split(rows, "rte", names=["not_entailment", "entailment"]),
            folder / "train.parquet", "parquet")
     named = [{"sentence1": a, "sentence2": b, "label": get_task("rte").label_names[label]}
-             for a, b, label in zip(rows["text_a"], rows["text_b"], rows["label"],
-                                    strict=True)]
+             for a, b, label in zip(dev_rows["text_a"], dev_rows["text_b"],
+                                    dev_rows["label"], strict=True)]
     folder.joinpath("validation.jsonl").write_text(
         "".join(__import__("json").dumps(item) + "\n" for item in named))
     loaded = load_task("rte", data_dir=tmp_path)
     assert loaded.splits["train"]["label"] == rows["label"]
-    assert loaded.splits["dev"]["label"] == rows["label"]
+    assert loaded.splits["dev"]["label"] == dev_rows["label"]
 
 
 def test_mnli_exports_keep_matched_and_mismatched_apart(tmp_path: Path) -> None:
@@ -905,3 +906,34 @@ def test_a_train_cap_below_one_is_refused(tmp_path: Path) -> None:
         with pytest.raises(ValueError, match=f"max_train_examples must be >= 1, got {cap}"):
             load_task("sst2", data_dir=tmp_path, max_train_examples=cap)
     assert len(load_task("sst2", data_dir=tmp_path, max_train_examples=1).splits["train"]) == 1
+
+
+@pytest.mark.parametrize(("shared", "refused"), [(100, True), (10, True), (9, False),
+                                                 (49, False)])
+def test_a_dev_split_copied_from_the_training_split_is_refused(tmp_path: Path, shared: int,
+                                                               refused: bool) -> None:
+    """A dev file cut from the training file loaded, and students were scored on rows they
+    trained on. Refused once 10 or more rows, and half the split or more, are training
+    rows; GLUE's own dev splits share at most 6 (the shared data's are checked elsewhere)."""
+    train = [f"sentence number {index} .\t{index % 2}" for index in range(300)]
+    size = 100 if shared in (100, 9) else 20 if shared == 10 else 99
+    dev = train[:shared] + [f"held out {index} .\t{index % 2}" for index in range(size - shared)]
+    write(tmp_path, "SST-2", "train.tsv", lines("sentence\tlabel", *train))
+    dev_file = write(tmp_path, "SST-2", "dev.tsv", lines("sentence\tlabel", *dev))
+    if not refused:
+        assert len(load_task("sst2", data_dir=tmp_path).splits["dev"]) == size
+        return
+    with pytest.raises(DataFormatError) as info:
+        load_task("sst2", data_dir=tmp_path)
+    assert str(info.value) == (
+        f"{dev_file}: {shared} of its {size} rows are rows of {tmp_path / 'SST-2/train.tsv'} "
+        "too (the same texts and label): a dev split copied from the training split would "
+        "score students on examples they trained on; use the task's own dev file")
+
+
+def test_a_dev_row_with_another_label_is_not_a_copy(tmp_path: Path) -> None:
+    train = [f"sentence number {index} .\t{index % 2}" for index in range(50)]
+    relabelled = [f"sentence number {index} .\t{1 - index % 2}" for index in range(50)]
+    write(tmp_path, "SST-2", "train.tsv", lines("sentence\tlabel", *train))
+    write(tmp_path, "SST-2", "dev.tsv", lines("sentence\tlabel", *relabelled))
+    assert len(load_task("sst2", data_dir=tmp_path).splits["dev"]) == 50

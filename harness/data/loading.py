@@ -638,6 +638,25 @@ def _read_split_file(spec: TaskSpec, path: Path, raw: bytes, is_test: bool,
 READ_AS_QUOTED_TSV = "hf-export-tsv-quoted"
 """Enters the fingerprint of a split whose TSV was read with CSV quoting."""
 
+COPIED_DEV_MIN_ROWS = 10
+"""A dev split is refused as a copy of the training split when at least this many of its
+rows, and at least half of them, are training rows (the same texts and label).  GLUE's own
+dev splits share at most 6 rows with their training split (CoLA 6 of 527, STS-B 6 of
+1,500; SST-2, MRPC and RTE none), so the rule cannot refuse a real split, while a dev file
+cut from the training file (scoring students on what they trained on) cannot pass it."""
+
+
+def _copied_dev_problem(train: set[tuple[tuple[str, ...], int | float]],
+                        texts: Sequence[tuple[str, ...]], labels: Sequence[int | float],
+                        train_file: Path) -> str | None:
+    """Why a dev split's rows are the training split's (None: they are not)."""
+    shared = sum((text, label) in train for text, label in zip(texts, labels, strict=True))
+    if shared < COPIED_DEV_MIN_ROWS or 2 * shared < len(labels):
+        return None
+    return (f"{shared} of its {len(labels)} rows are rows of {train_file} too (the same "
+            "texts and label): a dev split copied from the training split would score "
+            "students on examples they trained on; use the task's own dev file")
+
 
 def _check_index(raw: str, position: int, path: Path, line: int, unit: str) -> None:
     """An ``idx`` / ``index`` field numbers the rows from 0 (GLUE's files and their
@@ -691,6 +710,7 @@ def _load_local(
     layouts: dict[str, str] = {}
     digests: dict[str, bytes] = {}
     failures: list[DataFormatError] = []  # every malformed file is reported, not the first
+    train_rows: set[tuple[tuple[str, ...], int | float]] = set()
     for split in ("train", *spec.dev_splits, *spec.test_splits):
         paths = _find_split_files(folder, spec, split)
         if not paths:
@@ -726,6 +746,14 @@ def _load_local(
             first_row = None if first_row is None else first_row + len(part.labels)
         if len(parts) < len(paths):
             continue
+        if split == "train":
+            train_rows = set(zip(texts, labels, strict=True))
+        elif split in spec.dev_splits and "train" in splits:
+            problem = _copied_dev_problem(train_rows, texts, labels,
+                                          data_dir / files["train"])
+            if problem is not None:
+                failures.append(DataFormatError(paths[0], None, problem))
+                continue
         splits[split] = _build_dataset(spec, texts, labels)
         layouts[split] = parts[0].layout
         files[split] = paths[0].relative_to(data_dir).as_posix()
