@@ -59,6 +59,23 @@ def test_record_carries_what_reproduces_it_and_identical_rerun_is_skipped(
     assert len(list((tmp_path / "results").glob("**/*.json"))) == 2
 
 
+def test_a_run_trains_alike_whether_it_made_its_general_checkpoint_or_read_it(
+        tiny_suite_file, tmp_path):
+    """distilbert's first run trains the general checkpoint (loading the teacher's masked-LM
+    head on the way); the same run again (a killed cell re-run, or `harness export` training
+    it again) reads that checkpoint from the cache: both must train the task stage alike."""
+    suite = load_suite(str(tiny_suite_file))
+    made = SuiteRunner(suite, tmp_path / "made", tmp_path / "cache",
+                       log=lambda _: None).run_one("distilbert", "stsb", seed=1)
+    read = SuiteRunner(suite, tmp_path / "read", tmp_path / "cache",
+                       log=lambda _: None).run_one("distilbert", "stsb", seed=1)
+    assert made.record is not None and read.record is not None
+    assert made.record.run_id == read.record.run_id
+    assert [stage.history for stage in read.record.stages] == \
+        [stage.history for stage in made.record.stages]
+    assert read.record.main_score == made.record.main_score
+
+
 def test_teachers_are_cached_and_shared_across_methods_and_seeds(tiny_suite_file, tmp_path):
     runner = _runner(tiny_suite_file, tmp_path)
     runner.run_one("kd", "stsb", seed=1)

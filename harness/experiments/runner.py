@@ -7,6 +7,7 @@ resolved configuration already has a record.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import platform
@@ -386,8 +387,12 @@ class SuiteRunner(RunPlanner):
                               "corpus stages")
         context.encoder = encoder
         if general:
-            general_summary = self._general_distillation(method, context, general,
-                                                         stage_configs, tracker)
+            # On a copy of the method: what building the general student leaves on it (a
+            # teacher head it loaded, say) must not reach the task stages, or the run that
+            # trains the general checkpoint would train them differently from every run
+            # that reads it from the cache (loading draws on the seeded random stream).
+            general_summary = self._general_distillation(copy.deepcopy(method), context,
+                                                         general, stage_configs, tracker)
         elif "general" in spec:  # init_from: another method's general checkpoint
             source, source_stages, source_configs = self.general_source(
                 spec["general"]["from"], task, context.shape_name, where=spec["method"])
