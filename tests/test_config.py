@@ -26,6 +26,7 @@ from harness.config.schema import (
     apply_overrides,
     available_suites,
     parse_assignment,
+    parse_seeds,
     parse_suite,
 )
 from harness.data.tasks import get_task
@@ -382,6 +383,27 @@ def test_unknown_task_is_at_least_rejected(tmp_path: Path) -> None:
     # whatever the exception type, an unknown task must not load (see the xfail above)
     with pytest.raises((ConfigError, KeyError), match="sst3"):
         load_suite(str(write_suite(tmp_path, _set("tasks", value=["sst3"]))))
+
+
+@pytest.mark.parametrize(("key_path", "value"), [
+    ("seeds.0", -1), ("seeds.0", 2**32), ("grid.seeds.0", 2**32),
+    ("teacher.seed", -1), ("teacher.seed", 2**32), ("data.subsample_seed", -1),
+    ("corpus.seed", -1), ("corpus.seed", 2**32)])
+def test_every_seed_is_one_numpy_takes(tmp_path: Path, key_path: str, value: int) -> None:
+    # numpy's global generator (``set_seed``) and default_rng refuse these, but only once
+    # the teacher, the subsample or the corpus they seed is being prepared.
+    assignment = (f"{key_path.rsplit('.', 1)[0]}=[{value}]" if key_path.endswith(".0")
+                  else f"{key_path}={value}")
+    overrides = ["grid={methods: [kd]}", assignment] if key_path.startswith("grid") else \
+        [assignment]
+    line = error_line(config_error(write_suite(tmp_path), overrides), key_path)
+    assert "greater than or equal to 0" in line or "less than or equal to 4294967295" in line
+
+
+def test_the_largest_seed_numpy_takes_is_one() -> None:
+    assert parse_seeds("0,4294967295") == [0, 2**32 - 1]
+    with pytest.raises(ConfigError, match="'4294967296' is not a seed"):
+        parse_seeds("4294967296")
 
 
 def test_empty_task_list(tmp_path: Path) -> None:

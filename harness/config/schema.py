@@ -66,8 +66,13 @@ def _yaml_no(value: Any) -> Any:
     return "no" if value is False else value
 
 
-Seed = Annotated[int, Field(ge=0)]
-"""A run's seed: numpy and torch take none below 0."""
+MAX_SEED = 2**32 - 1
+"""The largest seed numpy's global generator (which ``set_seed`` seeds) takes."""
+
+Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
+"""A seed (a run's, the teacher's, the subsample's, the corpus's): numpy takes none below 0
+or above 2**32 - 1, and would refuse it only once the data, the teacher or the corpus it
+seeds were being prepared."""
 
 MixedPrecision = Annotated[Literal["no", "bf16", "fp16", "auto"], BeforeValidator(_yaml_no)]
 
@@ -162,7 +167,7 @@ class DataConfig(StrictModel):
                                   PerTask] = Field(
         default_factory=dict, description="train rows kept per task (a seeded subsample, "
         "at least 1); keys are task names or aliases (SST-2), stored as the task's name")
-    subsample_seed: int = 0
+    subsample_seed: Seed = 0
     max_seq_length: SeqLengths = SeqLengths()
 
 
@@ -186,7 +191,7 @@ class TeacherConfig(StrictModel):
     training: TrainConfig = TrainConfig()
     task_training: Annotated[dict[str, TrainOverride], PerTask] = Field(  # type: ignore[valid-type]
         default_factory=dict)
-    seed: int = 42
+    seed: Seed = 42
     min_margin: float = Field(5.0, description="points the teacher must beat the majority-class "
                               "(or mean-prediction) baseline by on the dev main metric")
     inference_batch_size: int = Field(128, gt=0)
@@ -379,7 +384,7 @@ class CorpusConfig(StrictModel):
         "split", description="lines longer than max_seq_length pieces: split into "
         "consecutive windows at word boundaries (every word is seen), or truncate (the "
         "start only)")
-    seed: int = Field(0, description="seed of the sample and of general distillation itself")
+    seed: Seed = Field(0, description="seed of the sample and of general distillation itself")
 
 
 class MethodRecipe(StrictModel):
@@ -666,14 +671,15 @@ def _assignment_behind(path: str, assignments: dict[str, str]) -> str:
 
 
 def parse_seeds(values: str | list[str] | None, option: str = "--seeds") -> list[int] | None:
-    """Seeds of a comma-separated or repeated option: whole numbers from 0 (a seed below 0
-    would only fail after the data and teacher were prepared)."""
+    """Seeds of a comma-separated or repeated option: whole numbers from 0 to 2**32 - 1 (a
+    seed outside them would only fail after the data and teacher were prepared)."""
     from harness.common.cli_options import split_csv
 
     seeds = []
     for text in split_csv(values) or []:
-        if not text.isdecimal():
-            raise ConfigError(f"{option}: {text!r} is not a seed (a whole number from 0)")
+        if not text.isdecimal() or int(text) > MAX_SEED:
+            raise ConfigError(f"{option}: {text!r} is not a seed (a whole number from 0 to "
+                              f"{MAX_SEED})")
         seeds.append(int(text))
     return seeds or None
 
