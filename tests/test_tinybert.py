@@ -277,6 +277,25 @@ def test_augmented_stages_at_its_default_leaves_earlier_run_ids_alone():
     assert type(narrowed).model_validate(narrowed.model_dump()) == narrowed
 
 
+def test_run_ids_follow_the_corpus_a_masked_lm_head_is_fitted_on(tiny_suite_file, tmp_path):
+    """Without general distillation nothing else puts the corpus in a run id, yet masked-LM
+    candidates come from a head fitted on it (the tiny teacher has none): another corpus
+    makes other copies, so another run. GloVe candidates do not read it."""
+    from harness.api.suites import load_suite
+    from harness.experiments.runner import SuiteRunner
+
+    def run_id(candidates: str, corpus_task: str) -> str:
+        suite = load_suite(str(tiny_suite_file), overrides=[
+            "methods.tinybert.params.general_distillation=false",
+            f"methods.tinybert.params.augmentation.candidates={candidates}",
+            f"corpus.tasks=[{corpus_task}]"])
+        runner = SuiteRunner(suite, tmp_path / "r", tmp_path / "c", log=lambda _: None)
+        return runner.run_id("tinybert", "rte", 1)
+
+    assert run_id("mlm", "rte") != run_id("mlm", "stsb")
+    assert run_id("glove", "rte") == run_id("glove", "stsb")
+
+
 def test_augmented_stages_cannot_be_empty_or_name_another_stage():
     for stages in ([], ["general"]):
         with pytest.raises(ConfigError, match="augmented_stages"):

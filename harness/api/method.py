@@ -378,6 +378,13 @@ class Method:
         first version, it leaves run ids as they are."""
         return {}
 
+    def reads_corpus(self) -> bool:
+        """Whether a run's result depends on the suite's unlabeled corpus outside corpus
+        stages (an augmenter that fits a masked-LM head on :attr:`AugmentContext.corpus`).
+        True puts the corpus's sentences in the run id, as corpus stages put the corpus in
+        their general checkpoint's key; False (the default) leaves run ids as they are."""
+        return False
+
     def general_key(self) -> dict[str, Any]:
         """What the result of the ``corpus`` stages depends on, besides the student shape,
         teacher, corpus and stage budgets: it keys their cache, so leave out whatever only

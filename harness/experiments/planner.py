@@ -44,7 +44,7 @@ from harness.config.schema import (
     student_kind,
     with_resolved_precision,
 )
-from harness.data.corpus import Corpus, build_corpus
+from harness.data.corpus import Corpus, build_corpus, sentences_fingerprint
 from harness.data.features import EncodedSplit, encode_split
 from harness.data.loading import DataNotFoundError, TaskData, load_task, resolve_data_dir
 from harness.data.tasks import TaskSpec, get_task
@@ -303,6 +303,8 @@ class RunPlanner:
             spec["general"] = {"key": self.general_key(source, shape, source_stages,
                                                        source_configs),
                                "from": recipe.init_from}
+        if method.reads_corpus():  # e.g. an augmenter's masked-LM head fitted on it
+            spec["corpus"] = {"sentences": sentences_fingerprint(self.corpus().sentences)}
         spec["teacher"].update(intermediate_cache_spec(self.suite.teacher, method, stages))
         return method, spec, stage_configs
 

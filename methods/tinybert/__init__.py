@@ -225,6 +225,14 @@ class TinyBERT(Method):
         vectors = vectors_run_identity(self.params.augmentation.glove_path)
         return {"glove": vectors} if vectors else {}
 
+    def reads_corpus(self) -> bool:
+        """Masked-LM candidates come from a head fitted on the suite's corpus where the
+        checkpoint has none (or ``use_checkpoint_head`` is off), so the copies, and the
+        runs trained on them, differ with the corpus. Where the checkpoint's own head is
+        used the corpus only measures it, but which of the two applies is known only once
+        the checkpoint's weights are read, which planning a run id does not do."""
+        return self.augments and self.params.augmentation.candidates == "mlm"
+
     def architecture_problem(self, teacher_config) -> str | None:
         if not self.augments:
             return None
