@@ -315,8 +315,19 @@ def test_data_dir_reads_the_local_folder_in_place_of_the_hub(tmp_path: Path) -> 
 
 def test_teacher_layers_count_must_match(tmp_path: Path) -> None:
     path = write_suite(tmp_path, _set("students", "4L-192", "teacher_layers", value=[0, 1]))
+    line = error_line(config_error(path, ["students.4L-192.init=teacher_layers"]),
+                      "students.4L-192")
+    assert "teacher_layers has 2 entries for 4 student layers" in line
+
+
+def test_teacher_layers_a_random_body_would_not_read_are_refused(tmp_path: Path) -> None:
+    # They would change the shape's run ids and nothing it trains.
+    path = write_suite(tmp_path, _set("students", "4L-192", "teacher_layers",
+                                      value=[0, 1, 2, 3]))
     line = error_line(config_error(path), "students.4L-192")
-    assert "teacher_layers" in line
+    assert "with init: random nothing reads them" in line
+    assert load_suite(str(path), ["students.4L-192.init=teacher_select",
+                                  "students.4L-192.embedding_init=teacher_select"])
 
 
 def test_default_student_must_exist(tmp_path: Path) -> None:

@@ -285,6 +285,11 @@ class StudentConfig(StrictModel):
                 "init: teacher_select keeps a subset of the teacher's hidden dimensions, "
                 "embedding_init: teacher_pca a rotation of them: the layers would read "
                 "embeddings in another basis; use embedding_init: teacher_select")
+        if self.teacher_layers is not None and self.init == "random":
+            # Unused by a random body, yet hashed into every run id of the shape.
+            raise ValueError("teacher_layers are the layers init: teacher_layers or "
+                             "teacher_select starts from; with init: random nothing reads "
+                             "them: set init, or leave teacher_layers out")
         if self.teacher_layers is not None and len(self.teacher_layers) != self.num_layers:
             raise ValueError(
                 f"teacher_layers has {len(self.teacher_layers)} entries for "
