@@ -248,6 +248,7 @@ def test_general_distillation_runs_once_and_every_task_and_seed_starts_from_it(
     assert {record.general_distillation["key"] for record in records} == {entry.name}
     general = records[0].general_distillation
     assert general["corpus_sentences"] == len(runner.corpus())
+    assert general["corpus"] == suite.corpus.model_dump(mode="json")  # what it was read with
     assert set(general["final_losses"]) == {"embedding", "attention", "hidden", "total"}
     assert [stage.name for stage in records[0].stages] == ["intermediate", "prediction"]
 

@@ -48,6 +48,10 @@ def test_record_carries_what_reproduces_it_and_identical_rerun_is_skipped(
         assert key in record, key
     assert record["data"]["fingerprint"] and record["versions"]["torch"]
     assert record["seeds"]["run"] == 3
+    # how the teacher was fine-tuned, which its key hashes but did not show
+    suite = load_suite(str(tiny_suite_file))
+    assert record["teacher"]["training"] == suite.teacher_train_config("rte").model_dump(
+        mode="json")
     assert record["pct_of_teacher"] == pytest.approx(
         100 * record["main_score"] / record["teacher"]["dev"]["dev"]["accuracy"])
     stamp = first.path.stat().st_mtime_ns

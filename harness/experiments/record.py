@@ -37,6 +37,9 @@ class TeacherSummary(_Part):
     baseline: dict[str, float] = Field(default_factory=dict)
     """The majority-class (mean score for regression) dev baseline, per metric."""
     parameters: int | None = None
+    training: dict[str, Any] | None = None
+    """How it was fine-tuned (its resolved training settings; None: used as it is, or a
+    record made before records held them)."""
 
 
 class DataSummary(_Part):

@@ -287,7 +287,10 @@ class SuiteRunner(RunPlanner):
                         "inference_precision": teacher.inference_precision,
                         "pooling": teacher.pooling,
                         "dev": teacher.dev_metrics, "baseline": teacher.summary["baseline"],
-                        "parameters": teacher.summary["parameters"]},
+                        "parameters": teacher.summary["parameters"],
+                        # How it was fine-tuned: the key hashes it, the record shows it.
+                        "training": (self.suite.teacher_train_config(task.name).model_dump(
+                            mode="json") if self.suite.teacher.finetune else None)},
             # Files relative to the data folder: records hold no machine paths.
             "data": {"source": self.suite.data.source,
                      "fingerprint": prepared.data.fingerprint,
@@ -500,8 +503,10 @@ class SuiteRunner(RunPlanner):
             ],
         }
         if general_summary is not None:  # the key identifies it; the cache path is local
-            outcome["general_distillation"] = {key: value for key, value
-                                               in general_summary.items() if key != "path"}
+            outcome["general_distillation"] = {
+                **{key: value for key, value in general_summary.items() if key != "path"},
+                # what the corpus was read with: its key hashes it, the record shows it
+                "corpus": self.suite.corpus.model_dump(mode="json")}
         if augmented is not None:
             outcome["augmentation"] = augmented.summary
         if encoder is not None:
