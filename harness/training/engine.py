@@ -2,9 +2,10 @@
 
 Built on ``accelerate`` for device placement, distributed data parallelism and gradient
 synchronisation, so the same code runs on this CPU and on multi-GPU nodes.  The loop:
-AdamW with linear warm-up and decay, gradient accumulation, length-bucketed dynamic
-padding, per-term loss logging, evaluation per epoch (or every N steps) with best-checkpoint
-selection on the task's main metric, and a hard stop on a non-finite loss.
+AdamW with linear warm-up and decay, gradient accumulation, loss scaling under fp16,
+length-bucketed dynamic padding, per-term loss logging, evaluation per epoch (or every N
+steps) with best-checkpoint selection on the task's main metric, and a hard stop on a
+non-finite loss.
 
 Under ``accelerate launch`` (DDP) every process walks the same global batches and trains
 on its slice of each (:func:`harness.training.distributed.local_rows`), its loss weighted by its
@@ -155,11 +156,37 @@ def method_view(student: nn.Module, model: nn.Module) -> Any:
     return model if model is student else _DataParallelStudent(student, model)
 
 
+AUTOCAST_DTYPES: dict[str, torch.dtype | None] = {
+    "no": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+"""The autocast settings :func:`autocast` takes (``auto`` is resolved before, see
+:mod:`harness.common.precision`)."""
+
+
 def autocast(accelerator: Accelerator, precision: str):
-    if precision == "no":
+    """Autocast to ``precision`` (``no``, ``bf16`` or ``fp16``) on the accelerator's device.
+
+    Any other value is refused: an unresolved ``auto`` (or an inference precision such as
+    ``fp32``) would otherwise have run in fp16."""
+    if precision not in AUTOCAST_DTYPES:
+        raise ValueError(f"autocast precision {precision!r}: expected one of "
+                         f"{sorted(AUTOCAST_DTYPES)} (resolve 'auto' first)")
+    dtype = AUTOCAST_DTYPES[precision]
+    if dtype is None:
         return torch.autocast(accelerator.device.type, enabled=False)
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     return torch.autocast(accelerator.device.type, dtype=dtype)
+
+
+def grad_scaler(accelerator: Accelerator, precision: str) -> torch.amp.GradScaler | None:
+    """The loss scaler fp16 training needs (None in any other precision).
+
+    fp16's smallest normal value is about 6e-5: unscaled, the small gradients of an fp16
+    backward round to zero.  The loss is scaled up before the backward, the gradients are
+    unscaled before clipping, and a step whose gradients overflowed is skipped while the
+    scale backs off (as ``torch.amp`` prescribes and the Hugging Face Trainer does).  bf16
+    has fp32's range and needs none."""
+    if precision != "fp16":
+        return None
+    return torch.amp.GradScaler(accelerator.device.type)
 
 
 def parameter_groups(modules: Sequence[nn.Module], weight_decay: float) -> list[dict]:
@@ -331,6 +358,7 @@ def train_stage(
     # The scheduler is not prepared: accelerate would step it once per process per step,
     # for per-process batches; here a step is one global batch on any number of processes.
     student, optimizer = accelerator.prepare(student, optimizer)
+    scaler = grad_scaler(accelerator, config.mixed_precision)
     if config.compile:  # in place: state_dict names and the DDP wrapper stay as they are
         accelerator.unwrap_model(student).compile()
     # The extra modules (projections) are not wrapped in DDP: methods call them directly,
@@ -369,6 +397,8 @@ def train_stage(
         extra.load_state_dict(saved["extra"])
         optimizer.load_state_dict(saved["optimizer"])
         scheduler.load_state_dict(saved["scheduler"])
+        if scaler is not None and saved.get("scaler") is not None:
+            scaler.load_state_dict(saved["scaler"])
         batch_generator.set_state(saved["batch_generator"])
         step, epoch, resume_batch = saved["step"], saved["epoch"], saved["next_batch"]
         best_score, best_state = saved["best_score"], saved["best_state"]
@@ -425,7 +455,8 @@ def train_stage(
                 # The mean over the group's batches, a short last group of the epoch too.
                 group_start = batch_index - batch_index % config.grad_accum_steps
                 group_size = min(config.grad_accum_steps, batches_per_epoch - group_start)
-                accelerator.backward(loss / group_size)
+                scaled = loss / group_size
+                accelerator.backward(scaled if scaler is None else scaler.scale(scaled))
                 for name, value in values.items():
                     window[name].append(value.detach())
                 window["loss"].append(loss.detach())
@@ -434,11 +465,17 @@ def train_stage(
                     continue
                 if processes > 1 and extra_parameters:
                     _average_gradients(extra_parameters, accelerator)
+                if scaler is not None:  # clipping reads the true gradients
+                    scaler.unscale_(optimizer)
                 if config.max_grad_norm is not None:
                     accelerator.clip_grad_norm_(
                         [p for group in optimizer.param_groups for p in group["params"]],
                         config.max_grad_norm)
-                optimizer.step()
+                if scaler is None:
+                    optimizer.step()
+                else:  # skipped where the gradients overflowed; the schedule goes on
+                    scaler.step(optimizer)
+                    scaler.update()
                 scheduler.step()
                 optimizer.zero_grad(set_to_none=True)
                 step += 1
@@ -492,6 +529,7 @@ def train_stage(
                         "student": accelerator.unwrap_model(student).state_dict(),
                         "extra": extra.state_dict(), "optimizer": optimizer.state_dict(),
                         "scheduler": scheduler.state_dict(),
+                        "scaler": scaler.state_dict() if scaler is not None else None,
                         "batch_generator": batch_generator.get_state(),
                         "torch_rng": torch.get_rng_state(),
                         "cuda_rng": (torch.cuda.get_rng_state_all()

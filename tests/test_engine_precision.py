@@ -1,0 +1,66 @@
+"""The engine's autocast settings: an fp16 step computes the gradients an fp32 step does
+(the loss is scaled, so small gradients do not round to zero), and a setting autocast does
+not know (an unresolved ``auto``) is refused instead of running in fp16."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from accelerate import Accelerator
+
+from harness.api.context import StudentContext
+from harness.api.registry import instantiate
+from harness.config.schema import StudentConfig, TrainConfig
+from harness.data.metrics import TaskEvaluator
+from harness.data.tasks import get_task
+from harness.teacher.outputs import TeacherRuntime
+from harness.training.engine import autocast, train_stage
+from tests.test_intermediate_cache import teacher_config, tiny_split
+
+TASK = get_task("rte")
+LR = 1e-3
+
+
+def one_step(precision: str) -> list[torch.Tensor]:
+    """The student's weight changes after one step on a small loss (as late in training)."""
+    method = instantiate("finetune")
+    total_loss = method.total_loss
+    method.total_loss = lambda values, stage: total_loss(values, stage) * 1e-3
+    shape = StudentConfig(num_layers=1, hidden_size=16, num_heads=4, intermediate_size=32)
+    context = StudentContext(task=TASK, shape_name="tiny", shape=shape,
+                             teacher_config=teacher_config())
+    torch.manual_seed(1)
+    student = method.build_student(context)
+    before = [p.detach().clone() for p in student.parameters()]
+    config = TrainConfig(epochs=1, max_steps=1, batch_size=20, lr=LR, weight_decay=0.0,
+                         warmup_ratio=0.0, max_grad_norm=1.0, mixed_precision=precision)
+    train_stage(method=method, stage=method.stages(TASK)[0], student=student,
+                extra=method.extra_modules(context), config=config, train_split=tiny_split(20),
+                eval_split=None, evaluator=TaskEvaluator(TASK), teacher=TeacherRuntime(),
+                accelerator=Accelerator(), seed=3, log=lambda line: None)
+    return [p.detach() - b for p, b in zip(student.parameters(), before, strict=True)]
+
+
+def test_an_fp16_step_updates_the_weights_an_fp32_step_does():
+    """Adam's first update is about lr times the gradient's sign: a gradient that fp16
+    rounded to zero leaves its weight where it was.  Unscaled, a third of them did here."""
+    exact = torch.cat([change.flatten() for change in one_step("no")])
+    half = torch.cat([change.flatten() for change in one_step("fp16")])
+    moved = exact.abs() > LR / 2
+    assert moved.sum() > 500
+    differs = (half[moved] - exact[moved]).abs() > LR / 10
+    assert differs.float().mean() < 0.01
+
+
+@pytest.mark.parametrize("precision", ["auto", "fp32", "bf"])
+def test_autocast_refuses_what_it_does_not_know(precision: str):
+    with pytest.raises(ValueError, match="autocast precision"):
+        autocast(Accelerator(), precision)
+
+
+@pytest.mark.parametrize(("precision", "dtype"), [("no", torch.float32),
+                                                   ("bf16", torch.bfloat16),
+                                                   ("fp16", torch.float16)])
+def test_autocast_settings(precision: str, dtype: torch.dtype):
+    with autocast(Accelerator(), precision):
+        assert torch.nn.Linear(4, 4)(torch.ones(1, 4)).dtype == dtype
