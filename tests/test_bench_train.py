@@ -6,6 +6,7 @@ Tiny random-weight BERT teacher and student; no timing assertions."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import subprocess
 
@@ -203,3 +204,13 @@ def minimal_batch(setup: BenchSetup) -> dict[str, torch.Tensor]:
     batch = PaddingCollator(setup.split)(list(range(4)))
     assert batch["attention_mask"].eq(0).any()
     return {name: batch[name] for name in ("input_ids", "attention_mask", "token_type_ids")}
+
+
+@pytest.mark.parametrize("precision", ["auto", "bf16", "fp16"])
+def test_the_engine_side_steps_in_fp32_whatever_the_suite_says(precision):
+    """The minimal loop and TextBrewer step in fp32: the engine's stage must too, not in the
+    suite's precision (glue-cpu's ``auto`` reached the engine unresolved and ran in fp16)."""
+    setup = tiny_setup()
+    setup = dataclasses.replace(setup, config=setup.config.model_copy(
+        update={"mixed_precision": precision}))
+    assert stage_config(setup, settings()).mixed_precision == "no"

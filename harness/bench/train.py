@@ -246,10 +246,13 @@ def build_setup(settings: TrainBenchSettings, overrides: list[str] | None = None
 
 def stage_config(setup: BenchSetup, settings: TrainBenchSettings) -> TrainConfig:
     """The stage's recipe (lr, weight decay, warm-up ratio, clipping, logging) with the
-    benchmark's batch size and exactly ``settings.total_steps`` optimiser steps."""
+    benchmark's batch size and exactly ``settings.total_steps`` optimiser steps, in fp32:
+    the minimal loop and TextBrewer step in fp32, so the engine does too (a suite's
+    ``mixed_precision``, ``auto`` in glue-cpu, is not the benchmark's)."""
     values = setup.config.model_dump()
     values.update(batch_size=settings.batch_size, max_steps=settings.total_steps,
-                  epochs=1e6, epoch_size="data", grad_accum_steps=1, eval_every_steps=None)
+                  epochs=1e6, epoch_size="data", grad_accum_steps=1, eval_every_steps=None,
+                  mixed_precision="no")
     return TrainConfig.model_validate(values)
 
 
