@@ -332,7 +332,11 @@ class DistilBERT(Method):
         return {**batch, "input_ids": masked, "mlm_labels": labels}
 
     def search_space(self, trial: optuna.Trial) -> dict[str, Any]:
-        return {"stages.finetune.lr": trial.suggest_float("lr", 1e-5, 3e-4, log=True)}
+        """The lr of the task stage this configuration runs (``task`` with task
+        distillation, else ``finetune``): a key naming the other would train every trial
+        alike."""
+        stage = "task" if self.params.task_distillation else "finetune"
+        return {f"stages.{stage}.lr": trial.suggest_float("lr", 1e-5, 3e-4, log=True)}
 
     # -- teacher head --------------------------------------------------------------------
     def _load_teacher_head(self, assets) -> nn.Module:

@@ -602,3 +602,36 @@ def test_grid_params_apply_only_to_the_cells_of_the_student_they_were_tuned_on(
     with pytest.raises(ConfigError, match=rf"tuned on student 'tiny-wide'; this grid's kd "
                                           rf"cells on stsb train {own}"):
         grid("tiny-wide")
+
+
+class _FirstChoiceTrial:
+    """Answers every suggestion with the low end of its range (enough to read the keys)."""
+
+    def suggest_float(self, name, low, high, **_):
+        return low
+
+    def suggest_categorical(self, name, choices):
+        return choices[0]
+
+
+@pytest.mark.parametrize(("plugin", "recipe", "read"), [
+    ("tinybert", {}, {"stages.prediction.lr", "params.temperature"}),
+    ("tinybert", {"params": {"task_distillation": False}}, {"stages.finetune.lr"}),
+    ("tinybert", {"disabled_losses": ["prediction"]}, {"stages.prediction.lr"}),
+    ("distilbert", {}, {"stages.finetune.lr"}),
+    ("distilbert", {"params": {"task_distillation": True}}, {"stages.task.lr"}),
+])
+def test_a_plugins_search_space_tunes_only_what_its_configuration_runs(plugin, recipe, read):
+    """DistilBERT with task distillation tuned the lr of its ``finetune`` stage, which it
+    does not run (every trial planned the same run id); TinyBERT without task distillation
+    tuned the prediction stage's lr and t, and without the prediction term t: trials that
+    trained the same student under other run ids."""
+    from harness.api.registry import instantiate
+    from harness.config.schema import MethodRecipe
+    from harness.data.tasks import get_task
+
+    method = instantiate(plugin, MethodRecipe(**recipe))
+    space = method.search_space(_FirstChoiceTrial())
+    assert set(space) == read
+    stages = {stage.name for stage in method.stages(get_task("rte"))}
+    assert {key.split(".")[1] for key in space if key.startswith("stages.")} <= stages

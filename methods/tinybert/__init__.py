@@ -333,11 +333,20 @@ class TinyBERT(Method):
                              scores=mapped if weights.get("attention", 0.0) else frozenset())
 
     def search_space(self, trial: optuna.Trial) -> dict[str, Any]:
-        return {
+        """The paper's prediction-stage lr grid, and t, for the stages this configuration
+        runs: without task distillation the lr is the ``finetune`` stage's, and t only
+        where the prediction term is on (elsewhere nothing reads it, so trials that differ
+        in it would train the same student)."""
+        if not self.params.task_distillation:
+            return {"stages.finetune.lr": trial.suggest_categorical("finetune_lr",
+                                                                    [1e-5, 2e-5, 3e-5])}
+        space: dict[str, Any] = {
             "stages.prediction.lr": trial.suggest_categorical("prediction_lr",
-                                                              [1e-5, 2e-5, 3e-5]),
-            "params.temperature": trial.suggest_categorical("temperature", [1.0, 2.0, 4.0]),
-        }
+                                                              [1e-5, 2e-5, 3e-5])}
+        if self._active("prediction"):
+            space["params.temperature"] = trial.suggest_categorical("temperature",
+                                                                    [1.0, 2.0, 4.0])
+        return space
 
     # -- loss terms ----------------------------------------------------------------------
     def _mapping(self, inputs: StepInputs) -> list[int]:
