@@ -262,13 +262,18 @@ class BertPKD(Method):
         return TeacherLayers(hidden=frozenset(layers))
 
     def search_space(self, trial: optuna.Trial) -> dict[str, Any]:
-        """The authors' grid."""
-        return {
+        """The authors' grid; beta only where the patient term is on (a configuration
+        without it, such as ``beta: 0``, is the KD control, which a beta from the grid would
+        turn into PKD)."""
+        space = {
             "params.temperature": trial.suggest_categorical("temperature", [5.0, 10.0, 20.0]),
             "params.alpha": trial.suggest_categorical("alpha", [0.2, 0.5, 0.7]),
-            "params.beta": trial.suggest_categorical("beta", [10.0, 100.0, 500.0, 1000.0]),
-            "stages.task.lr": trial.suggest_categorical("lr", [1e-5, 2e-5, 5e-5]),
         }
+        if self._patient_active():
+            space["params.beta"] = trial.suggest_categorical("beta",
+                                                             [10.0, 100.0, 500.0, 1000.0])
+        space["stages.task.lr"] = trial.suggest_categorical("lr", [1e-5, 2e-5, 5e-5])
+        return space
 
     # -- loss terms ----------------------------------------------------------------------
     def loss_soft(self, inputs: StepInputs) -> torch.Tensor:

@@ -620,12 +620,20 @@ class _FirstChoiceTrial:
     ("tinybert", {"disabled_losses": ["prediction"]}, {"stages.prediction.lr"}),
     ("distilbert", {}, {"stages.finetune.lr"}),
     ("distilbert", {"params": {"task_distillation": True}}, {"stages.task.lr"}),
+    ("bilstm-soft", {}, {"stages.task.lr", "params.dropout", "params.alpha"}),
+    ("bilstm-soft", {"params": {"alpha": 1.0, "augment": False}},
+     {"stages.task.lr", "params.dropout"}),
+    ("bert-pkd", {}, {"params.temperature", "params.alpha", "params.beta", "stages.task.lr"}),
+    ("bert-pkd", {"params": {"beta": 0.0}},
+     {"params.temperature", "params.alpha", "stages.task.lr"}),
 ])
 def test_a_plugins_search_space_tunes_only_what_its_configuration_runs(plugin, recipe, read):
     """DistilBERT with task distillation tuned the lr of its ``finetune`` stage, which it
     does not run (every trial planned the same run id); TinyBERT without task distillation
     tuned the prediction stage's lr and t, and without the prediction term t: trials that
-    trained the same student under other run ids."""
+    trained the same student under other run ids.  The no-KD BiLSTM (alpha 1) tuned alpha,
+    so a trial distilled from the teacher, and PKD's beta-0 KD control tuned beta back on:
+    the tuned variant was no longer the variant."""
     from harness.api.registry import instantiate
     from harness.config.schema import MethodRecipe
     from harness.data.tasks import get_task

@@ -542,8 +542,14 @@ class BiLSTMSoft(Method):
         return nn.functional.mse_loss(student.float(), teacher.float())
 
     def search_space(self, trial) -> dict:
-        return {
+        """lr, dropout and, where the student distils, alpha.  Without the distill term
+        (the no-KD ``bilstm``: alpha 1) alpha stays: a trial below 1 would turn the
+        baseline into a distilled student (and with distill disabled, alpha is all the
+        gold term's weight)."""
+        space = {
             "stages.task.lr": trial.suggest_float("lr", 1e-4, 3e-3, log=True),
             "params.dropout": trial.suggest_float("dropout", 0.0, 0.3),
-            "params.alpha": trial.suggest_float("alpha", 0.0, 0.5),
         }
+        if self.weights.get("distill", 0.0) != 0.0:
+            space["params.alpha"] = trial.suggest_float("alpha", 0.0, 0.5)
+        return space
