@@ -215,7 +215,7 @@ def build_setup(settings: TrainBenchSettings, overrides: list[str] | None = None
     set_seed(settings.seed)
     teacher = AutoModelForSequenceClassification.from_pretrained(
         checkpoint.location, config=classifier_config(base, task), **checkpoint.load_kwargs)
-    shape_name = recipe.student or suite.default_student
+    shape_name = suite.student_name(recipe)
     shape = typed_student_shape(shape_name, suite.students[shape_name])
     if isinstance(shape, StudentConfig):
         shape = resolve_teacher_sizes(shape, base, shape_name)

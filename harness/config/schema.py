@@ -640,8 +640,13 @@ class SuiteConfig(StrictModel):
         names = [chosen] if isinstance(chosen, str) else list(chosen)
         return self.method_names() if names == ["all"] else names
 
+    def student_name(self, recipe: MethodRecipe) -> str:
+        """The student shape ``recipe`` trains: its own, else the suite's default."""
+        return recipe.student or self.default_student
+
     def student_for(self, method: str) -> tuple[str, StudentConfig | PluginStudentShape]:
-        name = self.recipe(method).student or self.default_student
+        """The name and shape of the student ``method``'s recipe trains."""
+        name = self.student_name(self.recipe(method))
         return name, self.students[name]
 
 

@@ -94,7 +94,7 @@ def grid_cells(suite: SuiteConfig, methods: list[str] | None = None,
         for method in method_names:
             epochs = grid.budget.epochs_for(task, method)
             plugin = registry.get(suite.plugin(method))
-            own = suite.recipe(method).student or suite.default_student
+            own, _ = suite.student_for(method)
             fitting = [name for name in grid.students
                        if student_kind(suite.students[name]) in plugin.student_kinds]
             for student in fitting or [own]:
@@ -248,8 +248,7 @@ class Grid:
 
     def _student(self, cell: GridCell) -> str:
         """The student shape the cell trains."""
-        return cell.student or self.suite.recipe(cell.method).student or \
-            self.suite.default_student
+        return cell.student or self.suite.student_for(cell.method)[0]
 
     def tuned_file(self, cell: GridCell) -> TunedParams | None:
         """The ``--params`` file for the cell: of its method and task, tuned on its student
@@ -376,8 +375,7 @@ class Grid:
                  f"{'examples':>9} {'est.':>7}  {'status':<6} run id"]
         for item in planned:
             cell = item.cell
-            student = cell.student or self.suite.recipe(cell.method).student \
-                or self.suite.default_student
+            student = self._student(cell)
             estimate = _duration(item.estimate) if item.estimate is not None else "?"
             lines.append(f"{cell.method:<20} {student:<10} {cell.task:<5} {cell.seed:>4} "
                          f"{item.task_epochs:>6.3g} {item.examples:>9,} {estimate:>7}  "

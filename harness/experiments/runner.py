@@ -362,7 +362,7 @@ class SuiteRunner(RunPlanner):
         a grid budget the recipe already meets is no departure."""
         departure: dict[str, Any] = {}
         if variation.student is not None:
-            own = self.suite.recipe(method_name).student or self.suite.default_student
+            own, _ = self.suite.student_for(method_name)
             if variation.student != own:
                 departure["student"] = variation.student
         if variation.overrides:
@@ -767,7 +767,7 @@ class SuiteRunner(RunPlanner):
                 continue
             variation = Variation.of(params.student, params.overrides)
             if (method, task) not in said:
-                own = self.suite.recipe(method).student or self.suite.default_student
+                own, _ = self.suite.student_for(method)
                 if params.student not in (None, own):
                     self.log(f"[tuned] {method} {task}: tuned on student {params.student} "
                              f"({params.path}): its runs train that student")
