@@ -65,6 +65,7 @@ from harness.api import (
     MethodParams,
     Stage,
     StepInputs,
+    StudentConfig,
     StudentContext,
     TaskSpec,
     TeacherLayers,
@@ -75,6 +76,7 @@ from harness.api import (
 
 if TYPE_CHECKING:
     import optuna
+    from transformers import PretrainedConfig
 
 PKDMapping = Literal["skip", "last"] | list[Annotated[int, Field(ge=1)]]
 
@@ -208,46 +210,52 @@ class BertPKD(Method):
         return {"gold": 1.0 - self.params.alpha, "soft": self.params.alpha,
                 "patient": self.params.beta}
 
-    def build_student(self, context: StudentContext) -> nn.Module:
-        """The suite's shape, with its Transformer layers copied from the teacher's first k
-        (or ``params.teacher_layers``) and its embeddings from the teacher's, after checking
-        shapes and the mapping, so a bad recipe fails before training."""
-        from harness.api.students import build_encoder_student
-
-        shape, teacher = context.shape, context.teacher_config
-        dims = dimensions(teacher)
-        where = f"methods.{self.name}"
+    def student_problem(self, shape: StudentConfig, teacher_config: PretrainedConfig
+                        ) -> str | None:
+        """The student is made of copies of teacher layers: the teacher's widths, layers
+        it has, and a patient mapping that fits both depths."""
+        dims = dimensions(teacher_config)
         num_student, num_teacher = shape.num_layers, dims.layers
         for field, student_value, teacher_value in (
                 ("hidden_size", shape.hidden_size, dims.hidden),
                 ("intermediate_size", shape.intermediate_size, dims.intermediate),
                 ("num_heads", shape.num_heads, dims.heads)):
             if student_value != teacher_value:
-                raise ConfigError(
-                    f"{where}: the student is built from copies of teacher layers, so its "
-                    f"{field} must be the teacher's ({teacher_value}), not {student_value} "
-                    f"(student shape {context.shape_name!r}); pick a shape of the teacher's "
-                    "width")
+                return (f"the student is built from copies of teacher layers, so its {field} "
+                        f"must be the teacher's ({teacher_value}), not {student_value}; pick "
+                        "a shape of the teacher's width")
         layers = self.params.teacher_layers
         if layers is None:
             if num_student > num_teacher:
-                raise ConfigError(f"{where}: a {num_student}-layer student cannot copy the "
-                                  f"first {num_student} layers of a {num_teacher}-layer teacher")
-            layers = list(range(num_student))
+                return (f"a {num_student}-layer student cannot copy the first {num_student} "
+                        f"layers of a {num_teacher}-layer teacher")
         elif len(layers) != num_student or any(layer >= num_teacher for layer in layers):
-            raise ConfigError(f"{where}.params.teacher_layers: {layers} must name "
-                              f"{num_student} teacher layers (one per student layer) in "
-                              f"0..{num_teacher - 1}")
+            return (f"params.teacher_layers: {layers} must name {num_student} teacher layers "
+                    f"(one per student layer) in 0..{num_teacher - 1}")
         try:
             mapping = patient_layers(num_student, num_teacher, self.params.mapping)
         except ValueError as error:
-            raise ConfigError(f"{where}.params.mapping: {error}") from None
+            return f"params.mapping: {error}"
         if self._patient_active() and not mapping:
-            raise ConfigError(f"{where}: a 1-layer student has no intermediate layer for the "
-                              "patient term; set beta to 0 (vanilla KD) or use more layers")
+            return ("a 1-layer student has no intermediate layer for the patient term; set "
+                    "beta to 0 (vanilla KD) or use more layers")
+        return None
+
+    def build_student(self, context: StudentContext) -> nn.Module:
+        """The suite's shape, with its Transformer layers copied from the teacher's first k
+        (or ``params.teacher_layers``) and its embeddings from the teacher's, after
+        :meth:`student_problem`, so a bad recipe fails before training."""
+        from harness.api.students import build_encoder_student
+
+        shape, teacher = context.shape, context.teacher_config
+        self.refuse_student(shape, teacher)
         if context.teacher_state is None:
-            raise ConfigError(f"{where}: no teacher weights to copy; pass the pre-trained "
-                              "teacher's state_dict as StudentContext.teacher_state")
+            raise ConfigError(f"methods.{self.name}: no teacher weights to copy; pass the "
+                              "pre-trained teacher's state_dict as "
+                              "StudentContext.teacher_state")
+        layers = self.params.teacher_layers
+        if layers is None:  # the first k
+            layers = list(range(shape.num_layers))
         shape = shape.model_copy(update={"init": "teacher_layers", "teacher_layers": layers,
                                          "embedding_init": "teacher"})
         return build_encoder_student(replace(context, shape=shape, teacher_config=teacher))

@@ -57,17 +57,21 @@ from harness.api import (
     MethodParams,
     Stage,
     StepInputs,
+    StudentConfig,
     StudentContext,
     TaskSpec,
     build_encoder_student,
+    dimensions,
     register_method,
     soft_kl,
     soft_target_loss,
+    teacher_fit_problem,
 )
 from harness.assets.mlm import MLMHeadConfig, load_masked_lm
 
 if TYPE_CHECKING:
     import optuna
+    from transformers import PretrainedConfig
 
 GENERAL_TERMS = ("ce", "mlm", "cos")
 IGNORE = -100
@@ -251,31 +255,49 @@ class DistilBERT(Method):
         return stages
 
     def init_layers(self, num_teacher: int, num_student: int) -> list[int] | None:
-        """The teacher layers the student starts from (None: random initialisation)."""
+        """The teacher layers the student starts from (None: random initialisation);
+        ValueError when ``params.init`` does not fit the depths."""
         init = self.params.init
         if init == "random":
             return None
         if init == "teacher":
-            return alternate_layers(num_teacher, num_student)
+            try:
+                return alternate_layers(num_teacher, num_student)
+            except ValueError as error:
+                raise ValueError(f"params.init: {error}") from None
         if len(init) != num_student or any(layer >= num_teacher for layer in init):
-            raise ConfigError(f"methods.distilbert.params.init: {init} must list "
-                              f"{num_student} teacher layers in 0..{num_teacher - 1}")
+            raise ValueError(f"params.init: {init} must list {num_student} teacher layers in "
+                             f"0..{num_teacher - 1}")
         return list(init)
+
+    def initialised_shape(self, shape: StudentConfig, num_teacher: int) -> StudentConfig:
+        """The suite's shape as this method builds it: ``params.init`` decides its layers
+        and embeddings (copies of the teacher's, or random), whatever the shape says."""
+        layers = self.init_layers(num_teacher, shape.num_layers)
+        if layers is None:
+            return shape.model_copy(update={"init": "random", "teacher_layers": None,
+                                            "embedding_init": "random"})
+        return shape.model_copy(update={"init": "teacher_layers", "teacher_layers": layers,
+                                        "embedding_init": "teacher"})
+
+    def student_problem(self, shape: StudentConfig, teacher_config: PretrainedConfig
+                        ) -> str | None:
+        """The student keeps the teacher's width (its embeddings, and with ``init`` other
+        than random its layers, are trained as or copied from the teacher's)."""
+        if shape.hidden_size != teacher_config.hidden_size:
+            return (f"the student keeps the teacher's hidden size "
+                    f"({teacher_config.hidden_size}), not {shape.hidden_size}")
+        teacher = dimensions(teacher_config)
+        try:
+            initialised = self.initialised_shape(shape, teacher.layers)
+        except ValueError as error:
+            return str(error)
+        return teacher_fit_problem(initialised, teacher)
 
     def build_student(self, context: StudentContext) -> nn.Module:
         teacher = context.teacher_config
-        if context.shape.hidden_size != teacher.hidden_size:
-            raise ConfigError(
-                f"methods.distilbert: the student keeps the teacher's hidden size "
-                f"({teacher.hidden_size}); student shape {context.shape_name!r} has "
-                f"{context.shape.hidden_size}")
-        layers = self.init_layers(teacher.num_hidden_layers, context.shape.num_layers)
-        if layers is None:
-            shape = context.shape.model_copy(update={"init": "random", "teacher_layers": None,
-                                                     "embedding_init": "random"})
-        else:
-            shape = context.shape.model_copy(update={
-                "init": "teacher_layers", "teacher_layers": layers, "embedding_init": "teacher"})
+        self.refuse_student(context.shape, teacher)
+        shape = self.initialised_shape(context.shape, dimensions(teacher).layers)
         if context.assets is not None:
             tokenizer = context.assets.tokenizer
             self._vocabulary = _Vocabulary(teacher.vocab_size, tokenizer.mask_token_id,

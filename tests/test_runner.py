@@ -26,6 +26,7 @@ from harness.assets.checkpoints import AssetNotFoundError, TeacherError, resolve
 from harness.assets.glove import glove_problem
 from harness.cli import app
 from harness.common.cache import content_hash
+from harness.config.schema import ConfigError
 from harness.experiments.runner import SuiteRunner
 
 REPO = Path(__file__).resolve().parent.parent
@@ -554,6 +555,37 @@ def test_a_protocol_view_shares_run_ids_and_records_with_its_protocol(
     assert variant.status == "finished"
     assert variant.path.parent.parent.parent == first.path.parent.parent.parent  # results/tiny
     assert view.store.load(variant.path).suite == "tiny"
+
+
+@pytest.mark.parametrize(("sets", "method", "message"), [
+    # the shape itself: layers the teacher does not have (2-layer teacher)
+    (["students.tiny-wide.teacher_layers=[0,2]"], "bert-pkd",
+     r"students\.tiny-wide: teacher_layers \[2\] do not exist in a 2-layer teacher"),
+    # a copy of teacher layers of another width
+    (["students.tiny-wide.hidden_size=16", "students.tiny-wide.num_heads=2"], "kd",
+     r"students\.tiny-wide: init: teacher_layers copies teacher layers whole.*hidden_size 16"),
+    # the method's own fit, named by the variant's name, not its plugin's
+    (["methods.tb-map.base=tinybert", "methods.tb-map.params.mapping=[1,2,3]"], "tb-map",
+     r"methods\.tb-map \(student 'tiny'\): params: .*3 entries"),
+    (["methods.pkd-narrow.base=bert-pkd", "methods.pkd-narrow.student=tiny"], "pkd-narrow",
+     r"methods\.pkd-narrow \(student 'tiny'\): .*hidden_size must be the teacher's \(32\)"),
+    (["methods.distilbert.params.init=[0,5]"], "distilbert",
+     r"methods\.distilbert \(student 'tiny-wide'\): params\.init: \[0, 5\] must list 2"),
+])
+def test_a_student_that_does_not_fit_stops_the_run_before_any_cell_trains(
+        tiny_suite_file, tmp_path, sets, method, message):
+    """A shape that does not fit the teacher, or a method's recipe that does not fit the
+    shape, is refused from the teacher's config before the first cell (kd, which fits)
+    fine-tunes the teacher, and when a single cell is resolved (grid, tuning)."""
+    if method == "kd":  # kd trains the broken shape itself
+        sets = [*sets, "methods.kd.student=tiny-wide"]
+    runner = _runner(tiny_suite_file, tmp_path, sets)
+    with pytest.raises(ConfigError, match=message):
+        runner.run(["finetune", method], ["rte"], [1])
+    assert not list((tmp_path / "results").glob("**/*.json"))
+    assert not (tmp_path / "cache" / "teachers").exists()
+    with pytest.raises(ConfigError, match=message):
+        runner.run_id(method, "rte", seed=1)
 
 
 def test_repeated_or_comma_separated_list_options_all_count():

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from transformers import BertConfig, BertModel
 
+from harness.api.architectures import Dimensions
 from harness.api.context import StudentContext
-from harness.api.students import build_bert_student, count_parameters, evenly_spaced_layers
+from harness.api.students import (
+    build_bert_student,
+    count_parameters,
+    evenly_spaced_layers,
+    teacher_fit_problem,
+)
 from harness.assets.checkpoints import TeacherError, check_label_order
 from harness.config.schema import StudentConfig
 from harness.data.tasks import get_task
@@ -73,8 +81,38 @@ def test_teacher_layer_init_with_a_different_width_is_a_clear_error():
     config, state = _teacher(hidden=32)
     shape = StudentConfig(num_layers=2, hidden_size=16, num_heads=4, intermediate_size=32,
                           init="teacher_layers")
-    with pytest.raises(ValueError, match="teacher's layer shape"):
+    with pytest.raises(ValueError, match=r"copies teacher layers whole.*hidden_size 16 "
+                       r"\(the teacher's: 32\), intermediate_size 32 \(the teacher's: 64\)"):
         build_bert_student(StudentContext(get_task("rte"), "s", shape, config, state))
+
+
+@pytest.mark.parametrize(("fields", "problem"), [
+    ({"init": "teacher_layers", "teacher_layers": [0, 6]},
+     r"teacher_layers \[6\] do not exist in a 6-layer teacher \(layers 0..5\)"),
+    ({"init": "teacher_select", "num_layers": 7, "teacher_layers": None},
+     "a 7-layer student cannot take 7 layers of a 6-layer teacher"),
+    ({"init": "teacher_layers", "intermediate_size": 32},
+     r"intermediate_size 32 \(the teacher's: 64\)"),
+    ({"init": "teacher_select", "hidden_size": 16, "num_heads": 8},
+     "no wider than the teacher in heads"),
+    ({"embedding_init": "teacher", "hidden_size": 16, "intermediate_size": 32},
+     r"hidden_size must be the teacher's \(32\), not 16"),
+    ({"embedding_init": "teacher_pca", "hidden_size": 48, "num_heads": 4},
+     "cannot give 48"),
+])
+def test_a_shape_that_does_not_fit_its_teacher_is_named_from_the_config_alone(fields, problem):
+    """What the planner refuses before any teacher is fine-tuned, from the teacher's
+    dimensions only; the same shapes within the teacher's sizes fit."""
+    teacher = Dimensions(layers=6, hidden=32, heads=4, intermediate=64)
+    base = {"num_layers": 2, "hidden_size": 32, "num_heads": 4, "intermediate_size": 64}
+    assert teacher_fit_problem(StudentConfig(**base, init="teacher_layers",
+                                             teacher_layers=[0, 5], embedding_init="teacher"),
+                               teacher) is None
+    assert teacher_fit_problem(StudentConfig(num_layers=6, hidden_size=16, num_heads=2,
+                                             intermediate_size=32, init="teacher_select",
+                                             embedding_init="teacher_select"), teacher) is None
+    found = teacher_fit_problem(StudentConfig(**{**base, **fields}), teacher)
+    assert found is not None and re.search(problem, found), found
 
 
 def test_pca_embeddings_are_the_teacher_rows_on_its_principal_directions():

@@ -41,7 +41,12 @@ from harness.api.method import (
     TeacherView,
 )
 from harness.api.registry import register_method
-from harness.api.students import build_bert_student, build_encoder_student, evenly_spaced_layers
+from harness.api.students import (
+    build_bert_student,
+    build_encoder_student,
+    evenly_spaced_layers,
+    teacher_fit_problem,
+)
 from harness.common.cache import ArtifactCache, content_hash
 from harness.common.progress import progress_bar
 from harness.config.schema import ConfigError, StudentConfig
@@ -88,6 +93,7 @@ __all__ = [
     "soft_cross_entropy",
     "soft_kl",
     "soft_target_loss",
+    "teacher_fit_problem",
     "teacher_regression_loss",
     "token_pair_mask",
 ]

@@ -37,11 +37,14 @@ from harness.api.context import (
     StudentEncoder,
     StudentKindConfig,
 )
+from harness.config.schema import ConfigError
 from harness.data.tasks import TaskSpec
 
 if TYPE_CHECKING:
     import optuna
     from transformers import PretrainedConfig
+
+    from harness.config.schema import StudentConfig
 
 SELF_ATTENTION_OUTPUTS = frozenset({"attention_scores", "queries", "keys", "values"})
 """Read from inside every self-attention layer (:func:`harness.api.capture.
@@ -310,6 +313,26 @@ class Method:
         cannot be captured, :func:`harness.api.compatibility.method_architecture_problem`);
         None (the default): it can.  Asked when a run is resolved, before anything trains."""
         return None
+
+    def student_problem(self, shape: StudentConfig, teacher_config: PretrainedConfig
+                        ) -> str | None:
+        """Why the method cannot build its student from the suite's BERT-family ``shape``
+        (``teacher`` sizes resolved) for this teacher: a layer mapping that does not fit
+        the depths, copied layers of another width, too few heads for a head-by-head term.
+        None (the default): it can.  Asked for every cell before the first one trains,
+        from the teacher's config alone, so a bad recipe stops before the teacher is
+        fine-tuned; a plugin's :meth:`build_student` should refuse the same (see
+        :meth:`refuse_student`)."""
+        return None
+
+    def refuse_student(self, shape: StudentConfig, teacher_config: PretrainedConfig) -> None:
+        """Raise ConfigError with :meth:`student_problem`'s reason, if it has one (``shape``'s
+        ``teacher`` sizes resolved first)."""
+        from harness.api.students import resolve_teacher_sizes
+
+        shape = resolve_teacher_sizes(shape, teacher_config)
+        if (problem := self.student_problem(shape, teacher_config)) is not None:
+            raise ConfigError(f"methods.{self.name}: {problem}")
 
     def missing_assets(self) -> str | None:
         """What the method needs that this machine lacks (a package, a file), with how to

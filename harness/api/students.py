@@ -172,6 +172,46 @@ class WeightSelection:
         return value.clone()
 
 
+def teacher_fit_problem(shape: StudentConfig, teacher: Dimensions) -> str | None:
+    """Why ``shape`` (its ``teacher`` sizes resolved) cannot start from this teacher as its
+    ``init`` and ``embedding_init`` say (layers it does not have, copies of another width);
+    None: it can, or it starts from random weights.  Needs the teacher's config only, so a
+    run is refused before the teacher is fine-tuned."""
+    if shape.init != "random":
+        if shape.teacher_layers is not None:
+            missing = [index for index in shape.teacher_layers
+                       if not 0 <= index < teacher.layers]
+            if missing:
+                return (f"teacher_layers {missing} do not exist in a {teacher.layers}-layer "
+                        f"teacher (layers 0..{teacher.layers - 1})")
+        elif shape.num_layers > teacher.layers:
+            return (f"a {shape.num_layers}-layer student cannot take {shape.num_layers} "
+                    f"layers of a {teacher.layers}-layer teacher")
+    sizes = {"hidden_size": (shape.hidden_size, teacher.hidden),
+             "num_heads": (shape.num_heads, teacher.heads),
+             "intermediate_size": (shape.intermediate_size, teacher.intermediate)}
+    if shape.init == "teacher_layers":
+        wrong = [f"{name} {ours} (the teacher's: {theirs})"
+                 for name, (ours, theirs) in sizes.items() if ours != theirs]
+        if wrong:
+            return ("init: teacher_layers copies teacher layers whole, so the student needs "
+                    f"the teacher's sizes: {', '.join(wrong)}; use init: teacher_select for "
+                    "a narrower student, or the size 'teacher'")
+    if "teacher_select" in (shape.init, shape.embedding_init):
+        try:
+            WeightSelection(teacher, shape)
+        except ValueError as error:
+            return str(error)
+    if shape.embedding_init == "teacher" and shape.hidden_size != teacher.hidden:
+        return (f"embedding_init: teacher copies the teacher's embeddings, so hidden_size "
+                f"must be the teacher's ({teacher.hidden}), not {shape.hidden_size}; use "
+                "teacher_pca or teacher_select")
+    if shape.embedding_init == "teacher_pca" and shape.hidden_size > teacher.hidden:
+        return (f"embedding_init: teacher_pca projects the teacher's {teacher.hidden}-wide "
+                f"embeddings on their top directions, so it cannot give {shape.hidden_size}")
+    return None
+
+
 def _exact_copy(name: str, value: torch.Tensor, target: torch.Size) -> torch.Tensor:
     if value.shape != target:
         raise ValueError(f"init: teacher_layers needs the teacher's layer shape; {name} is "
@@ -294,6 +334,9 @@ def build_encoder_student(context: StudentContext) -> nn.Module:
         raise ValueError("this student initialises from the teacher but no teacher "
                          "weights were given")
     teacher = dimensions(context.teacher_config)
+    if problem := teacher_fit_problem(resolve_teacher_sizes(shape, context.teacher_config),
+                                      teacher):
+        raise ValueError(problem)
     selects = "teacher_select" in (shape.init, shape.embedding_init)
     selection = WeightSelection(teacher, resolve_teacher_sizes(shape, context.teacher_config)
                                 ) if selects else None

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from transformers import PretrainedConfig
 
+from harness.api.architectures import dimensions
 from harness.api.compatibility import check_method_architecture
 from harness.api.context import StudentKindConfig
 from harness.api.method import Method, Stage
@@ -22,7 +23,7 @@ from harness.api.registry import (
     typed_student_shape,
     undeclared_stage_terms,
 )
-from harness.api.students import resolve_teacher_sizes, student_pooling
+from harness.api.students import resolve_teacher_sizes, student_pooling, teacher_fit_problem
 from harness.api.suites import load_suite
 from harness.assets.checkpoints import (
     AssetNotFoundError,
@@ -101,6 +102,17 @@ def scale_to_budget(stages: list[Stage], configs: dict[str, TrainConfig], task_e
         updated = {name: config.model_copy(update={"epochs": round(config.epochs * factor, 6)})
                    for name, config in updated.items()}
     return {**configs, **updated}
+
+
+def check_method_student(method_name: str, method: Method, shape_name: str,
+                         shape: StudentConfig | StudentKindConfig,
+                         teacher_config: PretrainedConfig) -> None:
+    """Refuse a cell whose method cannot build its student from the BERT-family shape
+    for this teacher (:meth:`Method.student_problem`), naming the recipe as the suite does
+    (a variant by its own name)."""
+    if isinstance(shape, StudentConfig) \
+            and (problem := method.student_problem(shape, teacher_config)) is not None:
+        raise ConfigError(f"methods.{method_name} (student {shape_name!r}): {problem}")
 
 
 def check_method_assets(method_name: str, method: Method, shape_name: str,
@@ -183,8 +195,13 @@ class RunPlanner:
         """The suite's shape ``shape_name``, validated against its kind's schema; a BERT
         shape's ``teacher`` sizes are the teacher's, so the run id hashes the numbers."""
         shape = typed_student_shape(shape_name, self.suite.students[shape_name])
-        if isinstance(shape, StudentConfig) and shape.teacher_sizes:
-            shape = resolve_teacher_sizes(shape, self.teacher_config, shape_name)
+        if isinstance(shape, StudentConfig):
+            if shape.teacher_sizes:
+                shape = resolve_teacher_sizes(shape, self.teacher_config, shape_name)
+            from_teacher = shape.init != "random" or shape.embedding_init != "random"
+            if from_teacher and (problem := teacher_fit_problem(
+                    shape, dimensions(self.teacher_config))) is not None:
+                raise ConfigError(f"students.{shape_name}: {problem}")
         return shape
 
     def student_pooling(self, shape_name: str) -> str | None:
@@ -195,17 +212,22 @@ class RunPlanner:
         return student_pooling(shape, self.teacher_pooling)
 
     def check_assets(self, method_names: Iterable[str], task_names: Iterable[str]) -> None:
-        """Refuse (AssetNotFoundError) before anything runs when a method's recipe for one
-        of the tasks, or the student shape it trains, needs an asset this machine lacks
-        (:meth:`Method.missing_assets`, :meth:`StudentKindConfig.missing_assets`)."""
+        """Refuse before anything runs when a method's recipe for one of the tasks, or the
+        student shape it trains, needs an asset this machine lacks (AssetNotFoundError:
+        :meth:`Method.missing_assets`, :meth:`StudentKindConfig.missing_assets`), or when
+        the shape does not fit the teacher or the method (ConfigError:
+        :func:`teacher_fit_problem`, :meth:`Method.student_problem`)."""
         for method_name in method_names:
             plugin = self.suite.plugin(method_name)
             for task_name in task_names:
                 task = get_task(task_name)
                 recipe = self.recipe(method_name, task.name, Variation())
-                shape_name = recipe.student or self.suite.default_student
-                check_method_assets(method_name, instantiate(plugin, recipe, task.name),
-                                    shape_name, self.student_shape(shape_name))
+                shape_name = self.suite.student_name(recipe)
+                method = instantiate(plugin, recipe, task.name)
+                shape = self.student_shape(shape_name)
+                check_method_assets(method_name, method, shape_name, shape)
+                check_method_student(method_name, method, shape_name, shape,
+                                     self.teacher_config)
 
     # -- one cell ------------------------------------------------------------------------
     def recipe(self, method_name: str, task_name: str, variation: Variation) -> MethodRecipe:
@@ -256,7 +278,7 @@ class RunPlanner:
         if variation.task_epochs is not None:
             stage_configs = scale_to_budget(stages, stage_configs, variation.task_epochs)
         prepared = self.prepare_task(task_name)
-        shape_name = recipe.student or self.suite.default_student
+        shape_name = self.suite.student_name(recipe)
         shape = self.student_shape(shape_name)
         if student_kind(shape) not in method.student_kinds:
             raise ConfigError(f"methods.{method_name}: student {shape_name!r} is of kind "
@@ -267,6 +289,7 @@ class RunPlanner:
         check_method_architecture(method_name, method, stages, self.teacher_config,
                                   student_kind(shape))
         check_method_assets(method_name, method, shape_name, shape)
+        check_method_student(method_name, method, shape_name, shape, self.teacher_config)
         spec = {
             "record_version": RECORD_VERSION,
             "suite": self.suite.record_suite,
@@ -314,7 +337,7 @@ class RunPlanner:
         those stages and their budgets: exactly what that method's own runs resolve, so
         both share one general checkpoint."""
         recipe = self.suite.recipe(method_name)
-        own_shape = recipe.student or self.suite.default_student
+        own_shape = self.suite.student_name(recipe)
         if own_shape != shape_name:
             raise ConfigError(f"{where}: {method_name} distils student {own_shape!r}, this "
                               f"run trains {shape_name!r}; a general checkpoint fits only "

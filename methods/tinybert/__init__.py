@@ -55,6 +55,7 @@ from harness.api import (
     MethodParams,
     Stage,
     StepInputs,
+    StudentConfig,
     StudentContext,
     TaskSpec,
     TeacherLayers,
@@ -73,6 +74,7 @@ from methods.tinybert.augmentation import AugmentParams, build_augmenter
 
 if TYPE_CHECKING:
     import optuna
+    from transformers import PretrainedConfig
 
 INTERMEDIATE_TERMS = ("embedding", "attention", "hidden")
 PAPER_AUGMENTED_STAGES = ["intermediate", "prediction"]
@@ -249,29 +251,31 @@ class TinyBERT(Method):
         return build_augmenter(context.checkpoint, context.tokenizer, context.corpus,
                                context.cache, self.params.augmentation, context.log)
 
-    def build_student(self, context: StudentContext) -> nn.Module:
-        """The default student (of the teacher's architecture), after checking the mapping,
-        lambdas and head counts
-        against the shapes, so a bad recipe stops before any training."""
-        student = super().build_student(context)
-        teacher = context.teacher_config
-        num_student = student.config.num_hidden_layers
+    def student_problem(self, shape: StudentConfig, teacher_config: PretrainedConfig
+                        ) -> str | None:
+        """The mappings and lambdas against the depths, the head counts against the
+        attention term."""
         try:
             for mapping in (self.params.mapping, self.params.general_mapping):
                 if mapping is not None:
-                    layer_map(num_student, teacher.num_hidden_layers, mapping)
-            layer_weights(num_student, self.params.layer_weights)
+                    layer_map(shape.num_layers, teacher_config.num_hidden_layers, mapping)
+            layer_weights(shape.num_layers, self.params.layer_weights)
         except ValueError as error:
-            raise ConfigError(f"methods.tinybert.params: {error}") from None
-        student_heads = student.config.num_attention_heads
+            return f"params: {error}"
+        teacher_heads = teacher_config.num_attention_heads
         uses_attention = self._active("attention") or self.params.general_distillation
-        if uses_attention and student_heads != teacher.num_attention_heads:
-            raise ConfigError(
-                f"methods.tinybert: the attention term matches attention head by head, so "
-                f"the student needs as many heads as the teacher ({teacher.num_attention_heads}"
-                f"), not {student_heads}; pick a student shape with "
-                f"{teacher.num_attention_heads} heads or disable the attention term")
-        return student
+        if uses_attention and shape.num_heads != teacher_heads:
+            return (f"the attention term matches attention head by head, so the student needs "
+                    f"as many heads as the teacher ({teacher_heads}), not {shape.num_heads}; "
+                    f"pick a student shape with {teacher_heads} heads or disable the "
+                    "attention term")
+        return None
+
+    def build_student(self, context: StudentContext) -> nn.Module:
+        """The default student (of the teacher's architecture), after
+        :meth:`student_problem`, so a bad recipe stops before any training."""
+        self.refuse_student(context.shape, context.teacher_config)
+        return super().build_student(context)
 
     def extra_modules(self, context: StudentContext) -> nn.ModuleDict:
         """Projections d' -> d for the active embedding / hidden terms: ``shared``, or
