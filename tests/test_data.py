@@ -931,6 +931,32 @@ def test_a_dev_split_copied_from_the_training_split_is_refused(tmp_path: Path, s
         "score students on examples they trained on; use the task's own dev file")
 
 
+@pytest.mark.parametrize(("rows", "scores", "refused"), [
+    (40, (0, 1), True),       # RTE's export in STS-B/: labels 0 and 1, valid scores
+    (19, (0, 1), False),      # too few rows to tell
+    (40, (0, 1, 2.5), False),  # one real score is enough
+])
+def test_a_two_class_export_in_the_regression_folder_is_refused(
+        tmp_path: Path, rows: int, scores: tuple[float, ...], refused: bool) -> None:
+    """RTE's Hugging Face export has STS-B's columns and its labels are valid scores: it
+    loaded as STS-B and trained a regressor on 0/1 targets."""
+    header = "sentence1\tsentence2\tlabel\tidx"
+    train = [f"premise {index} .\thypothesis {index} .\t{scores[index % len(scores)]}\t{index}"
+             for index in range(rows)]
+    train_file = write(tmp_path, "STS-B", "train.tsv", lines(header, *train))
+    write(tmp_path, "STS-B", "validation.tsv", lines(header, *(
+        f"a {index} .\tb {index} .\t{index % 6}\t{index}" for index in range(10))))
+    if not refused:
+        assert len(load_task("stsb", data_dir=tmp_path).splits["train"]) == rows
+        return
+    with pytest.raises(DataFormatError) as info:
+        load_task("stsb", data_dir=tmp_path)
+    assert str(info.value) == (
+        f"{train_file}: all {rows} of its scores are 0 or 1, as a two-class task's labels "
+        "are; STS-B's similarity scores run from 0 to 5: is this another task's export "
+        "(RTE's, MRPC's and QNLI's have the same columns)? Use STS-B's own file")
+
+
 def test_a_dev_row_with_another_label_is_not_a_copy(tmp_path: Path) -> None:
     train = [f"sentence number {index} .\t{index % 2}" for index in range(50)]
     relabelled = [f"sentence number {index} .\t{1 - index % 2}" for index in range(50)]

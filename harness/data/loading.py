@@ -658,6 +658,26 @@ def _copied_dev_problem(train: set[tuple[tuple[str, ...], int | float]],
             "students on examples they trained on; use the task's own dev file")
 
 
+BINARY_SCORES_MIN_ROWS = 20
+"""A regression split is refused as another task's export when at least this many of its
+rows are scored and every score is 0 or 1.  STS-B's scores run from 0 to 5 (its training
+split: 5,749 rows, 140 distinct scores, 10% of them 0 or 1)."""
+
+
+def _binary_scores_problem(spec: TaskSpec, labels: Sequence[int | float]) -> str | None:
+    """Why a regression split's scores are a two-class task's labels (None: they are not).
+    RTE's, MRPC's or QNLI's Hugging Face export has STS-B's columns (two sentences, a
+    label), and its labels are valid scores: it would train and score as STS-B."""
+    scored = [label for label in labels if not math.isnan(label)]
+    if not spec.is_regression or len(scored) < BINARY_SCORES_MIN_ROWS \
+            or not set(scored) <= {0.0, 1.0}:
+        return None
+    name = spec.display_name
+    return (f"all {len(scored)} of its scores are 0 or 1, as a two-class task's labels are; "
+            f"{name}'s similarity scores run from 0 to 5: is this another task's export "
+            f"(RTE's, MRPC's and QNLI's have the same columns)? Use {name}'s own file")
+
+
 def _check_index(raw: str, position: int, path: Path, line: int, unit: str) -> None:
     """An ``idx`` / ``index`` field numbers the rows from 0 (GLUE's files and their
     exports): a row whose number is not its position was moved, or a field swapped."""
@@ -745,6 +765,10 @@ def _load_local(
             labels += part.labels
             first_row = None if first_row is None else first_row + len(part.labels)
         if len(parts) < len(paths):
+            continue
+        if split not in spec.test_splits \
+                and (problem := _binary_scores_problem(spec, labels)) is not None:
+            failures.append(DataFormatError(paths[0], None, problem))
             continue
         if split == "train":
             train_rows = set(zip(texts, labels, strict=True))
