@@ -237,15 +237,15 @@ class DistilBERT(Method):
         stages = []
         if self.params.general_distillation:
             if not any(self.general_weights().values()):
-                raise ConfigError("methods.distilbert: every general-distillation term (ce, "
-                                  "mlm, cos) is off; set general_distillation: false instead")
+                raise ConfigError("every general-distillation term (ce, mlm, cos) is off; "
+                                  "set general_distillation: false instead")
             stages.append(Stage("general", GENERAL_TERMS, teacher="pretrained",
                                 teacher_outputs=frozenset({"hidden_states"}), evaluate=False,
                                 data="corpus"))
         if not self.weights["gold"] and not (self.params.task_distillation
                                              and self.weights["ce"]):
-            raise ConfigError("methods.distilbert: the gold term trains the task head when "
-                              "there is no task distillation; it cannot be disabled")
+            raise ConfigError("the gold term trains the task head when there is no task "
+                              "distillation; it cannot be disabled")
         if self.params.task_distillation:
             stages.append(Stage("task", ("ce", "gold"), teacher="finetuned",
                                 teacher_outputs=frozenset({"logits"})))

@@ -18,7 +18,7 @@ The distilled student is then fine-tuned on each task (the paper's GLUE protocol
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -27,12 +27,12 @@ from torch import nn
 
 from harness.api import (
     GOLD,
-    ConfigError,
     LossTerm,
     Method,
     MethodParams,
     Stage,
     StepInputs,
+    StudentConfig,
     StudentContext,
     TaskSpec,
     TeacherLayers,
@@ -41,6 +41,9 @@ from harness.api import (
     soft_target_loss,
     token_pair_mask,
 )
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 GENERAL_TERMS = ("attention", "value_relation")
 
@@ -109,12 +112,16 @@ class MiniLM(Method):
         # The task stage's objective does not touch the general checkpoint.
         return {"weights": {term: self.weights[term] for term in GENERAL_TERMS}}
 
+    def student_problem(self, shape: StudentConfig, teacher_config: PretrainedConfig
+                        ) -> str | None:
+        heads = teacher_config.num_attention_heads
+        if shape.num_heads != heads:
+            return (f"the student has {shape.num_heads} heads, the teacher {heads}; MiniLM "
+                    "compares attention head by head, so they must match")
+        return None
+
     def build_student(self, context: StudentContext) -> nn.Module:
-        heads = context.teacher_config.num_attention_heads
-        if context.shape.num_heads != heads:
-            raise ConfigError(f"minilm: student {context.shape_name!r} has "
-                              f"{context.shape.num_heads} heads, the teacher {heads}; MiniLM "
-                              "compares attention head by head, so they must match")
+        self.refuse_student(context.shape, context.teacher_config)
         return build_encoder_student(context)
 
     def teacher_layers(self, stage: Stage, num_teacher_layers: int,

@@ -571,6 +571,8 @@ def test_a_protocol_view_shares_run_ids_and_records_with_its_protocol(
      r"methods\.pkd-narrow \(student 'tiny'\): .*hidden_size must be the teacher's \(32\)"),
     (["methods.distilbert.params.init=[0,5]"], "distilbert",
      r"methods\.distilbert \(student 'tiny-wide'\): params\.init: \[0, 5\] must list 2"),
+    (["methods.minilm-2h.base=minilm", "students.tiny.num_heads=2"], "minilm-2h",
+     r"methods\.minilm-2h \(student 'tiny'\): the student has 2 heads, the teacher 4"),
 ])
 def test_a_student_that_does_not_fit_stops_the_run_before_any_cell_trains(
         tiny_suite_file, tmp_path, sets, method, message):
@@ -586,6 +588,17 @@ def test_a_student_that_does_not_fit_stops_the_run_before_any_cell_trains(
     assert not (tmp_path / "cache" / "teachers").exists()
     with pytest.raises(ConfigError, match=message):
         runner.run_id(method, "rte", seed=1)
+
+
+def test_a_variant_whose_stages_cannot_be_built_is_named_on_loading(tiny_suite_file):
+    """The plugin's reason under the variant's own key, not its base plugin's."""
+    sets = ["methods.tb-none.base=tinybert", "methods.tb-none.params.general_distillation=false",
+            "methods.tb-none.params.task_distillation=false"]
+    with pytest.raises(ConfigError) as info:
+        load_suite(str(tiny_suite_file), sets)
+    assert "methods.tb-none: with neither general nor task distillation there is no TinyBERT " \
+        "left; use finetune" in str(info.value)
+    assert "methods.tinybert" not in str(info.value)
 
 
 def test_repeated_or_comma_separated_list_options_all_count():

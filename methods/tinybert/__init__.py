@@ -173,8 +173,8 @@ class TinyBERT(Method):
                                 evaluate=False, data="corpus"))
         if not params.task_distillation:
             if not params.general_distillation:
-                raise ConfigError("methods.tinybert: with neither general nor task "
-                                  "distillation there is no TinyBERT left; use finetune")
+                raise ConfigError("with neither general nor task distillation there is "
+                                  "no TinyBERT left; use finetune")
             stages.append(Stage("finetune", ("gold",), teacher="none",
                                 teacher_outputs=frozenset()))
             return self._need_gold(stages)
@@ -201,9 +201,9 @@ class TinyBERT(Method):
 
     def _need_gold(self, stages: list[Stage]) -> list[Stage]:
         if any("gold" in stage.loss_terms for stage in stages) and not self._active("gold"):
-            raise ConfigError("methods.tinybert: with prediction (or task) distillation "
-                              "off, the gold term is what trains the student's classifier; "
-                              "it cannot be disabled too")
+            raise ConfigError("with prediction (or task) distillation off, the gold term "
+                              "is what trains the student's classifier; it cannot be "
+                              "disabled too")
         return stages
 
     @property
