@@ -115,6 +115,40 @@ def test_a_shape_that_does_not_fit_its_teacher_is_named_from_the_config_alone(fi
     assert found is not None and re.search(problem, found), found
 
 
+@pytest.mark.parametrize("embedding_init", ["teacher", "teacher_pca"])
+def test_a_teacher_with_separate_embeddings_lends_them_to_a_student_of_another_width(
+        embedding_init):
+    """ELECTRA embeds narrower than it computes (ELECTRA-small: 128 and 256); a student
+    keeps that width and projects it to its own hidden size, so the teacher's embeddings
+    are copied (or rotated) whatever the student's hidden size: no refusal, in the builder
+    or from the config alone."""
+    from transformers import ElectraConfig, ElectraModel
+
+    from harness.api.architectures import dimensions
+
+    torch.manual_seed(0)
+    config = ElectraConfig(vocab_size=100, embedding_size=16, hidden_size=32,
+                           num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                           max_position_embeddings=64)
+    state = ElectraModel(config).state_dict()
+    for hidden in (24, 48):
+        shape = StudentConfig(num_layers=2, hidden_size=hidden, num_heads=4,
+                              intermediate_size=48, embedding_init=embedding_init)
+        assert teacher_fit_problem(shape, dimensions(config)) is None
+        student = build_bert_student(StudentContext(get_task("rte"), "s", shape, config,
+                                                    state))
+        word = student.electra.embeddings.word_embeddings.weight
+        assert word.shape == (100, 16)
+        if embedding_init == "teacher":
+            assert torch.equal(word, state["embeddings.word_embeddings.weight"])
+    # Embeddings as wide as the hidden states follow the student's: a copy must match.
+    assert dimensions(ElectraConfig(embedding_size=32, hidden_size=32)).embedding is None
+    assert "hidden_size must be the teacher's (32), not 24" in teacher_fit_problem(
+        StudentConfig(num_layers=2, hidden_size=24, num_heads=4, intermediate_size=48,
+                      embedding_init="teacher"),
+        dimensions(ElectraConfig(embedding_size=32, hidden_size=32, num_attention_heads=4)))
+
+
 def test_pca_embeddings_are_the_teacher_rows_on_its_principal_directions():
     config, state = _teacher(hidden=32)
     shape = StudentConfig(num_layers=1, hidden_size=8, num_heads=2, intermediate_size=16,

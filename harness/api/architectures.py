@@ -85,14 +85,24 @@ class Dimensions:
     hidden: int
     heads: int
     intermediate: int
+    embedding: int | None = None
+    """The width of embeddings narrower or wider than the hidden states (ELECTRA's
+    ``embedding_size``, projected to the hidden size), which a student keeps
+    (:func:`harness.api.students.student_config`); None: they are as wide as the hidden
+    states, and a student's follow its hidden size."""
 
 
 def dimensions(config: PretrainedConfig) -> Dimensions:
     """Depth, width, heads and feed-forward size of a supported config, whatever its
-    class calls them (DistilBERT: ``n_layers``, ``dim``, ``n_heads``, ``hidden_dim``)."""
+    class calls them (DistilBERT: ``n_layers``, ``dim``, ``n_heads``, ``hidden_dim``), and
+    the width of separate embeddings (``embedding_size``, where it is not the hidden
+    size)."""
     arch = architecture(config)
-    return Dimensions(*(int(getattr(config, field)) for field in (
-        arch.layers, arch.hidden, arch.heads, arch.intermediate)))
+    sizes = [int(getattr(config, field)) for field in (
+        arch.layers, arch.hidden, arch.heads, arch.intermediate)]
+    embedding = getattr(config, "embedding_size", None)
+    separate = None if embedding is None or int(embedding) == sizes[1] else int(embedding)
+    return Dimensions(*sizes, embedding=separate)
 
 
 def self_attention_problem(config: PretrainedConfig) -> str | None:

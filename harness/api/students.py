@@ -202,6 +202,8 @@ def teacher_fit_problem(shape: StudentConfig, teacher: Dimensions) -> str | None
             WeightSelection(teacher, shape)
         except ValueError as error:
             return str(error)
+    if teacher.embedding is not None:  # the student keeps the teacher's embedding width
+        return None
     if shape.embedding_init == "teacher" and shape.hidden_size != teacher.hidden:
         return (f"embedding_init: teacher copies the teacher's embeddings, so hidden_size "
                 f"must be the teacher's ({teacher.hidden}), not {shape.hidden_size}; use "
