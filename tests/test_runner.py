@@ -27,6 +27,7 @@ from harness.assets.glove import glove_problem
 from harness.cli import app
 from harness.common.cache import content_hash
 from harness.config.schema import ConfigError
+from harness.experiments.planner import Variation
 from harness.experiments.runner import SuiteRunner
 
 REPO = Path(__file__).resolve().parent.parent
@@ -588,6 +589,31 @@ def test_a_student_that_does_not_fit_stops_the_run_before_any_cell_trains(
     assert not (tmp_path / "cache" / "teachers").exists()
     with pytest.raises(ConfigError, match=message):
         runner.run_id(method, "rte", seed=1)
+
+
+def test_the_planning_check_reads_the_student_and_values_a_tuned_file_runs(tiny_suite_file,
+                                                                          tmp_path):
+    """A tuned file's student replaces the recipe's before anything runs: a recipe shape that
+    does not fit is no reason to refuse a run that trains another, and tuned values that do
+    not fit the student are refused before the first cell."""
+    from harness.experiments.tuning import TunedParams
+
+    broken = ["students.tiny-wide.hidden_size=16", "students.tiny-wide.num_heads=2",
+              "methods.kd.student=tiny-wide"]
+    runner = _runner(tiny_suite_file, tmp_path, broken)
+    with pytest.raises(ConfigError, match=r"students\.tiny-wide: init: teacher_layers"):
+        runner.check_assets(["kd"], ["rte"])
+    on_tiny = TunedParams(tmp_path / "kd.yaml", "kd-rte", "tiny", "kd", "rte",
+                          {"params.alpha": 0.5}, student="tiny")
+    runner.check_assets(["kd"], ["rte"], {("kd", "rte"): Variation.of(
+        on_tiny.student, on_tiny.overrides)})
+    tuned_map = TunedParams(tmp_path / "tb.yaml", "tb-rte", "tiny", "tinybert", "rte",
+                            {"params.mapping": [1, 2, 3]})
+    with pytest.raises(ConfigError, match=r"methods\.tinybert \(student 'tiny'\): params: "):
+        _runner(tiny_suite_file, tmp_path).run(["finetune", "tinybert"], ["rte"], [1],
+                                               tuned=[tuned_map])
+    assert not list((tmp_path / "results").glob("**/*.json"))
+    assert not (tmp_path / "cache" / "teachers").exists()
 
 
 def test_a_variant_whose_stages_cannot_be_built_is_named_on_loading(tiny_suite_file):

@@ -6,7 +6,7 @@ the plans; the grid and tuning ask the planner for ids before they decide what t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -211,17 +211,21 @@ class RunPlanner:
             return None
         return student_pooling(shape, self.teacher_pooling)
 
-    def check_assets(self, method_names: Iterable[str], task_names: Iterable[str]) -> None:
+    def check_assets(self, method_names: Iterable[str], task_names: Iterable[str],
+                     variations: Mapping[tuple[str, str], Variation] | None = None) -> None:
         """Refuse before anything runs when a method's recipe for one of the tasks, or the
         student shape it trains, needs an asset this machine lacks (AssetNotFoundError:
         :meth:`Method.missing_assets`, :meth:`StudentKindConfig.missing_assets`), or when
         the shape does not fit the teacher or the method (ConfigError:
-        :func:`teacher_fit_problem`, :meth:`Method.student_problem`)."""
+        :func:`teacher_fit_problem`, :meth:`Method.student_problem`).  ``variations``: what
+        a (method, task) runs in place of its recipe (a tuned file's student and values)."""
+        variations = variations or {}
         for method_name in method_names:
             plugin = self.suite.plugin(method_name)
             for task_name in task_names:
                 task = get_task(task_name)
-                recipe = self.recipe(method_name, task.name, Variation())
+                recipe = self.recipe(method_name, task.name,
+                                     variations.get((method_name, task.name), Variation()))
                 shape_name = self.suite.student_name(recipe)
                 method = instantiate(plugin, recipe, task.name)
                 shape = self.student_shape(shape_name)

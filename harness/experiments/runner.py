@@ -742,7 +742,6 @@ class SuiteRunner(RunPlanner):
         on the student shape they were tuned on."""
         for method in methods:
             registry.get(self.suite.plugin(method))
-        self.check_assets(methods, tasks)
         by_cell = {}
         for params in tuned or []:
             if params.suite and params.suite != self.suite.record_suite:
@@ -756,6 +755,9 @@ class SuiteRunner(RunPlanner):
                                   f"which suite {self.suite.name} does not define (its "
                                   f"students: {', '.join(sorted(self.suite.students))})")
             by_cell[params.method, params.task] = params
+        self.check_assets(methods, tasks, {
+            cell: Variation.of(params.student, params.overrides)
+            for cell, params in by_cell.items()})
         cells = [(task, method, seed) for task in tasks for method in methods for seed in seeds]
         outcomes = []
         said: set[tuple[str, str]] = set()
