@@ -417,6 +417,35 @@ def test_the_largest_seed_numpy_takes_is_one() -> None:
         parse_seeds("4294967296")
 
 
+@pytest.mark.parametrize(("key_path", "value"), [
+    ("seeds", "[1, 2, 1]"), ("tasks", "[mrpc, MRPC]"), ("grid.methods", "[kd, finetune, kd]"),
+    ("grid.seeds", "[1, 1]"), ("grid.tasks", "[stsb, sts-b]"),
+    ("grid.budget.tuning_seeds", "[3, 3]")])
+def test_a_list_that_names_an_entry_twice_is_refused(tmp_path: Path, key_path: str,
+                                                     value: str) -> None:
+    """A grid plans a repeated seed, task or method as a cell twice, and its leaderboard
+    (harness table --grid, harness report --grid) then weighted that run twice in the mean."""
+    overrides = [f"{key_path}={value}"]
+    if key_path.startswith("grid") and key_path != "grid.methods":
+        overrides.insert(0, "grid={methods: [kd]}")
+    line = error_line(config_error(write_suite(tmp_path), overrides), key_path)
+    assert "listed twice" in line and "(from --set" in line
+
+
+def test_a_grid_variant_listed_among_its_methods_too_is_refused(tmp_path: Path) -> None:
+    def edit(tree: dict[str, Any]) -> None:
+        tree["methods"]["kd-hot"] = {"base": "kd", "params": {"temperature": 8.0}}
+        tree["grid"] = {"methods": ["kd", "kd-hot"], "variants": ["kd-hot"]}
+
+    assert "grid.variants.0: 'kd-hot' is in grid.methods too" in \
+        config_error(write_suite(tmp_path, edit))
+
+
+def test_a_seed_given_twice_on_the_command_line_is_refused() -> None:
+    with pytest.raises(ConfigError, match="--seeds: seed 2 is given twice"):
+        parse_seeds(["1,2", "2"])
+
+
 def test_empty_task_list(tmp_path: Path) -> None:
     error_line(config_error(write_suite(tmp_path, _set("tasks", value=[]))), "tasks")
 
@@ -751,6 +780,27 @@ def test_extends_merges_a_suite_over_another(tmp_path: Path) -> None:
     assert suite.default_methods() == ["kd", "kd-hot"]
     child.write_text(yaml.safe_dump({"extends": str(child), "name": "loop"}))
     assert "cycle" in config_error(child)
+
+
+def test_extends_reads_a_relative_path_beside_the_extending_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``extends: base.yaml`` is the file beside the suite, wherever the command runs: it
+    read ``base.yaml`` in the working folder instead (another suite of that name there
+    was merged in silently; none there was an error that named no file)."""
+    folder = tmp_path / "suites"
+    folder.mkdir()
+    write_suite(folder).rename(folder / "base.yaml")
+    child = folder / "child.yaml"
+    child.write_text(yaml.safe_dump({"extends": "base.yaml", "name": "child"}))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "base.yaml").write_text(BASE_SUITE.replace("seeds: [1, 2]", "seeds: [7]"))
+    monkeypatch.chdir(elsewhere)
+    assert load_suite(str(child)).seeds == [1, 2]
+    child.write_text(yaml.safe_dump({"extends": "missing.yaml", "name": "child"}))
+    assert config_error(child) == f"{child}: extends: no suite file {folder / 'missing.yaml'}"
+    child.write_text(yaml.safe_dump({"extends": "glue-cpx", "name": "child"}))
+    assert config_error(child).startswith(f"{child}: extends: unknown suite 'glue-cpx'")
 
 
 def test_errors_name_the_file_or_assignment_that_wrote_the_key(tmp_path: Path) -> None:

@@ -75,6 +75,16 @@ def test_cells_cross_methods_variants_students_tasks_and_seeds(
     assert {c.task_epochs for c in cells if c.method == "kd" and c.task == "rte"} == {2}
 
 
+def test_a_method_or_seed_named_twice_on_the_command_line_is_one_cell(
+        tmp_path, tiny_data_dir, tiny_teacher_dir):
+    """`grid -m kd -m kd` planned each kd cell twice, and a leaderboard of those cells
+    counted their runs twice."""
+    path = grid_suite(tmp_path, tiny_data_dir, tiny_teacher_dir, {"methods": ["kd"]})
+    cells = grid_cells(load_suite(str(path)), methods=["kd", "kd"], tasks=["rte", "rte"],
+                       seeds=[1])
+    assert [(cell.method, cell.task, cell.seed) for cell in cells] == [("kd", "rte", 1)]
+
+
 @pytest.mark.parametrize("grid, message", [
     ({"methods": ["kd"], "students": ["huge"]}, "grid.students: 'huge'"),
     ({"methods": ["kd"], "variants": ["kd-x"]}, "grid.variants: 'kd-x'"),

@@ -89,6 +89,10 @@ def test_a_record_is_checked_when_built_and_when_read(tmp_path: Path) -> None:
     path.write_text('{"run_id": ')  # not JSON at all
     with pytest.raises(InvalidRecordError, match=r"run\.json"):
         list(store.records())
+    path.unlink()
+    path.mkdir()  # a folder named like a record: it stopped a table with a traceback
+    with pytest.raises(InvalidRecordError, match=r"run\.json: cannot read it as a run record"):
+        list(store.records())
 
 
 def test_every_committed_record_is_a_valid_run_record() -> None:

@@ -20,6 +20,7 @@ from harness.api.suites import load_suite
 from harness.cli import app
 from harness.config.schema import ConfigError
 from harness.experiments.grid import Grid
+from harness.experiments.runner import SuiteRunner
 from harness.experiments.tuning import (
     Tuner,
     TuningTarget,
@@ -602,6 +603,27 @@ def test_grid_params_apply_only_to_the_cells_of_the_student_they_were_tuned_on(
     with pytest.raises(ConfigError, match=rf"tuned on student 'tiny-wide'; this grid's kd "
                                           rf"cells on stsb train {own}"):
         grid("tiny-wide")
+
+
+def test_two_parameter_files_for_one_method_and_task_are_refused(tmp_path, suite_file):
+    """`run` and `grid` with two --params files for kd on stsb applied the last and dropped
+    the first without a word."""
+    from harness.experiments.tuning import TunedParams
+
+    suite = load_suite(str(suite_file))
+    results = tmp_path / "results"
+    first, second = (TunedParams(path=tmp_path / f"{name}.yaml", study=name,
+                                 suite=suite.record_suite, method="kd", task="stsb",
+                                 overrides={"params.alpha": alpha})
+                     for name, alpha in (("low", 0.1), ("high", 0.9)))
+    message = r"high\.yaml: parameters for kd on stsb, as .*low\.yaml is; pass one of them"
+    with pytest.raises(ConfigError, match=message):
+        Grid(suite, results, f"sqlite:///{results / 'optuna.db'}", tmp_path / "cache",
+             log=lambda _: None, tuned=[first, second])
+    runner = SuiteRunner(suite, results, tmp_path / "cache", log=lambda _: None)
+    with pytest.raises(ConfigError, match=message):
+        runner.run(["kd"], ["stsb"], [1], tuned=[first, second])
+    assert not results.exists() or not any(results.glob("**/*.json"))  # nothing ran
 
 
 class _FirstChoiceTrial:

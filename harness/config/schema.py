@@ -60,6 +60,22 @@ PerTask = AfterValidator(_canonical_task_keys)
 """Validates a per-task mapping's keys (see :func:`_canonical_task_keys`)."""
 
 
+def _no_repeats(items: list[Any] | None) -> list[Any] | None:
+    """A list of tasks, seeds, methods or students that names none twice (after a task's
+    aliases are read as its name): a repeated seed or method repeats a grid's cells, and a
+    leaderboard of them weights those runs twice in its means and tests."""
+    seen: set[Any] = set()
+    for item in items or []:
+        if item in seen:
+            raise ValueError(f"{item!r} is listed twice; list it once")
+        seen.add(item)
+    return items
+
+
+Distinct = AfterValidator(_no_repeats)
+"""Refuses a list that names one entry twice (see :func:`_no_repeats`)."""
+
+
 def _yaml_no(value: Any) -> Any:
     # YAML 1.1 reads a bare `no` as false, so `mixed_precision: no` (in a suite or a --set)
     # arrives as False; it means the setting "no".
@@ -366,9 +382,9 @@ class CorpusConfig(StrictModel):
 
     task_sentences: bool = Field(True, description="include the training sentences of the "
                                  "tasks below (labels unused)")
-    tasks: list[TaskName] | None = Field(None, description="whose training sentences; default: the "
-                                    "suite's tasks (name them to share one corpus, and so one "
-                                    "general-distillation checkpoint, across suites)")
+    tasks: Annotated[list[TaskName] | None, Distinct] = Field(
+        None, description="whose training sentences; default: the suite's tasks (name them "
+        "to share one corpus, and so one general-distillation checkpoint, across suites)")
     text_files: list[str] = Field(
         default_factory=list, description="plain text, one sentence or passage per line; "
         "a relative path is looked up in the folder that holds the GLUE data folder (so "
@@ -472,7 +488,7 @@ class GridBudget(StrictModel):
         "with each other")
     tuning_trials: int = Field(0, ge=0, description="Optuna trials per method and task "
                                "before the grid runs it with the best parameters (0: none)")
-    tuning_seeds: list[Seed] = Field(default=[1], min_length=1,
+    tuning_seeds: Annotated[list[Seed], Distinct] = Field(default=[1], min_length=1,
                                     description="seeds each trial's objective averages over")
     pruner: Literal["median", "halving", "none"] = "median"
 
@@ -486,14 +502,18 @@ class GridBudget(StrictModel):
 class GridConfig(StrictModel):
     """The suite's common grid: methods x variants x student shapes x tasks x seeds."""
 
-    methods: list[str] = Field(min_length=1, description="methods (suite recipes or plugins)")
-    variants: list[str] = Field(default_factory=list, description="ablation variants (suite "
-                                "recipes with a base), run like the methods")
-    students: list[str] = Field(
+    methods: Annotated[list[str], Distinct] = Field(
+        min_length=1, description="methods (suite recipes or plugins)")
+    variants: Annotated[list[str], Distinct] = Field(
+        default_factory=list, description="ablation variants (suite recipes with a base), "
+        "run like the methods")
+    students: Annotated[list[str], Distinct] = Field(
         default_factory=list, description="student shapes crossed with every method whose "
         "plugin builds their kind; empty: each method's own student")
-    tasks: list[TaskName] | None = Field(None, description="default: the suite's tasks")
-    seeds: list[Seed] | None = Field(None, description="default: the suite's seeds")
+    tasks: Annotated[list[TaskName] | None, Distinct] = Field(
+        None, description="default: the suite's tasks")
+    seeds: Annotated[list[Seed] | None, Distinct] = Field(
+        None, description="default: the suite's seeds")
     budget: GridBudget = GridBudget()
 
     @property
@@ -535,8 +555,8 @@ class SuiteConfig(StrictModel):
         None, description="the suite whose runs these are (a view of it: other tasks, seeds "
         "or variants, the same data, teacher, student and budgets): runs hash and record "
         "under its name, so a configuration both run is trained once")
-    tasks: list[TaskName] = Field(min_length=1)
-    seeds: list[Seed] = Field(default=[1], min_length=1)
+    tasks: Annotated[list[TaskName], Distinct] = Field(min_length=1)
+    seeds: Annotated[list[Seed], Distinct] = Field(default=[1], min_length=1)
     data: DataConfig = DataConfig()
     teacher: TeacherConfig
     students: dict[str, StudentShape] = Field(min_length=1)
@@ -593,9 +613,12 @@ class SuiteConfig(StrictModel):
                 if student not in self.students:
                     raise ValueError(f"grid.students: {student!r} is not one of "
                                      f"{sorted(self.students)}")
-            for variant in self.grid.variants:
+            for index, variant in enumerate(self.grid.variants):
                 if variant not in self.methods:
                     raise ValueError(f"grid.variants: {variant!r} is not a method of this suite")
+                if variant in self.grid.methods:  # its cells would be planned twice
+                    raise ValueError(f"grid.variants.{index}: {variant!r} is in grid.methods "
+                                     "too; list it once")
             listed = set(self.grid.recipes)
             for index, method in enumerate(self.grid.budget.own_budget):
                 if method not in listed:
@@ -690,6 +713,8 @@ def parse_seeds(values: str | list[str] | None, option: str = "--seeds") -> list
         if not text.isdecimal() or int(text) > MAX_SEED:
             raise ConfigError(f"{option}: {text!r} is not a seed (a whole number from 0 to "
                               f"{MAX_SEED})")
+        if int(text) in seeds:  # a grid would plan its cells twice
+            raise ConfigError(f"{option}: seed {int(text)} is given twice")
         seeds.append(int(text))
     return seeds or None
 
@@ -844,8 +869,23 @@ def _read_suite_files(path: Path, seen: tuple[Path, ...]) -> list[tuple[Path, di
         return [(path, tree)]
     if not isinstance(parent, str):
         raise ConfigError(f"{path}: extends: expected a suite name or path, got {parent!r}")
-    return [(path, tree), *_read_suite_files(resolve_suite_path(parent),
+    return [(path, tree), *_read_suite_files(_extended_path(path, parent),
                                              (*seen, path.resolve()))]
+
+
+def _extended_path(path: Path, parent: str) -> Path:
+    """The file ``extends: <parent>`` in the suite file ``path`` names: a YAML path is
+    relative to that file's folder (not to the folder the command runs in, where another
+    file of that name would be read instead), a name is one of the suites in suites/."""
+    if Path(parent).suffix in {".yaml", ".yml"}:
+        located = path.parent / parent  # an absolute path stays as it is
+        if not located.is_file():
+            raise ConfigError(f"{path}: extends: no suite file {located}")
+        return located
+    try:
+        return resolve_suite_path(parent)
+    except ConfigError as error:
+        raise ConfigError(f"{path}: extends: {error}") from None
 
 
 def with_resolved_precision(suite: SuiteConfig, resolved: dict[str, str]) -> SuiteConfig:

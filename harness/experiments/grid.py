@@ -101,7 +101,8 @@ def grid_cells(suite: SuiteConfig, methods: list[str] | None = None,
                 for seed in seeds or grid.seeds or suite.seeds:
                     cells.append(GridCell(method, task, seed,
                                           None if student == own else student, epochs))
-    return cells
+    # A method, task or seed named twice (-m kd -m kd) is one cell, planned and counted once.
+    return list(dict.fromkeys(cells))
 
 
 @dataclass
@@ -226,6 +227,9 @@ class Grid:
                 raise ConfigError(f"{params.path}: tuned on student {params.student!r}; this "
                                   f"grid's {params.method} cells on {params.task} train "
                                   f"{', '.join(sorted(students))}")
+            if (earlier := self.tuned.get((params.method, params.task))) is not None:
+                raise ConfigError(f"{params.path}: parameters for {params.method} on "
+                                  f"{params.task}, as {earlier.path} is; pass one of them")
             self.tuned[params.method, params.task] = params
         self._tuners: dict[tuple, Tuner] = {}
         self._estimates: dict[GridCell, float | None] = {}

@@ -754,6 +754,9 @@ class SuiteRunner(RunPlanner):
                 raise ConfigError(f"{params.path}: tuned on student {params.student!r}, "
                                   f"which suite {self.suite.name} does not define (its "
                                   f"students: {', '.join(sorted(self.suite.students))})")
+            if (earlier := by_cell.get((params.method, params.task))) is not None:
+                raise ConfigError(f"{params.path}: parameters for {params.method} on "
+                                  f"{params.task}, as {earlier.path} is; pass one of them")
             by_cell[params.method, params.task] = params
         self.check_assets(methods, tasks, {
             cell: Variation.of(params.student, params.overrides)

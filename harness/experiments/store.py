@@ -63,6 +63,9 @@ class ResultsStore:
             raise InvalidRecordError(f"{path}: not a valid run record: {problems}") from None
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
             raise InvalidRecordError(f"{path}: not a valid run record: {error}") from None
+        except OSError as error:  # a folder named like a record, a file it cannot read
+            raise InvalidRecordError(f"{path}: cannot read it as a run record "
+                                     f"({error.strerror or error})") from None
 
     def check_writable(self, path: Path) -> None:
         """Stop before a run trains when its record ``path`` could not be written (a
