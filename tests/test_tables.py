@@ -150,6 +150,30 @@ def test_a_row_never_averages_two_configurations(tiny_suite_file, tmp_path):
     assert sorted(table[table["task"] == "rte"]["seed"]) == [1, 2]
 
 
+def test_a_record_copied_under_another_run_id_does_not_count_its_seed_twice(tiny_suite_file,
+                                                                            tmp_path):
+    """One configuration and seed is one run: a hand-edited copy of a record (another run id
+    and score, the same configuration) was counted as a second run of that seed, and moved
+    the mean.  The record whose run id is the hash of its configuration counts."""
+    results = tmp_path / "results"
+    suite = load_suite(str(tiny_suite_file))
+    path = SuiteRunner(suite, results, tmp_path / "cache", log=lambda _: None).run_one(
+        "finetune", "rte", 1).path
+    store = ResultsStore(results)
+    genuine = store.load(path)
+    forged = genuine.model_copy(update={"run_id": "0" * 64, "config_hash": "0" * 64,
+                                        "main_score": 99.0,
+                                        "finished_at": "2999-01-01T00:00:00+00:00"})
+    store.write(path.with_name("tiny-seed1-copy.json"), forged)
+    logged: list[str] = []
+    runs, _ = collect_runs(suite, results, log=logged.append)
+    rte = runs[(runs["label"] == "finetune") & (runs["task"] == "rte")]
+    assert list(rte["run_id"]) == [genuine.run_id]
+    assert list(rte["score"]) == [pytest.approx(genuine.main_score)]
+    assert any("edited or copied by hand" in line and "0000000000000000" in line
+               for line in logged), logged
+
+
 def test_of_one_seeds_two_auto_resolutions_the_later_run_counts(tiny_suite_file, tmp_path):
     """The same recipe recorded in both resolutions of ``auto`` (two machines, one seed):
     both are the recipe's runs, and the row counts the seed once."""
