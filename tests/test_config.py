@@ -537,9 +537,12 @@ def test_set_bad_value_fails(tmp_path: Path) -> None:
     error_line(message, "training.batch_size")
 
 
-def test_set_through_a_scalar_fails(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"training\.lr\.x"):
-        load_suite(str(write_suite(tmp_path)), ["training.lr.x=1"])
+def test_set_through_a_scalar_fails_naming_the_file_and_the_assignment(tmp_path: Path) -> None:
+    suite = write_suite(tmp_path)
+    with pytest.raises(ConfigError) as info:
+        load_suite(str(suite), ["training.lr.x=1"])
+    assert str(info.value) == (f"{suite}: --set 'training.lr.x=1': cannot set "
+                               "training.lr.x: lr is not a mapping")
 
 
 # --------------------------------------------------------------------------- precedence

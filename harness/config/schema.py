@@ -786,7 +786,10 @@ class SuiteSource:
         assignments = {}
         for assignment in overrides or []:
             key_path, value = parse_assignment(assignment)
-            set_path(tree, key_path, value)
+            try:
+                set_path(tree, key_path, value)
+            except ConfigError as error:
+                raise ConfigError(f"{self.path}: --set {assignment.strip()!r}: {error}") from None
             assignments[".".join(key_path)] = assignment.strip()
         source = SuiteSource(self.path, self.files, assignments)
         try:
