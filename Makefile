@@ -41,8 +41,8 @@ run: $(STAMP)
 	$(BIN)/harness report --suite glue-cpu --results $(RESULTS) --out $(REPORT_OUT)
 
 # The import contracts (layers along the data flow, methods on the API; pyproject.toml),
-# then every test.
-test: $(STAMP)
+# then every test (setup first: the tests start a PostgreSQL server and a headless Chromium).
+test: setup
 	$(BIN)/lint-imports
 	$(BIN)/pytest -q
 
