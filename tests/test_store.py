@@ -365,6 +365,28 @@ def test_a_damaged_entry_is_reported_discarded_and_rebuilt(tmp_path: Path, damag
     assert len(messages) == 1
 
 
+def test_an_entry_of_another_key_moved_under_this_one_is_not_used(tmp_path: Path) -> None:
+    """Every file whole and matching its checksum, but the entry of another key (another
+    teacher seed, another task with as many rows): copied in by hand or by a sync of
+    caches, it would serve another teacher's logits under this key."""
+    import shutil
+
+    key, other = content_hash({"task": "rte", "seed": 0}), content_hash({"task": "rte", "seed": 1})
+    cache = ArtifactCache(tmp_path)
+    entry = built_entry(cache, key)
+    with cache.build("teachers", other, {"task": "rte"}) as scratch:
+        (scratch / "weights.bin").write_bytes(bytes(range(255, -1, -1)) * 4)
+        (scratch / "logits").mkdir()
+        np.save(scratch / "logits" / "train.npy", np.linspace(1, -1, 20, dtype=np.float32))
+    shutil.rmtree(entry)
+    shutil.copytree(cache.path("teachers", other), entry)
+    messages: list[str] = []
+    later = ArtifactCache(tmp_path, log=messages.append)
+    assert not later.has("teachers", key)
+    assert f"another key ({other[:16]})" in messages[0] and "rebuilding it" in messages[0]
+    assert not entry.exists() and later.has("teachers", other)
+
+
 def test_an_entry_written_before_checksums_has_them_recorded(tmp_path: Path) -> None:
     key = content_hash({"task": "old"})
     entry = built_entry(ArtifactCache(tmp_path), key)

@@ -9,7 +9,8 @@ is never replaced under a process reading it.
 
 Each entry records the size and SHA-256 of every file it holds (``key.json``, ``files``).
 The first time a process uses an entry it checks them: a truncated, missing or altered
-file makes the entry damaged; it is reported, moved out of the way and rebuilt, never
+file, or an entry written for another key (copied or moved in under this one), makes
+the entry damaged; it is reported, moved out of the way and rebuilt, never
 read.  An entry written before checksums existed has them recorded on first use, once
 its arrays load and hold finite numbers, its weights load and its JSON files parse (else
 it is damaged too); one that holds JSON lines (augmented copies, POS tags) is rebuilt, as
@@ -171,13 +172,19 @@ class ArtifactCache:
 
     def problems(self, kind: str, key: str) -> list[str] | None:
         """What differs between the entry's files and what was recorded when it was
-        written (empty: nothing); for an entry written before checksums, what reading its
-        files shows, or None when nothing (its checksums are then recorded)."""
+        written (empty: nothing), an entry written for another key included; for an entry
+        written before checksums, what reading its files shows, or None when nothing (its
+        checksums are then recorded)."""
         entry = self.path(kind, key)
         try:
-            recorded = json.loads((entry / DESCRIPTION).read_text()).get("files")
+            description = json.loads((entry / DESCRIPTION).read_text())
+            recorded, written_for = description.get("files"), description.get("key", key)
         except (OSError, ValueError, AttributeError) as error:
             return [f"{DESCRIPTION} unreadable ({error})"]
+        if written_for != key:
+            # Whole and self-consistent, but another key's: an entry copied or moved under
+            # this name (a synced or merged cache) holds another teacher's or task's files.
+            return [f"it holds the entry of another key ({str(written_for)[:16]})"]
         if recorded is None:
             return _readable_problems(entry) or None
         if not _is_manifest(recorded):
