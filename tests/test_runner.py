@@ -627,6 +627,26 @@ def test_a_variant_whose_stages_cannot_be_built_is_named_on_loading(tiny_suite_f
     assert "methods.tinybert" not in str(info.value)
 
 
+def test_a_teacher_whose_fine_tuning_diverges_is_named_and_not_fine_tuned_again(
+        tiny_suite_file, tmp_path):
+    """The teacher's NaN loss was reported as "stage 'finetune'" (read as the finetune
+    method), and every later cell of the task fine-tuned the same teacher again."""
+    lines: list[str] = []
+    suite = load_suite(str(tiny_suite_file), ["teacher.training.lr=1.0e6"])
+    runner = SuiteRunner(suite, tmp_path / "results", tmp_path / "cache", log=lines.append)
+    message = (r"the RTE teacher \(.*\) diverged while it was fine-tuned \(loss at step \d+: "
+               r"gold=-?(nan|inf)\); lower teacher\.training\.lr or "
+               r"teacher\.task_training\.rte\.lr \(now 1e\+06\) and run again")
+    with pytest.raises(TeacherError, match=message):
+        runner.run_one("kd", "rte", seed=1)
+    tried = sum("fine-tuning" in line for line in lines)
+    assert tried == 1, lines
+    with pytest.raises(TeacherError, match=message):
+        runner.run_one("finetune", "rte", seed=1)
+    assert sum("fine-tuning" in line for line in lines) == tried
+    assert not list((tmp_path / "results").glob("**/*.json"))
+
+
 def test_repeated_or_comma_separated_list_options_all_count():
     from harness.common.cli_options import split_csv as _csv
 

@@ -29,7 +29,7 @@ from harness.api.context import AugmentContext, StudentContext, StudentEncoder
 from harness.api.method import Method, Stage
 from harness.api.registry import registry
 from harness.api.students import count_parameters
-from harness.assets.checkpoints import check_label_order, load_pretrained_encoder
+from harness.assets.checkpoints import TeacherError, check_label_order, load_pretrained_encoder
 from harness.common.cache import ArtifactCache, content_hash, default_cache_dir
 from harness.common.memory import MemoryProbe, release_freed_memory
 from harness.common.precision import native_bf16
@@ -171,21 +171,31 @@ class SuiteRunner(RunPlanner):
             transformers.utils.logging.disable_progress_bar()
             datasets.disable_progress_bars()
         self._teachers: dict[str, TeacherArtifacts] = {}
+        self._teacher_failures: dict[str, TeacherError] = {}
         self._teacher_state: dict[str, torch.Tensor] | None = None
         self._augmented: dict[str, AugmentedSet] = {}
         self._student_splits: dict[tuple[str, str, str], EncodedSplit] = {}
         self._teacher_speed: dict[tuple[str, int], float] = {}
 
     def teacher(self, name: str) -> TeacherArtifacts:
+        """The task's fine-tuned teacher and its outputs (cached); a teacher that could not
+        be made (its fine-tuning diverged) is not tried again by this runner: every later
+        cell of the task gets the same error at once, not another fine-tuning."""
+        if name in self._teacher_failures:
+            raise self._teacher_failures[name]
         if name not in self._teachers:
             prepared = self.prepare_task(name)
-            self._teachers[name] = prepare_teacher(
-                task=prepared.task, splits=prepared.splits,
-                data_fingerprint=prepared.data.fingerprint, checkpoint=self.checkpoint,
-                teacher=self.suite.teacher,
-                training=self.suite.teacher_train_config(name),
-                max_length=prepared.max_length, cache=self.cache,
-                accelerator=self.accelerator, log=self.log)
+            try:
+                self._teachers[name] = prepare_teacher(
+                    task=prepared.task, splits=prepared.splits,
+                    data_fingerprint=prepared.data.fingerprint, checkpoint=self.checkpoint,
+                    teacher=self.suite.teacher,
+                    training=self.suite.teacher_train_config(name),
+                    max_length=prepared.max_length, cache=self.cache,
+                    accelerator=self.accelerator, log=self.log)
+            except TeacherError as error:
+                self._teacher_failures[name] = error
+                raise
         return self._teachers[name]
 
     def teacher_state(self) -> dict[str, torch.Tensor]:

@@ -43,7 +43,7 @@ from harness.data.metrics import TaskEvaluator
 from harness.data.tasks import TaskSpec
 from harness.teacher.outputs import TeacherRuntime, autocast_setting
 from harness.training.distributed import any_process
-from harness.training.engine import predict_logits, train_stage
+from harness.training.engine import NonFiniteLossError, predict_logits, train_stage
 
 
 class _GoldLabels(Method):
@@ -241,12 +241,20 @@ def _build_teacher(key, task, splits, data_fingerprint, checkpoint, teacher, tra
         set_seed(teacher.seed)
         objective = _GoldLabels(MethodParams(), {"gold": 1.0})
         stage = objective.stages(task)[0]
-        result = train_stage(
-            method=objective, stage=stage, student=model, extra=torch.nn.ModuleDict(),
-            config=training, train_split=splits["train"],
-            eval_split=splits[task.selection_split], evaluator=evaluator,
-            teacher=TeacherRuntime(), accelerator=accelerator, seed=teacher.seed,
-            description=f"teacher {task.name}")
+        try:
+            result = train_stage(
+                method=objective, stage=stage, student=model, extra=torch.nn.ModuleDict(),
+                config=training, train_split=splits["train"],
+                eval_split=splits[task.selection_split], evaluator=evaluator,
+                teacher=TeacherRuntime(), accelerator=accelerator, seed=teacher.seed,
+                description=f"teacher {task.name}")
+        except NonFiniteLossError as error:  # not the finetune method's stage of that name
+            raise TeacherError(
+                f"the {task.display_name} teacher ({checkpoint.spec}) diverged while it was "
+                f"fine-tuned (loss at step {error.step}: "
+                f"{', '.join(f'{name}={value:.4g}' for name, value in error.values.items())})"
+                f"; lower teacher.training.lr or teacher.task_training.{task.name}.lr "
+                f"(now {training.lr:g}) and run again") from None
         model = accelerator.unwrap_model(model)
         stage_summary = {"steps": result.steps, "examples_seen": result.examples_seen,
                          "seconds": result.seconds, "best_step": result.best_step,
