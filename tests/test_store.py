@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -385,6 +386,36 @@ def test_an_entry_of_another_key_moved_under_this_one_is_not_used(tmp_path: Path
     assert not later.has("teachers", key)
     assert f"another key ({other[:16]})" in messages[0] and "rebuilding it" in messages[0]
     assert not entry.exists() and later.has("teachers", other)
+
+
+def _source(cache: ArtifactCache, key: str, weights: bytes) -> None:
+    with cache.build("teachers", key, {"task": "rte"}) as scratch:
+        (scratch / "weights.bin").write_bytes(weights)
+
+
+def test_an_entry_made_from_a_source_rebuilt_with_other_contents_is_rebuilt(
+        tmp_path: Path) -> None:
+    """Teacher outputs (a bf16 labelling, intermediate arrays, logits on augmented copies)
+    are keyed by the teacher's key, not its weights: a teacher entry damaged and fine-tuned
+    again (on another thread count: other weights) left them in place, and a student read
+    outputs of the old teacher beside the new one's logits."""
+    teacher, outputs = content_hash({"teacher": 1}), content_hash({"outputs": 1})
+    cache = ArtifactCache(tmp_path)
+    _source(cache, teacher, b"weights of the first build")
+    with cache.build("intermediates", outputs, {}, made_from=[("teachers", teacher)]) as scratch:
+        np.save(scratch / "values.npy", np.arange(4, dtype=np.float16))
+    assert ArtifactCache(tmp_path).has("intermediates", outputs)
+    shutil.rmtree(cache.path("teachers", teacher))  # rebuilt with the same contents: kept
+    _source(ArtifactCache(tmp_path), teacher, b"weights of the first build")
+    assert ArtifactCache(tmp_path).has("intermediates", outputs)
+    shutil.rmtree(cache.path("teachers", teacher))  # rebuilt with other weights: not kept
+    _source(ArtifactCache(tmp_path), teacher, b"weights of another build")
+    messages: list[str] = []
+    later = ArtifactCache(tmp_path, log=messages.append)
+    assert not later.has("intermediates", outputs)
+    assert messages == [f"[cache] intermediates/{outputs[:16]} is damaged (it was made from "
+                        f"another build of teachers/{teacher[:16]}); rebuilding it"]
+    assert later.has("teachers", teacher)
 
 
 def test_an_entry_written_before_checksums_has_them_recorded(tmp_path: Path) -> None:

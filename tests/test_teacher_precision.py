@@ -104,3 +104,35 @@ def test_a_fresh_teacher_does_not_depend_on_what_ran_before_it(tiny_suite_file, 
         runner = _runner(tiny_suite_file, tmp_path / name, [])
         logits.append(np.asarray(runner.teacher("rte").logits("dev")))
     np.testing.assert_array_equal(logits[0], logits[1])
+
+
+def test_bf16_logits_of_a_teacher_fine_tuned_again_with_other_weights_are_made_again(
+        tiny_suite_file, tmp_path):
+    """The bf16 entry holds logits of the fp32 entry's model, under a key that names the
+    teacher's recipe, not its weights: when that entry is damaged and fine-tuned again
+    with other weights (another thread count), the old logits are not served beside it."""
+    from safetensors.torch import load_file, save_file
+
+    from harness.common.cache import file_manifest
+
+    base = _runner(tiny_suite_file, tmp_path, []).teacher("rte")
+    labelled = _runner(tiny_suite_file, tmp_path, ["teacher.inference_precision=bf16"]
+                       ).teacher("rte")
+    assert labelled.model_key == base.key
+    before = np.array(labelled.logits("dev"))
+    # What fine-tuning again with other weights leaves: a whole entry with other files.
+    weights = base.model_path / "model.safetensors"
+    state = load_file(weights)
+    state = {name: value * 1.5 for name, value in state.items()}
+    save_file(state, weights, metadata={"format": "pt"})
+    description = json.loads((base.path / "key.json").read_text())
+    description["files"] = file_manifest(base.path)
+    (base.path / "key.json").write_text(json.dumps(description))
+    lines: list[str] = []
+    again = SuiteRunner(load_suite(str(tiny_suite_file), ["teacher.inference_precision=bf16"]),
+                        tmp_path / "results", tmp_path / "cache", log=lines.append)
+    again.cache.log = lines.append
+    relabelled = again.teacher("rte")
+    assert any(f"teachers/{labelled.key[:16]} is damaged (it was made from another build "
+               f"of teachers/{base.key[:16]})" in line for line in lines), lines
+    assert not np.array_equal(np.asarray(relabelled.logits("dev")), before)

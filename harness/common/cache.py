@@ -9,12 +9,13 @@ is never replaced under a process reading it.
 
 Each entry records the size and SHA-256 of every file it holds (``key.json``, ``files``).
 The first time a process uses an entry it checks them: a truncated, missing or altered
-file, or an entry written for another key (copied or moved in under this one), makes
-the entry damaged; it is reported, moved out of the way and rebuilt, never
-read.  An entry written before checksums existed has them recorded on first use, once
-its arrays load and hold finite numbers, its weights load and its JSON files parse (else
-it is damaged too); one that holds JSON lines (augmented copies, POS tags) is rebuilt, as
-a file of them cut at a line's end would read as whole.
+file, an entry written for another key (copied or moved in under this one), or an entry
+made from another build of the entry it derives from (teacher outputs whose teacher was
+rebuilt since, with other weights), makes the entry damaged; it is reported, moved out of
+the way and rebuilt, never read.  An entry written before checksums existed has them
+recorded on first use, once its arrays load and hold finite numbers, its weights load and
+its JSON files parse (else it is damaged too); one that holds JSON lines (augmented
+copies, POS tags) is rebuilt, as a file of them cut at a line's end would read as whole.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import pickle
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -185,6 +186,14 @@ class ArtifactCache:
             # Whole and self-consistent, but another key's: an entry copied or moved under
             # this name (a synced or merged cache) holds another teacher's or task's files.
             return [f"it holds the entry of another key ({str(written_for)[:16]})"]
+        made_from = description.get("made_from")
+        for source, digest in (made_from.items() if isinstance(made_from, dict) else ()):
+            source_kind, _, source_key = str(source).partition("/")
+            now = self.files_digest(source_kind, source_key)
+            if digest is not None and now is not None and now != digest:
+                # The source was rebuilt (damaged, deleted) with other contents: a teacher
+                # fine-tuned again on another thread count has other weights.
+                return [f"it was made from another build of {source_kind}/{source_key[:16]}"]
         if recorded is None:
             return _readable_problems(entry) or None
         if not _is_manifest(recorded):
@@ -200,6 +209,17 @@ class ArtifactCache:
             elif file_digest(path) != expected["sha256"]:
                 problems.append(f"{name} was altered (its checksum differs)")
         return problems
+
+    def files_digest(self, kind: str, key: str) -> str | None:
+        """A digest of the files entry ``kind/key`` recorded when it was written (None: no
+        such entry, or one written before checksums): what an entry made from it records
+        (``build(made_from=...)``), so that a rebuilt source with other contents shows."""
+        try:
+            description = json.loads((self.path(kind, key) / DESCRIPTION).read_text())
+        except (OSError, ValueError):
+            return None
+        files = description.get("files") if isinstance(description, dict) else None
+        return content_hash(files) if _is_manifest(files) else None
 
     def _record_manifest(self, kind: str, key: str) -> None:
         entry = self.path(kind, key)
@@ -253,12 +273,17 @@ class ArtifactCache:
 
     @contextmanager
     def build(self, kind: str, key: str, description: dict[str, Any],
-              replace: bool = False) -> Iterator[Path]:
+              replace: bool = False, made_from: Iterable[tuple[str, str]] = ()
+              ) -> Iterator[Path]:
         """Yield a scratch directory; on success it becomes the entry ``kind/key``, unless
         another process completed that entry meanwhile: then the scratch copy is dropped
         and the finished entry kept.  ``replace``: this copy takes the finished entry's
         place instead (an entry that is one run's output, not an artefact any build
-        reproduces: a kept student)."""
+        reproduces: a kept student).  ``made_from``: the entries (kind, key) this one is
+        computed from; their files' digests are recorded, and the entry counts as damaged
+        once one of them is rebuilt with other contents."""
+        sources = {f"{source_kind}/{source_key}": self.files_digest(source_kind, source_key)
+                   for source_kind, source_key in made_from}
         final = self.path(kind, key)
         final.parent.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=final.parent))
@@ -267,6 +292,7 @@ class ArtifactCache:
             yield scratch
             (scratch / DESCRIPTION).write_text(json.dumps(
                 {"key": key, "cache_version": CACHE_VERSION, **description,
+                 **({"made_from": sources} if sources else {}),
                  "files": file_manifest(scratch)}, indent=2, default=str))
             (scratch / MARKER).write_text("")
             # Under the lock: no window between keeping a finished entry and putting this

@@ -144,8 +144,9 @@ def prepare_augmented(
                                 progress=f"teacher labels {task.name}")
         if accelerator.is_local_main_process:
             with cache.build("augmented_logits", logits_key,
-                             {"task": task.name, "text": text_key,
-                              "teacher": teacher.key}) as scratch:
+                             {"task": task.name, "text": text_key, "teacher": teacher.key},
+                             made_from=[("teachers", teacher.model_key),
+                                        ("augmented", text_key)]) as scratch:
                 np.save(scratch / "logits.npy", logits)
                 (scratch / "summary.json").write_text(json.dumps(
                     {"seconds": time.perf_counter() - started, "rows": len(synthetic)}))

@@ -71,6 +71,12 @@ class TeacherArtifacts:
         return self.model_dir or self.path / "model"
 
     @property
+    def model_key(self) -> str:
+        """The ``teachers`` entry that holds the fine-tuned model: this one, or for a bf16
+        labelling the fp32 entry it labelled with."""
+        return str(self.summary.get("model_key", self.key))
+
+    @property
     def inference_precision(self) -> str:
         """Precision the cached logits were computed in (``teacher.inference_precision``)."""
         return self.summary.get("inference_precision", "fp32")
@@ -307,7 +313,8 @@ def _relabel(key: str, base: TeacherArtifacts, splits: dict[str, EncodedSplit],
     if accelerator.is_local_main_process:
         with cache.build("teachers", key, {"task": task.name, "model_key": base.key,
                                            "inference_precision":
-                                               teacher.inference_precision}) as scratch:
+                                               teacher.inference_precision},
+                         made_from=[("teachers", base.key)]) as scratch:
             (scratch / "logits").mkdir()
             for name, values in logits.items():
                 np.save(scratch / "logits" / f"{name}.npy", values)

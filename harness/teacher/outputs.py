@@ -197,6 +197,9 @@ class IntermediateCacheRequest:
     precision: str = "fp32"
     batch_size: int = 128
     log: Callable[[str], None] = print
+    model_key: str | None = None
+    """The ``teachers`` entry holding the model the outputs come from (None: none to
+    check): its arrays count as damaged once that entry is rebuilt with other weights."""
 
 
 def split_digest(split: EncodedSplit) -> str:
@@ -327,7 +330,8 @@ def _build(request: IntermediateCacheRequest, missing: dict[tuple[str, int], str
             scratch = entries.enter_context(request.cache.build(
                 INTERMEDIATES_KIND, key, {"teacher": request.teacher_key, "split": split.name,
                                           "rows": len(split), "output": what,
-                                          "layer": number}))
+                                          "layer": number},
+                made_from=[("teachers", request.model_key)] if request.model_key else ()))
             np.save(scratch / "lengths.npy", lengths)
             outputs[what, number] = np.lib.format.open_memmap(
                 scratch / "values.npy", mode="w+", dtype=np.float16, shape=shape)
@@ -467,7 +471,8 @@ def intermediate_cache_request(teacher: Any, cache: ArtifactCache, artifacts: An
     return IntermediateCacheRequest(cache=cache, teacher_key=artifacts.key,
                                     max_gb=config.max_gb,
                                     precision=artifacts.inference_precision,
-                                    batch_size=teacher.inference_batch_size, log=log)
+                                    batch_size=teacher.inference_batch_size, log=log,
+                                    model_key=artifacts.model_key)
 
 
 # -- a stage's teacher --------------------------------------------------------------------
