@@ -88,6 +88,9 @@ def test_missing_corpus_file_and_empty_corpus_are_clear_errors(tmp_path):
         build_corpus(CorpusConfig(text_files=[str(tmp_path / "nope.txt")]), [])
     with pytest.raises(ValueError, match="empty"):
         build_corpus(CorpusConfig(task_sentences=False), [])
+    with pytest.raises(DataNotFoundError, match=r"is a directory, not a text file "
+                                                r"\(corpus\.text_files"):
+        build_corpus(CorpusConfig(text_files=[str(tmp_path)]), [])
 
 
 @pytest.mark.parametrize("text", ["", "\n\n", "too short\n   \nstill short\n"])

@@ -102,6 +102,10 @@ def resolve_text_file(name: str, data_dir: Path | None) -> Path:
         if candidate.is_file():
             return candidate
     tried = ", ".join(str(candidate) for candidate in candidates)
+    if folders := [candidate for candidate in candidates if candidate.is_dir()]:
+        raise DataNotFoundError(f"corpus text file {name!r} is a directory, not a text file "
+                                f"(corpus.text_files in the suite: {folders[0]}); name the "
+                                "files in it")
     raise DataNotFoundError(f"corpus text file {name!r} does not exist (corpus.text_files in "
                             f"the suite; tried {tried})")
 
