@@ -647,6 +647,31 @@ def test_a_teacher_whose_fine_tuning_diverges_is_named_and_not_fine_tuned_again(
     assert not list((tmp_path / "results").glob("**/*.json"))
 
 
+def test_a_teacher_that_diverged_is_not_kept_in_memory_by_the_runner(tiny_suite_file,
+                                                                   tmp_path):
+    """The runner remembers that the task's teacher diverged, not the error itself: its
+    traceback held the fine-tuning's frames, so the diverged teacher and its optimizer
+    stayed in memory for every later cell (of any task) the runner trained."""
+    import gc
+
+    import torch
+
+    def live_optimizers() -> int:
+        gc.collect()
+        return sum(isinstance(item, torch.optim.Optimizer) for item in gc.get_objects())
+
+    before = live_optimizers()
+    suite = load_suite(str(tiny_suite_file), ["teacher.training.lr=1.0e6"])
+    runner = SuiteRunner(suite, tmp_path / "results", tmp_path / "cache", log=lambda _: None)
+    with pytest.raises(TeacherError, match="diverged"):
+        runner.run_one("kd", "rte", seed=1)
+    runner.accelerator.free_memory()  # what the next stage's end does
+    assert live_optimizers() == before
+    with pytest.raises(TeacherError, match="diverged") as info:  # still not tried again
+        runner.run_one("finetune", "rte", seed=1)
+    assert info.value.__context__ is None
+
+
 def test_repeated_or_comma_separated_list_options_all_count():
     from harness.common.cli_options import split_csv as _csv
 

@@ -171,7 +171,7 @@ class SuiteRunner(RunPlanner):
             transformers.utils.logging.disable_progress_bar()
             datasets.disable_progress_bars()
         self._teachers: dict[str, TeacherArtifacts] = {}
-        self._teacher_failures: dict[str, TeacherError] = {}
+        self._teacher_failures: dict[str, str] = {}
         self._teacher_state: dict[str, torch.Tensor] | None = None
         self._augmented: dict[str, AugmentedSet] = {}
         self._student_splits: dict[tuple[str, str, str], EncodedSplit] = {}
@@ -182,7 +182,7 @@ class SuiteRunner(RunPlanner):
         be made (its fine-tuning diverged) is not tried again by this runner: every later
         cell of the task gets the same error at once, not another fine-tuning."""
         if name in self._teacher_failures:
-            raise self._teacher_failures[name]
+            raise TeacherError(self._teacher_failures[name])
         if name not in self._teachers:
             prepared = self.prepare_task(name)
             try:
@@ -194,7 +194,11 @@ class SuiteRunner(RunPlanner):
                     max_length=prepared.max_length, cache=self.cache,
                     accelerator=self.accelerator, log=self.log)
             except TeacherError as error:
-                self._teacher_failures[name] = error
+                # Its message, not the error: the error's traceback (and the divergence it
+                # replaced, its __context__) holds the frames of the fine-tuning, and with
+                # them the diverged teacher, its gradients and its optimizer's state, which
+                # would stay in memory for every later cell this runner trains.
+                self._teacher_failures[name] = str(error)
                 raise
         return self._teachers[name]
 
