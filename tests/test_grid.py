@@ -42,6 +42,31 @@ def grid_suite(tmp_path: Path, data_dir: Path, teacher_dir: Path, grid: dict,
     return path
 
 
+def test_a_params_file_whose_values_make_the_recipe_fit_plans_as_harness_run_does(
+        tmp_path, tiny_data_dir, tiny_teacher_dir):
+    """The grid named its queue by each cell's untuned configuration, resolving (and so
+    checking) the recipe without the --params file's values: a file whose values make the
+    recipe fit (harness run's planning check reads them) was refused with the recipe's own
+    values."""
+    from harness.experiments.tuning import TunedParams
+
+    path = grid_suite(tmp_path, tiny_data_dir, tiny_teacher_dir,
+                      {"methods": ["bert-pkd"], "tasks": ["rte"], "seeds": [1]})
+    suite = load_suite(str(path), ["methods.bert-pkd.params.teacher_layers=[0,5]"])
+    fix = TunedParams(tmp_path / "pkd.yaml", "pkd-rte", "tiny", "bert-pkd", "rte",
+                      {"params.teacher_layers": [0, 1]})
+    with pytest.raises(ConfigError, match=r"params\.teacher_layers: \[0, 5\]"):
+        SuiteRunner(suite, tmp_path / "run", tmp_path / "cache").check_assets(
+            ["bert-pkd"], ["rte"])
+    grid = Grid(suite, tmp_path / "results", f"sqlite:///{tmp_path / 'grid.db'}",
+                tmp_path / "cache", log=lambda _: None, tuned=[fix])
+    planned = grid.plan()
+    assert [item.status for item in planned] == ["todo"]
+    assert planned[0].run_id == grid.runner.run_id(
+        "bert-pkd", "rte", 1, Variation.of(overrides=fix.overrides))
+    assert grid.study_name.startswith("grid-tiny-")
+
+
 # -- cells and budgets ---------------------------------------------------------------------
 def test_cells_cross_methods_variants_students_tasks_and_seeds(
         tmp_path, tiny_data_dir, tiny_teacher_dir):

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.api.registry import registry
+from harness.assets.checkpoints import AssetNotFoundError
 from harness.common.cache import content_hash
 from harness.config.schema import (
     LATER_TRAIN_FIELDS,
@@ -314,9 +315,18 @@ class Grid:
             # the same queue; each cell reads its tuned parameters when it runs.
             if overrides:
                 untuned = self.variation(cell, {})
-                _, spec, _ = self.runner.resolve(cell.method, cell.task, cell.seed, untuned)
-                others = self.runner.equivalent_run_ids(cell.method, cell.task, cell.seed,
-                                                        untuned)
+                try:
+                    _, untuned_spec, _ = self.runner.resolve(cell.method, cell.task,
+                                                             cell.seed, untuned)
+                    untuned_others = self.runner.equivalent_run_ids(
+                        cell.method, cell.task, cell.seed, untuned)
+                except (ValueError, AssetNotFoundError):
+                    # The recipe alone cannot run here; its --params file's values make the
+                    # cell fit (every worker has them from the start, as the runner's check
+                    # has): the queue is named by the configuration the cell runs.
+                    pass
+                else:
+                    spec, others = untuned_spec, untuned_others
             # ... and by the smallest of the ids its ``auto`` precisions give, so that workers
             # on CPUs with and without native bf16 share one queue rather than each planning
             # (and running) the whole grid; each cell trains in its worker's precision.
