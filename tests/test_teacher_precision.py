@@ -136,3 +136,25 @@ def test_bf16_logits_of_a_teacher_fine_tuned_again_with_other_weights_are_made_a
     assert any(f"teachers/{labelled.key[:16]} is damaged (it was made from another build "
                f"of teachers/{base.key[:16]})" in line for line in lines), lines
     assert not np.array_equal(np.asarray(relabelled.logits("dev")), before)
+
+
+def test_bf16_logits_stay_when_their_teacher_is_made_again_with_the_same_weights(
+        tiny_suite_file, tmp_path):
+    """A damaged fp32 entry fine-tuned again on the same machine has the same weights and
+    logits; only its summary's timings differ, which is no reason to label again (nor to
+    make intermediate arrays or augmented-copy logits again)."""
+    labelled = _runner(tiny_suite_file, tmp_path, ["teacher.inference_precision=bf16"]
+                       ).teacher("rte")
+    base = labelled.model_key
+    dev = tmp_path / "cache" / "teachers" / base / "logits" / "dev.npy"
+    dev.write_bytes(dev.read_bytes()[:10])  # damaged: the entry is fine-tuned again
+    lines: list[str] = []
+    again = SuiteRunner(load_suite(str(tiny_suite_file), ["teacher.inference_precision=bf16"]),
+                        tmp_path / "results", tmp_path / "cache", log=lines.append)
+    again.cache.log = lines.append
+    relabelled = again.teacher("rte")
+    assert any(f"teachers/{base[:16]} is damaged" in line for line in lines), lines
+    assert not any("made from another build" in line for line in lines), lines
+    assert not any("logits of the cached teacher" in line for line in lines), lines
+    np.testing.assert_array_equal(np.asarray(relabelled.logits("dev")),
+                                  np.asarray(labelled.logits("dev")))
