@@ -626,6 +626,38 @@ def test_two_parameter_files_for_one_method_and_task_are_refused(tmp_path, suite
     assert not results.exists() or not any(results.glob("**/*.json"))  # nothing ran
 
 
+def test_a_grid_that_crosses_students_takes_one_parameter_file_per_student(tmp_path,
+                                                                           suite_file):
+    """`grid --params` applies a file to the method's cells of the student it was tuned
+    on, so a grid that crosses two students takes one file for each; refusing the second
+    as "parameters for kd on stsb" left one shape's cells untuned."""
+    from harness.experiments.grid import GridCell
+    from harness.experiments.tuning import TunedParams
+
+    suite = load_suite(str(suite_file), ["grid.students=[tiny,tiny-wide]"])
+    results = tmp_path / "results"
+
+    def params(name: str, student: str | None, alpha: float) -> TunedParams:
+        return TunedParams(path=tmp_path / f"{name}.yaml", study=name,
+                           suite=suite.record_suite, method="kd", task="stsb",
+                           overrides={"params.alpha": alpha}, student=student)
+
+    def grid(*files: TunedParams) -> Grid:
+        return Grid(suite, results, f"sqlite:///{results / 'optuna.db'}", tmp_path / "cache",
+                    log=lambda _: None, methods=["kd"], tasks=["stsb"], tuned=list(files))
+
+    both = grid(params("narrow", "tiny", 0.2), params("wide", "tiny-wide", 0.8))
+    assert both.tuned_overrides(GridCell("kd", "stsb", 1)) == {"params.alpha": 0.2}
+    assert both.tuned_overrides(GridCell("kd", "stsb", 1, "tiny-wide")) == {"params.alpha": 0.8}
+    one = grid(params("narrow", "tiny", 0.2))
+    assert one.tuned_file(GridCell("kd", "stsb", 1, "tiny-wide")) is None
+    for files in ([params("narrow", "tiny", 0.2), params("again", "tiny", 0.5)],
+                  [params("any", None, 0.2), params("wide", "tiny-wide", 0.8)]):
+        with pytest.raises(ConfigError, match=rf"{files[1].path.name}: parameters for kd on "
+                                              rf"stsb, as .*{files[0].path.name} is"):
+            grid(*files)
+
+
 class _FirstChoiceTrial:
     """Answers every suggestion with the low end of its range (enough to read the keys)."""
 

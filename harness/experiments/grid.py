@@ -213,7 +213,9 @@ class Grid:
         self.runner = SuiteRunner(suite, results, cache_dir, log=log, tracking=tracking,
                                   retry_failed=retry_failed,
                                   precision=precision)
-        self.tuned: dict[tuple[str, str], TunedParams] = {}
+        # By method, task and the student tuned on (None: any of the method's students):
+        # a grid that crosses students takes one file per shape.
+        self.tuned: dict[tuple[str, str, str | None], TunedParams] = {}
         for params in tuned or []:
             if params.suite and params.suite != suite.record_suite:
                 raise ConfigError(f"{params.path}: tuned on suite {params.suite!r}, not "
@@ -228,10 +230,12 @@ class Grid:
                 raise ConfigError(f"{params.path}: tuned on student {params.student!r}; this "
                                   f"grid's {params.method} cells on {params.task} train "
                                   f"{', '.join(sorted(students))}")
-            if (earlier := self.tuned.get((params.method, params.task))) is not None:
-                raise ConfigError(f"{params.path}: parameters for {params.method} on "
-                                  f"{params.task}, as {earlier.path} is; pass one of them")
-            self.tuned[params.method, params.task] = params
+            for (method, task, student), earlier in self.tuned.items():
+                if (method, task) == (params.method, params.task) and (
+                        None in (student, params.student) or student == params.student):
+                    raise ConfigError(f"{params.path}: parameters for {params.method} on "
+                                      f"{params.task}, as {earlier.path} is; pass one of them")
+            self.tuned[params.method, params.task, params.student] = params
         self._tuners: dict[tuple, Tuner] = {}
         self._estimates: dict[GridCell, float | None] = {}
         self._run_ids: dict[GridCell, str | None] = {}
@@ -258,10 +262,8 @@ class Grid:
     def tuned_file(self, cell: GridCell) -> TunedParams | None:
         """The ``--params`` file for the cell: of its method and task, tuned on its student
         (a file that names no student applies to every student of the method)."""
-        params = self.tuned.get((cell.method, cell.task))
-        if params is None or params.student not in (None, self._student(cell)):
-            return None
-        return params
+        params = self.tuned.get((cell.method, cell.task, self._student(cell)))
+        return params if params is not None else self.tuned.get((cell.method, cell.task, None))
 
     def tuned_overrides(self, cell: GridCell) -> dict[str, Any] | None:
         """The cell's tuned parameters: a ``--params`` file's, else the best of its study
@@ -422,10 +424,18 @@ class Grid:
             self.plan()
         keys = [{**asdict(cell), "run_id": self._run_ids[cell]} for cell in self.cells]
         digest = content_hash({"cells": keys, "budget": self.config.budget.model_dump(),
-                               **({"tuned": {f"{method}/{task}": params.overrides
-                                             for (method, task), params in self.tuned.items()}}
-                                  if self.tuned else {})})
+                               **({"tuned": self._tuned_by_name()} if self.tuned else {})})
         return f"grid-{self.suite.record_suite}-{digest[:10]}"
+
+    def _tuned_by_name(self) -> dict[str, dict[str, Any]]:
+        """The --params files' values by method and task (and student, where a method and
+        task have one file per student), as the queue's name hashes them."""
+        files = defaultdict(list)
+        for (method, task, _), params in self.tuned.items():
+            files[method, task].append(params)
+        return {f"{method}/{task}" + (f"/{params.student}" if len(files[method, task]) > 1
+                                      else ""): params.overrides
+                for (method, task, _), params in self.tuned.items()}
 
     def _grid_study(self):
         """The grid's queue, created by the first worker and joined by the rest. Every
