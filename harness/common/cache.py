@@ -192,8 +192,8 @@ class ArtifactCache:
         made_from = description.get("made_from")
         for source, digest in (made_from.items() if isinstance(made_from, dict) else ()):
             source_kind, _, source_key = str(source).partition("/")
-            now = self._source_digests(source_kind, source_key)
-            if digest is not None and now and digest not in now:
+            now = self.files_digest(source_kind, source_key)
+            if digest is not None and now is not None and now != digest:
                 # The source was rebuilt (damaged, deleted) with other contents: a teacher
                 # fine-tuned again on another thread count has other weights.
                 return [f"it was made from another build of {source_kind}/{source_key[:16]}"]
@@ -214,27 +214,20 @@ class ArtifactCache:
         return problems
 
     def files_digest(self, kind: str, key: str) -> str | None:
-        """A digest of the files entry ``kind/key`` recorded when it was written (None: no
-        such entry, or one written before checksums): what an entry made from it records
-        (``build(made_from=...)``), so that a rebuilt source with other contents shows."""
-        digests = self._source_digests(kind, key)
-        return digests[0] if digests else None
-
-    def _source_digests(self, kind: str, key: str) -> tuple[str, ...]:
-        """The digests of entry ``kind/key`` an entry made from it may have recorded (empty:
-        no such entry, or one written before checksums): of its files but its notes on the
-        build (:data:`BUILD_NOTES`: its timings, so a source rebuilt with the same weights
-        and outputs, a damaged entry made again, does not read as another build), then of
-        all its files (what entries made before the notes were left out recorded)."""
+        """A digest of the files entry ``kind/key`` recorded when it was written, but its
+        notes on the build (:data:`BUILD_NOTES`: a source made again with the same weights
+        and outputs is the same source); None: no such entry, or one written before
+        checksums.  What an entry made from it records (``build(made_from=...)``), so that
+        a source rebuilt with other contents shows."""
         try:
             description = json.loads((self.path(kind, key) / DESCRIPTION).read_text())
         except (OSError, ValueError):
-            return ()
+            return None
         files = description.get("files") if isinstance(description, dict) else None
         if not _is_manifest(files):
-            return ()
-        return (content_hash({name: item for name, item in files.items()
-                              if name not in BUILD_NOTES}), content_hash(files))
+            return None
+        return content_hash({name: item for name, item in files.items()
+                             if name not in BUILD_NOTES})
 
     def _record_manifest(self, kind: str, key: str) -> None:
         entry = self.path(kind, key)
