@@ -652,11 +652,34 @@ def test_a_grid_that_crosses_students_takes_one_parameter_file_per_student(tmp_p
     one = grid(params("narrow", "tiny", 0.2))
     assert one.tuned_file(GridCell("kd", "stsb", 1, "tiny-wide")) is None
     for files in ([params("narrow", "tiny", 0.2), params("again", "tiny", 0.5)],
-                  [params("any", None, 0.2), params("wide", "tiny-wide", 0.8)]):
+                  [params("any", None, 0.2), params("narrow", "tiny", 0.8)]):
         with pytest.raises(ConfigError, match=rf"{files[1].path.name}: parameters for kd on "
                                               rf"stsb, as .*{files[0].path.name} is"):
             grid(*files)
 
+
+
+def test_a_grid_takes_a_file_tuned_on_the_methods_own_student_beside_a_crossed_ones(
+        tmp_path, suite_file):
+    """`harness tune` without --student (and the grid's own study of a cell of the method's
+    own student) writes ``student: null``; with the file `harness tune --student tiny-wide`
+    writes, a grid crossing both students refused the second ("parameters for kd on stsb,
+    as ... is"), although each file is for cells of its own student."""
+    from harness.experiments.grid import GridCell
+    from harness.experiments.tuning import TunedParams
+
+    suite = load_suite(str(suite_file), ["grid.students=[tiny,tiny-wide]"])
+    results = tmp_path / "results"
+    own = TunedParams(path=tmp_path / "own.yaml", study="own", suite=suite.record_suite,
+                      method="kd", task="stsb", overrides={"params.alpha": 0.2})
+    wide = TunedParams(path=tmp_path / "wide.yaml", study="wide", suite=suite.record_suite,
+                       method="kd", task="stsb", overrides={"params.alpha": 0.8},
+                       student="tiny-wide")
+    for files in ([own, wide], [wide, own]):
+        grid = Grid(suite, results, f"sqlite:///{results / 'optuna.db'}", tmp_path / "cache",
+                    log=lambda _: None, methods=["kd"], tasks=["stsb"], tuned=files)
+        assert grid.tuned_file(GridCell("kd", "stsb", 1)) is own
+        assert grid.tuned_file(GridCell("kd", "stsb", 1, "tiny-wide")) is wide
 
 class _FirstChoiceTrial:
     """Answers every suggestion with the low end of its range (enough to read the keys)."""

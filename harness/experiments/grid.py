@@ -230,9 +230,13 @@ class Grid:
                 raise ConfigError(f"{params.path}: tuned on student {params.student!r}; this "
                                   f"grid's {params.method} cells on {params.task} train "
                                   f"{', '.join(sorted(students))}")
+            # A file that names no student was tuned on the method's own (what `harness
+            # tune` without --student and the grid's own study of such a cell write): it
+            # shares the method's own cells only with a file naming that student.
+            own, _ = self.suite.student_for(params.method)
             for (method, task, student), earlier in self.tuned.items():
                 if (method, task) == (params.method, params.task) and (
-                        None in (student, params.student) or student == params.student):
+                        (student or own) == (params.student or own)):
                     raise ConfigError(f"{params.path}: parameters for {params.method} on "
                                       f"{params.task}, as {earlier.path} is; pass one of them")
             self.tuned[params.method, params.task, params.student] = params
@@ -261,7 +265,8 @@ class Grid:
 
     def tuned_file(self, cell: GridCell) -> TunedParams | None:
         """The ``--params`` file for the cell: of its method and task, tuned on its student
-        (a file that names no student applies to every student of the method)."""
+        (a file that names no student applies to every student of the method that no
+        other file names)."""
         params = self.tuned.get((cell.method, cell.task, self._student(cell)))
         return params if params is not None else self.tuned.get((cell.method, cell.task, None))
 
