@@ -67,6 +67,37 @@ def test_a_params_file_whose_values_make_the_recipe_fit_plans_as_harness_run_doe
     assert grid.study_name.startswith("grid-tiny-")
 
 
+def test_workers_with_and_without_an_asset_do_not_name_two_queues(
+        tmp_path, tiny_data_dir, tiny_teacher_dir):
+    """A --params file that switches off what needs a missing asset (tinybert's GloVe
+    vectors): the queue name must not depend on the machine, so the worker that lacks the
+    asset stops, naming it, rather than planning and running the whole grid on a queue of
+    its own."""
+    from harness.assets.checkpoints import AssetNotFoundError
+    from harness.experiments.tuning import TunedParams
+
+    glove = tmp_path / "glove.txt"
+    glove.write_text("the 0.1 0.2\nmovie 0.3 0.1\n")
+    path = grid_suite(tmp_path, tiny_data_dir, tiny_teacher_dir,
+                      {"methods": ["tinybert"], "tasks": ["rte"], "seeds": [1]})
+    sets = [f"methods.tinybert.params.augmentation.glove_path={glove}",
+            "methods.tinybert.params.augmentation.candidates=glove"]
+    no_copies = TunedParams(tmp_path / "tb.yaml", "tb-rte", "tiny", "tinybert", "rte",
+                            {"params.augment": False})
+
+    def grid() -> Grid:
+        return Grid(load_suite(str(path), sets), tmp_path / "results",
+                    f"sqlite:///{tmp_path / 'grid.db'}", tmp_path / "cache",
+                    log=lambda _: None, tuned=[no_copies])
+
+    with_asset = grid()
+    with_asset.plan()
+    glove.unlink()
+    with pytest.raises(AssetNotFoundError, match=r"glove\.txt does not exist"):
+        grid().plan()
+    assert with_asset.study_name.startswith("grid-tiny-")
+
+
 # -- cells and budgets ---------------------------------------------------------------------
 def test_cells_cross_methods_variants_students_tasks_and_seeds(
         tmp_path, tiny_data_dir, tiny_teacher_dir):

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from harness.api.registry import registry
-from harness.assets.checkpoints import AssetNotFoundError
 from harness.common.cache import content_hash
 from harness.config.schema import (
     LATER_TRAIN_FIELDS,
@@ -327,10 +326,12 @@ class Grid:
                                                              cell.seed, untuned)
                     untuned_others = self.runner.equivalent_run_ids(
                         cell.method, cell.task, cell.seed, untuned)
-                except (ValueError, AssetNotFoundError):
-                    # The recipe alone cannot run here; its --params file's values make the
+                except ConfigError:
+                    # The recipe alone does not fit; its --params file's values make the
                     # cell fit (every worker has them from the start, as the runner's check
-                    # has): the queue is named by the configuration the cell runs.
+                    # has): the queue is named by the configuration the cell runs.  Only a
+                    # configuration error, the same on every machine: a missing asset
+                    # differs between workers, which must all name one queue.
                     pass
                 else:
                     spec, others = untuned_spec, untuned_others
