@@ -672,6 +672,17 @@ def test_a_teacher_that_diverged_is_not_kept_in_memory_by_the_runner(tiny_suite_
     assert info.value.__context__ is None
 
 
+def test_a_run_whose_loss_diverges_leaves_nothing_prepared_behind(tiny_suite_file, tmp_path):
+    """A stage stopped by a non-finite loss kept the diverged student and its optimizer
+    prepared on the runner's accelerator until a later stage ended."""
+    runner = _runner(tiny_suite_file, tmp_path, ["methods.kd.stages.task.lr=1.0e6"])
+    outcome = runner.run_one("kd", "rte", seed=1)
+    assert outcome.status == "failed"
+    accelerator = runner.accelerator
+    assert (accelerator._models, accelerator._optimizers, accelerator._schedulers) == (
+        [], [], [])
+
+
 def test_repeated_or_comma_separated_list_options_all_count():
     from harness.common.cli_options import split_csv as _csv
 

@@ -338,6 +338,9 @@ class SuiteRunner(RunPlanner):
             fields["failure"] = {"stage": error.stage, "step": error.step,
                                  "losses": error.values}
             self.log(f"[failed] {error}")
+            # The stage stopped before letting go of what it prepared (the diverged
+            # student, its optimizer): the runner's later cells must not carry them.
+            self.accelerator.free_memory()
         finally:  # a stopped run (a pruned trial) ends its tracker run too
             tracker.finish()
         fields["wall_seconds"] = time.perf_counter() - started
