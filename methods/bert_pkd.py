@@ -72,6 +72,7 @@ from harness.api import (
     dimensions,
     register_method,
     soft_target_loss,
+    teacher_fit_problem,
 )
 
 if TYPE_CHECKING:
@@ -212,26 +213,18 @@ class BertPKD(Method):
 
     def student_problem(self, shape: StudentConfig, teacher_config: PretrainedConfig
                         ) -> str | None:
-        """The student is made of copies of teacher layers: the teacher's widths, layers
-        it has, and a patient mapping that fits both depths."""
+        """The student is made of copies of teacher layers (the core's
+        :func:`teacher_fit_problem` on the shape as built: the teacher's widths, layers it
+        has), and a patient mapping that fits both depths."""
         dims = dimensions(teacher_config)
         num_student, num_teacher = shape.num_layers, dims.layers
-        for field, student_value, teacher_value in (
-                ("hidden_size", shape.hidden_size, dims.hidden),
-                ("intermediate_size", shape.intermediate_size, dims.intermediate),
-                ("num_heads", shape.num_heads, dims.heads)):
-            if student_value != teacher_value:
-                return (f"the student is built from copies of teacher layers, so its {field} "
-                        f"must be the teacher's ({teacher_value}), not {student_value}; pick "
-                        "a shape of the teacher's width")
         layers = self.params.teacher_layers
-        if layers is None:
-            if num_student > num_teacher:
-                return (f"a {num_student}-layer student cannot copy the first {num_student} "
-                        f"layers of a {num_teacher}-layer teacher")
-        elif len(layers) != num_student or any(layer >= num_teacher for layer in layers):
+        if layers is not None and (len(layers) != num_student
+                                   or any(layer >= num_teacher for layer in layers)):
             return (f"params.teacher_layers: {layers} must name {num_student} teacher layers "
                     f"(one per student layer) in 0..{num_teacher - 1}")
+        if problem := teacher_fit_problem(self.copied_shape(shape), dims):
+            return problem
         try:
             mapping = patient_layers(num_student, num_teacher, self.params.mapping)
         except ValueError as error:
@@ -253,12 +246,17 @@ class BertPKD(Method):
             raise ConfigError(f"methods.{self.name}: no teacher weights to copy; pass the "
                               "pre-trained teacher's state_dict as "
                               "StudentContext.teacher_state")
+        return build_encoder_student(replace(context, shape=self.copied_shape(shape),
+                                             teacher_config=teacher))
+
+    def copied_shape(self, shape: StudentConfig) -> StudentConfig:
+        """The suite's shape as this method builds it: its layers copies of the teacher's
+        first k (or ``params.teacher_layers``), its embeddings the teacher's."""
         layers = self.params.teacher_layers
         if layers is None:  # the first k
             layers = list(range(shape.num_layers))
-        shape = shape.model_copy(update={"init": "teacher_layers", "teacher_layers": layers,
-                                         "embedding_init": "teacher"})
-        return build_encoder_student(replace(context, shape=shape, teacher_config=teacher))
+        return shape.model_copy(update={"init": "teacher_layers", "teacher_layers": layers,
+                                        "embedding_init": "teacher"})
 
     def teacher_layers(self, stage: Stage, num_teacher_layers: int,
                        student: nn.Module) -> TeacherLayers | None:

@@ -269,7 +269,7 @@ def test_explicit_teacher_layers_are_copied():
 
 
 @pytest.mark.parametrize(("recipe", "ctx_args", "message"), [
-    ({}, {"width": 16}, r"hidden_size must be the teacher's \(32\), not 16"),
+    ({}, {"width": 16}, r"copies teacher layers whole.*hidden_size 16 \(the teacher's: 32\)"),
     ({"params": {"teacher_layers": [0, 1]}}, {}, r"must name 3 teacher layers"),
     ({"params": {"teacher_layers": [0, 1, 6]}}, {}, r"in 0..5"),
     ({}, {"layers": 4}, r"mapping: .*multiple of the student depth k=4"),

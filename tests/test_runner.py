@@ -569,7 +569,7 @@ def test_a_protocol_view_shares_run_ids_and_records_with_its_protocol(
     (["methods.tb-map.base=tinybert", "methods.tb-map.params.mapping=[1,2,3]"], "tb-map",
      r"methods\.tb-map \(student 'tiny'\): params: .*3 entries"),
     (["methods.pkd-narrow.base=bert-pkd", "methods.pkd-narrow.student=tiny"], "pkd-narrow",
-     r"methods\.pkd-narrow \(student 'tiny'\): .*hidden_size must be the teacher's \(32\)"),
+     r"methods\.pkd-narrow \(student 'tiny'\): .*hidden_size 16 \(the teacher's: 32\)"),
     (["methods.distilbert.params.init=[0,5]"], "distilbert",
      r"methods\.distilbert \(student 'tiny-wide'\): params\.init: \[0, 5\] must list 2"),
     (["methods.minilm-2h.base=minilm", "students.tiny.num_heads=2"], "minilm-2h",

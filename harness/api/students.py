@@ -336,12 +336,11 @@ def build_encoder_student(context: StudentContext) -> nn.Module:
         raise ValueError("this student initialises from the teacher but no teacher "
                          "weights were given")
     teacher = dimensions(context.teacher_config)
-    if problem := teacher_fit_problem(resolve_teacher_sizes(shape, context.teacher_config),
-                                      teacher):
+    sized = resolve_teacher_sizes(shape, context.teacher_config)
+    if problem := teacher_fit_problem(sized, teacher):
         raise ValueError(problem)
     selects = "teacher_select" in (shape.init, shape.embedding_init)
-    selection = WeightSelection(teacher, resolve_teacher_sizes(shape, context.teacher_config)
-                                ) if selects else None
+    selection = WeightSelection(teacher, sized) if selects else None
     if shape.embedding_init != "random":
         _init_embeddings(student, shape, context.teacher_state, selection)
     if shape.init != "random":

@@ -198,6 +198,8 @@ class RunPlanner:
         if isinstance(shape, StudentConfig):
             if shape.teacher_sizes:
                 shape = resolve_teacher_sizes(shape, self.teacher_config, shape_name)
+            # A body and embeddings both random read nothing of the teacher: no check, and
+            # no need for its architecture's dimensions.
             from_teacher = shape.init != "random" or shape.embedding_init != "random"
             if from_teacher and (problem := teacher_fit_problem(
                     shape, dimensions(self.teacher_config))) is not None:

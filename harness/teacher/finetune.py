@@ -257,8 +257,7 @@ def _build_teacher(key, task, splits, data_fingerprint, checkpoint, teacher, tra
         except NonFiniteLossError as error:  # not the finetune method's stage of that name
             raise TeacherError(
                 f"the {task.display_name} teacher ({checkpoint.spec}) diverged while it was "
-                f"fine-tuned (loss at step {error.step}: "
-                f"{', '.join(f'{name}={value:.4g}' for name, value in error.values.items())})"
+                f"fine-tuned (loss at step {error.step}: {error.shown(error.values)})"
                 f"; lower teacher.training.lr or teacher.task_training.{task.name}.lr "
                 f"(now {training.lr:g}) and run again") from None
         model = accelerator.unwrap_model(model)

@@ -52,11 +52,16 @@ class NonFiniteLossError(RuntimeError):
 
     def __init__(self, stage: str, step: int, values: dict[str, float], what: str = "loss"
                  ) -> None:
-        shown = ", ".join(f"{name}={value:.4g}" for name, value in values.items())
-        super().__init__(f"non-finite {what} in stage {stage!r} at step {step}: {shown}")
+        super().__init__(f"non-finite {what} in stage {stage!r} at step {step}: "
+                         f"{self.shown(values)}")
         self.stage = stage
         self.step = step
         self.values = values
+
+    @staticmethod
+    def shown(values: dict[str, float]) -> str:
+        """``values`` as the message writes them: ``gold=nan, soft=1.234``."""
+        return ", ".join(f"{name}={value:.4g}" for name, value in values.items())
 
 
 @dataclass
