@@ -16,7 +16,6 @@ from harness.common.cache import ArtifactCache, canonical_json, content_hash
 from harness.common.files import write_json_atomic
 from harness.experiments.record import RunRecord
 from harness.experiments.store import InvalidRecordError, ResultsStore
-from tests.records import RUN_ID as RUN_HASH
 from tests.records import run_record
 
 
@@ -31,9 +30,13 @@ def files_in(folder: Path) -> list[str]:
     return sorted(path.name for path in folder.iterdir())
 
 
-def sample_record(score: float = 81.5, run_id: str = RUN_HASH) -> RunRecord:
-    return run_record(run_id=run_id, main_score=score, method="kd", task="rte",
+def sample_record(score: float = 81.5, run: str = "sample") -> RunRecord:
+    """A run of kd on RTE: the same ``run`` is the same run id, whatever the score."""
+    return run_record(run=run, main_score=score, method="kd", task="rte",
                       machine={"note": "ü ✓"})
+
+
+RUN_HASH = sample_record().run_id
 
 
 # --------------------------------------------------------------------------- ResultsStore
@@ -65,14 +68,42 @@ def test_write_find_load_round_trip(tmp_path: Path) -> None:
 
 def test_find_distinguishes_hashes(tmp_path: Path) -> None:
     store = ResultsStore(tmp_path)
-    other = "fedcba9876543210" + "0" * 48
+    other = sample_record(2.0, run="other")
     first = store.write(store.record_path("s", "kd", "rte", f"a-{RUN_HASH[:16]}"),
                         sample_record(1.0))
-    second = store.write(store.record_path("s", "ft", "mrpc", f"b-{other[:16]}"),
-                         sample_record(2.0, run_id=other))
+    second = store.write(store.record_path("s", "ft", "mrpc", f"b-{other.run_id[:16]}"),
+                         other)
+    other = other.run_id
     assert store.find(RUN_HASH) == first
     assert store.find(other) == second
     assert store.find("00" * 32) is None
+
+
+def test_a_record_whose_configuration_was_edited_is_refused_naming_its_file(
+        tmp_path: Path) -> None:
+    """The run id is the hash of the resolved configuration: a record whose configuration
+    was edited after the run (a weight, the student, the task) would put its score in the
+    row of a configuration that never produced it, so it does not load."""
+    store = ResultsStore(tmp_path)
+    path = store.write(tmp_path / "s" / "kd" / "rte" / "run.json", sample_record(50.0))
+    document = json.loads(path.read_text())
+    assert store.load(path).main_score == 50.0
+    document["config"]["params"] = {"alpha": 0.9}
+    path.write_text(json.dumps(document))
+    with pytest.raises(InvalidRecordError,
+                       match=r"run\.json: .*run id \w{16} is not the hash of its config"):
+        store.load(path)
+    # Moved into another row, the configuration rehashed: the fields disagree with it.
+    document = sample_record(50.0).document()
+    document["task"], document["task_display"] = "mrpc", "MRPC"
+    path.write_text(json.dumps(document))
+    with pytest.raises(InvalidRecordError, match=r"it says task 'mrpc', its config 'rte'"):
+        store.load(path)
+    document = sample_record(50.0).document()
+    document["config_hash"] = "0" * 64
+    path.write_text(json.dumps(document))
+    with pytest.raises(InvalidRecordError, match="config_hash 0000000000000000 differs"):
+        store.load(path)
 
 
 def test_a_record_is_checked_when_built_and_when_read(tmp_path: Path) -> None:
@@ -161,7 +192,7 @@ def test_records_ignore_dot_temp_files(tmp_path: Path) -> None:
     store = ResultsStore(tmp_path)
     store.write(store.record_path("s", "kd", "rte", "one"), sample_record(1.0))
     store.write(store.record_path("s", "kd", "mrpc", "two"),
-                sample_record(2.0, run_id="2" * 64))
+                sample_record(2.0, run="two"))
     leftover = tmp_path / "s" / "kd" / "rte" / ".tmp-abc123.json"
     leftover.write_text('{"n": ')  # partial JSON from a killed writer
     assert sorted(record.main_score for record in store.records()) == [1.0, 2.0]
@@ -199,8 +230,8 @@ def test_a_trial_run_as_a_grid_cell_is_one_run_and_not_a_warning(tmp_path: Path)
     store = ResultsStore(tmp_path)
     cell = store.record_path("zeta", "kd", "mrpc", "seed1")
     trial = store.record_path("tuning/study/zeta", "kd", "mrpc", "seed1")
-    store.write(cell, run_record(run_id=RUN_HASH, main_score=80.0))
-    store.write(trial, run_record(run_id=RUN_HASH, main_score=80.0, tuned={"study": "study"}))
+    store.write(cell, run_record(run="cell", main_score=80.0))
+    store.write(trial, run_record(run="cell", main_score=80.0, tuned={"study": "study"}))
     assert trial < cell  # the trial comes first in path order, and still the cell counts
     with warnings.catch_warnings():
         warnings.simplefilter("error")

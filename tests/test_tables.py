@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 import torch
 
 from harness.api.suites import load_suite
 from harness.experiments.runner import SuiteRunner
-from harness.experiments.store import ResultsStore
+from harness.experiments.store import InvalidRecordError, ResultsStore
 from harness.reporting.report import collect_runs
 from harness.reporting.tables import finished_records, score_table, with_anchors
 from tests.records import run_record
@@ -150,11 +152,12 @@ def test_a_row_never_averages_two_configurations(tiny_suite_file, tmp_path):
     assert sorted(table[table["task"] == "rte"]["seed"]) == [1, 2]
 
 
-def test_a_record_copied_under_another_run_id_does_not_count_its_seed_twice(tiny_suite_file,
-                                                                            tmp_path):
+def test_a_record_copied_under_another_run_id_is_refused_naming_the_copy(tiny_suite_file,
+                                                                         tmp_path):
     """One configuration and seed is one run: a hand-edited copy of a record (another run id
     and score, the same configuration) was counted as a second run of that seed, and moved
-    the mean.  The record whose run id is the hash of its configuration counts."""
+    the mean.  Its run id is not the hash of its configuration, so it does not load: the
+    table stops and names it."""
     results = tmp_path / "results"
     suite = load_suite(str(tiny_suite_file))
     path = SuiteRunner(suite, results, tmp_path / "cache", log=lambda _: None).run_one(
@@ -164,14 +167,14 @@ def test_a_record_copied_under_another_run_id_does_not_count_its_seed_twice(tiny
     forged = genuine.model_copy(update={"run_id": "0" * 64, "config_hash": "0" * 64,
                                         "main_score": 99.0,
                                         "finished_at": "2999-01-01T00:00:00+00:00"})
-    store.write(path.with_name("tiny-seed1-copy.json"), forged)
-    logged: list[str] = []
-    runs, _ = collect_runs(suite, results, log=logged.append)
-    rte = runs[(runs["label"] == "finetune") & (runs["task"] == "rte")]
-    assert list(rte["run_id"]) == [genuine.run_id]
-    assert list(rte["score"]) == [pytest.approx(genuine.main_score)]
-    assert any("edited or copied by hand" in line and "0000000000000000" in line
-               for line in logged), logged
+    copy = path.with_name("tiny-seed1-copy.json")
+    copy.write_text(json.dumps(forged.document()))
+    with pytest.raises(InvalidRecordError, match=rf"{copy}: .*run id 0000000000000000 is not "
+                                                 "the hash of its config"):
+        collect_runs(suite, results, log=lambda _: None)
+    copy.unlink()
+    runs, _ = collect_runs(suite, results, log=lambda _: None)
+    assert list(runs["score"]) == [pytest.approx(genuine.main_score)]
 
 
 def test_of_one_seeds_two_auto_resolutions_the_later_run_counts(tiny_suite_file, tmp_path):

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from harness.common.cache import content_hash
 
 RECORD_VERSION = 1
 
@@ -143,6 +145,32 @@ class RunRecord(_Part):
     wall_seconds: float | None = None
     memory: dict[str, Any] | None = None
     finished_at: str | None = None
+
+    @model_validator(mode="after")
+    def _describes_its_configuration(self) -> RunRecord:
+        """The run id is the hash of the resolved configuration, and the fields every
+        reader groups by (suite, method, task, seed, student) say what the configuration
+        says.  A record whose configuration was edited after the run (or copied under
+        another run's name) would otherwise put its score in the row of a configuration
+        that never produced it."""
+        problems = []
+        actual = content_hash(self.config)
+        if self.run_id != actual:
+            problems.append(f"its run id {self.run_id[:16]} is not the hash of its config "
+                            f"({actual[:16]}): the config was edited after the run")
+        if self.config_hash != self.run_id:
+            problems.append(f"config_hash {self.config_hash[:16]} differs from its run id")
+        student = self.config.get("student")
+        said = {"suite": self.suite, "method": self.method, "task": self.task,
+                "seed": self.seed, "student": self.student_shape}
+        for field, value in said.items():
+            recorded = (student.get("name") if isinstance(student, dict) else student) \
+                if field == "student" else self.config.get(field)
+            if recorded != value:
+                problems.append(f"it says {field} {value!r}, its config {recorded!r}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
     @property
     def finished(self) -> bool:

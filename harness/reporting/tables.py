@@ -26,32 +26,6 @@ def _configuration(record: RunRecord) -> str:
     return content_hash({key: value for key, value in record.config.items() if key != "seed"})
 
 
-def _unhashed_twins(group: list[RunRecord], log: Callable[[str], None]) -> list[RunRecord]:
-    """Records of one configuration that repeat a seed under another run id: one
-    configuration and seed is one run, so all but one of them were edited or copied by
-    hand, and counting them would weight that seed twice.  The record whose run id is the
-    hash of its configuration stays (where none or several are, the latest); the others
-    are named and returned."""
-    by_seed: dict[int, list[RunRecord]] = defaultdict(list)
-    for record in group:
-        by_seed[record.seed].append(record)
-    dropped = []
-    for seed, twins in by_seed.items():
-        if len({record.run_id for record in twins}) < 2:
-            continue
-        hashed = [record for record in twins if content_hash(record.config) == record.run_id]
-        pool = hashed if len(hashed) == 1 else twins
-        kept = max(pool, key=lambda run: run.finished_at or run.started_at)
-        others = [record for record in twins if record is not kept]
-        log(f"{kept.label()} {kept.task} seed {seed}: {len(twins)} records of one "
-            f"configuration under different run ids ({', '.join(r.run_id[:16] for r in twins)})"
-            f"; one configuration and seed is one run, so the others were edited or copied "
-            f"by hand: {kept.run_id[:16]} counts"
-            f"{' (its run id is the hash of its configuration)' if pool is hashed else ''}")
-        dropped += others
-    return dropped
-
-
 @dataclass(frozen=True)
 class NotCurrent:
     """A row (label and student) whose runs on ``task``, all of one configuration, are
@@ -91,12 +65,10 @@ def recipe_runs(config: SuiteConfig, records: Iterable[RunRecord],
     check = RecipeCheck(config)
     mixed: list[RunRecord] = []
     not_current = []
-    forged: set[int] = set()
     for (label, student, task), group in groups.items():
         if len({_configuration(record) for record in group}) > 1:
             mixed += group
             continue
-        forged.update(id(record) for record in _unhashed_twins(group, log))
         try:  # one configuration: one of its runs answers for all
             planned = check.planned(group[0])
         except FileNotFoundError as error:  # data or an asset this machine lacks
@@ -107,7 +79,6 @@ def recipe_runs(config: SuiteConfig, records: Iterable[RunRecord],
             why = ("runs of an earlier recipe or of a --set" if planned is False
                    else "runs of a method the suite cannot plan")
         not_current.append(NotCurrent(label, student, task, why))
-    records = [record for record in records if id(record) not in forged]
     if not mixed:
         return records, not_current
     current = {record.run_id for record in current_records(config, mixed, log, check)}
