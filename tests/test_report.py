@@ -28,6 +28,7 @@ from harness.reporting.report import (
     efficiency_table,
     format_cell,
     leaderboard,
+    other_metrics_above_baseline,
     published_board,
     task_baselines,
     teacher_groups,
@@ -371,6 +372,30 @@ def test_baseline_check_lists_cells_under_the_margin_with_the_teachers_margin():
     records["c"] = run_record(task="rte", main_metric="accuracy",
                               teacher={"baseline": {"accuracy": 50.0}})  # disagreeing records
     assert task_baselines(records, ["mrpc", "rte"]) == {"mrpc": 81.2}
+
+
+def test_a_cell_at_the_f1_baseline_shows_its_accuracy_above_the_majority_class():
+    """MRPC's F1 baseline (all positive) is 81.2: a row at it on F1 may still be well above
+    the majority class's accuracy, and the cell says so beside its F1."""
+    scores = {1: (81.0, 71.0), 2: (81.5, 72.0)}
+    records = {}
+    for seed, (f1, accuracy) in scores.items():
+        record = run_record(seed=seed, task="mrpc", main_metric="f1", main_score=f1,
+                            dev={"dev": {"f1": f1, "accuracy": accuracy}},
+                            teacher={"baseline": {"f1": 81.2, "accuracy": 68.4}})
+        records[record.run_id] = record
+    rte = run_record(task="rte", main_metric="accuracy", main_score=53.0,
+                     dev={"dev": {"accuracy": 53.0}}, teacher={"baseline": {"accuracy": 52.7}})
+    records[rte.run_id] = rte
+    runs = pd.DataFrame([{"label": "kd", "student": "4L", "task": record.task,
+                          "seed": record.seed, "score": record.main_score,
+                          "teacher_score": 86.0, "params_total": 1, "params_non_embedding": 1,
+                          "run_id": run_id, "seconds": 1.0}
+                         for run_id, record in records.items()])
+    board = leaderboard(runs, ["mrpc", "rte"])
+    below = baseline_check(board, task_baselines(records, ["mrpc", "rte"]), ["mrpc", "rte"])
+    assert list(below["task"]) == ["MRPC", "RTE"]
+    assert other_metrics_above_baseline(below, runs, records) == ["accuracy 71.50 (+3.10)", ""]
 
 
 def test_a_cell_of_one_seed_shows_no_spread():
