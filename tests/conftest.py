@@ -4,6 +4,7 @@ a suite wired to them, so whole runs take seconds."""
 from __future__ import annotations
 
 import importlib.resources
+import json
 import os
 import random
 from pathlib import Path
@@ -96,6 +97,26 @@ def tiny_suite_dict(data_dir: Path, teacher_dir: Path, steps: int = 3) -> dict:
                     "distilbert": {"student": "tiny-wide", "params": {"mlm_head": {
                         "steps": 4, "batch_size": 8, "eval_sentences": 8}}}},
     }
+
+
+def record_as_rebuilt(entry: Path) -> None:
+    """Record the files of cache entry ``entry`` (edited by the test) as its checksums: what
+    the entry is once built again with other contents (a head fitted, tags made, on another
+    machine), whole and under the same key."""
+    from harness.common.cache import file_manifest
+
+    description = json.loads((entry / "key.json").read_text())
+    description["files"] = file_manifest(entry)
+    (entry / "key.json").write_text(json.dumps(description))
+
+
+def refit_mlm_head(entry: Path) -> None:
+    """Leave the fitted masked-LM head entry ``entry`` as a fit with other weights would."""
+    import torch
+
+    state = torch.load(entry / "head.pt", weights_only=True)
+    torch.save({name: -value for name, value in state.items()}, entry / "head.pt")
+    record_as_rebuilt(entry)
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,7 @@ batched path against the one-forward-per-word reference."""
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -13,17 +14,20 @@ from transformers import AutoTokenizer
 
 from harness.api.context import AugmentContext
 from harness.api.registry import instantiate
+from harness.api.suites import load_suite
 from harness.assets.checkpoints import Checkpoint, resolve_checkpoint
 from harness.assets.glove import GloveVectors
-from harness.assets.mlm import MLMHeadConfig, load_masked_lm
+from harness.assets.mlm import HEAD_KIND, MLMHeadConfig, load_masked_lm
 from harness.common.cache import ArtifactCache, content_hash
 from harness.config.schema import MethodRecipe
+from harness.experiments.runner import SuiteRunner
+from harness.teacher.augmented import AugmentedSet
 from methods.tinybert.augmentation import (
     AugmentParams,
     ContextualAugmenter,
     augment_per_word_loop,
 )
-from tests.conftest import MINILM_DIR, WORDS
+from tests.conftest import MINILM_DIR, WORDS, refit_mlm_head
 from tests.test_mlm import write_tiny_mlm
 
 MULTI = "xylophonist"  # five word pieces in the MiniLM vocabulary
@@ -275,3 +279,39 @@ def test_the_authors_input_is_masked_then_original_sentence(tokenizer, masked_lm
     assert types == [0] * len(masked) + [1] * (len(original) + 1)
     out = augment_per_word_loop(aug, make_examples(3), 0, progress=False, authors_input=True)
     assert len(out) == 3 * 4
+
+
+def test_copies_from_a_checkpoints_own_head_or_glove_name_no_cache_entry(tokenizer, masked_lm,
+                                                                         glove_file):
+    """The checkpoint's own head comes with its weights (its entry holds a summary only),
+    GloVe vectors are named by content: neither is a cache entry the copies are made from."""
+    assert augmenter(tokenizer, masked_lm, glove_file).made_from() == []
+    assert augmenter(tokenizer, None, glove_file, candidates="glove").made_from() == []
+
+
+def test_copies_are_made_again_when_their_fitted_head_is_fitted_again_otherwise(
+        tiny_suite_file, tmp_path):
+    """The tiny teacher has no masked-LM head: the copies' candidates come from one fitted
+    for it, cached under a key that names its recipe, not its weights.  Fitted again with
+    other weights (another machine), it gives other candidates, and the copies made with
+    the old head are made again rather than served beside it."""
+    suite = load_suite(str(tiny_suite_file))
+    cache = tmp_path / "cache"
+
+    def augmented(log) -> AugmentedSet:
+        runner = SuiteRunner(suite, tmp_path / "results", cache, log=log)
+        runner.cache.log = log
+        return runner.augmented(instantiate(suite.plugin("tinybert"),
+                                            suite.recipe("tinybert"), "rte"), "rte")
+
+    first = augmented(lambda _: None)
+    head, text = first.summary["augmenter"]["mlm"]["key"], first.summary["key"]
+    assert first.summary["augmenter"]["source"] == "fitted_head"
+    refit_mlm_head(cache / HEAD_KIND / head)
+    lines: list[str] = []
+    again = augmented(lines.append)
+    assert again.summary["key"] == text
+    assert any(f"augmented/{text[:16]} is damaged (it was made from another build of "
+               f"{HEAD_KIND}/{head[:16]})" in line for line in lines), lines
+    recorded = json.loads((cache / "augmented" / text / "key.json").read_text())["made_from"]
+    assert recorded == {f"{HEAD_KIND}/{head}": ArtifactCache(cache).files_digest(HEAD_KIND, head)}

@@ -100,6 +100,13 @@ class Augmenter(Protocol):
     def augment(self, examples: Sequence[tuple[str, ...]], seed: int,
                 progress: bool = True) -> list[tuple[int, tuple[str, ...]]]: ...
 
+    def made_from(self) -> list[tuple[str, str]]:
+        """The cache entries (kind, key) the copies of its last :meth:`augment` were
+        computed from (a fitted masked-LM head, POS tags): the cached copies record them
+        and are made again once one of them is rebuilt with other contents.  Optional: an
+        augmenter without it reads no cache entry."""
+        ...
+
 
 class ExportedStudent(Protocol):
     """A student loaded back from an exported folder (:meth:`Method.load_student`), for

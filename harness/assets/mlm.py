@@ -216,6 +216,16 @@ class MaskedLM:
             logits[rows[valid], exclude[valid]] = -torch.inf
         return logits.topk(min(k, vocab), dim=1).indices.cpu()
 
+    def made_from(self) -> list[tuple[str, str]]:
+        """The cache entry (kind, key) whose files its predictions read: a fitted head's,
+        whose weights (``head.pt``) a fit on another machine or thread count makes other;
+        none for the checkpoint's own head, whose weights come from the checkpoint (its
+        entry holds a summary only).  An entry computed with this masked LM records it as
+        a source (:meth:`~harness.common.cache.ArtifactCache.build`'s ``made_from``)."""
+        if self.source == "fitted_head" and self.key is not None:
+            return [(HEAD_KIND, self.key)]
+        return []
+
     def describe(self) -> dict[str, Any]:
         keys = ("recall_at_k", "k", "top1", "eval_tokens", "steps", "corpus_sentences")
         return {"source": self.source, "key": self.key,

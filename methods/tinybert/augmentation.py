@@ -176,6 +176,12 @@ class ContextualAugmenter:
             "params": self.params.model_dump(),
         }
 
+    def made_from(self) -> list[tuple[str, str]]:
+        """The cache entry its masked-LM candidates come from (a fitted head's), if any:
+        the cached copies record it, and are made again when the head is fitted again
+        with other weights.  GloVe candidates read no cache entry."""
+        return self.masked_lm.made_from() if self.masked_lm is not None else []
+
     # ------------------------------------------------------------------ words
 
     def words(self, text: str) -> list[str]:
