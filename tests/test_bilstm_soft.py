@@ -38,7 +38,7 @@ from methods.bilstm_soft import (
 )
 from methods.bilstm_soft.pos import TaggedWord, tag_texts, tag_texts_cached
 from methods.bilstm_soft.words import MASK, SPECIALS, WordVocabulary, embedding_matrix, tokenize
-from tests.conftest import tiny_suite_dict
+from tests.conftest import record_as_rebuilt, tiny_suite_dict
 
 
 # A small tagged corpus: several words per tag, with known frequencies.
@@ -611,3 +611,32 @@ def test_missing_spacy_pipeline_is_named_before_anything_runs(tmp_path):
     folder.mkdir()  # a pipeline's folder, as spacy.load also takes
     assert instantiate("bilstm-soft", _recipe(
         {"augmentation": {"pos_model": str(folder)}})).missing_assets() is None
+
+
+def test_copies_are_made_again_when_their_pos_tags_are_made_again_otherwise(tiny_suite_file,
+                                                                           tmp_path):
+    """The copies swap words for words of the same POS tag, read from the cached tags; tags
+    made again otherwise (a pipeline named by its folder is keyed by that name, not by its
+    weights) make other copies, so the copies made from the old tags are made again."""
+    suite = load_suite(str(tiny_suite_file))
+    cache = tmp_path / "cache"
+
+    def augmented(log):
+        runner = SuiteRunner(suite, tmp_path / "results", cache, log=log)
+        runner.cache.log = log
+        return runner.augmented(instantiate(suite.plugin("bilstm-soft"),
+                                            suite.recipe("bilstm-soft"), "rte"), "rte")
+
+    text = augmented(lambda _: None).summary["key"]
+    [tags] = [entry for entry in (cache / "pos").iterdir() if not entry.name.startswith(".")]
+    lines = (tags / "tags.jsonl").read_text().splitlines()
+    (tags / "tags.jsonl").write_text("".join(
+        json.dumps([[word, "NN", written, space] for word, _, written, space
+                    in json.loads(line)]) + "\n" for line in lines))
+    record_as_rebuilt(tags)
+    logs: list[str] = []
+    assert augmented(logs.append).summary["key"] == text
+    assert any(f"augmented/{text[:16]} is damaged (it was made from another build of "
+               f"pos/{tags.name[:16]})" in line for line in logs), logs
+    recorded = json.loads((cache / "augmented" / text / "key.json").read_text())["made_from"]
+    assert recorded == {f"pos/{tags.name}": ArtifactCache(cache).files_digest("pos", tags.name)}

@@ -62,6 +62,7 @@ from methods.bilstm_soft.pos import (
     DEFAULT_POS_MODEL,
     TaggedText,
     model_identity,
+    pos_key,
     pos_model_problem,
     run_identity,
     tag_texts_cached,
@@ -337,6 +338,7 @@ class TangAugmenter:
         self.params = params
         self.cache = cache
         self.log = log
+        self._tags: list[tuple[str, str]] = []
 
     def describe(self) -> dict[str, Any]:
         return {"method": "tang2019", "version": AUGMENTATION_VERSION,
@@ -351,9 +353,16 @@ class TangAugmenter:
         texts = [text for example in examples for text in example]
         tagged = tag_texts_cached(texts, self.cache, self.params.pos_model, self.log,
                                   progress=progress)
+        self._tags = [("pos", pos_key(texts, self.params.pos_model))]
         by_example = [tagged[i * fields:(i + 1) * fields] for i in range(len(examples))]
         return augment_examples(by_example, TagVocabulary(tagged), self.params, seed,
                                 progress=progress)
+
+    def made_from(self) -> list[tuple[str, str]]:
+        """The cached POS tags its last :meth:`augment` read: the copies record them, and
+        are made again when the tags are made again otherwise (a spaCy pipeline named by
+        its folder is keyed by its name, not by its weights)."""
+        return list(self._tags)
 
 
 def augment_examples(tagged_examples: Sequence[Sequence[TaggedText]], tags: TagVocabulary,

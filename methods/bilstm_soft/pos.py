@@ -141,13 +141,19 @@ def _tagged_words(doc) -> TaggedText:
     return words
 
 
+def pos_key(texts: Sequence[str], model: str = DEFAULT_POS_MODEL) -> str:
+    """The cache key of the tags of ``texts`` by ``model`` (kind ``pos``)."""
+    return content_hash({"kind": "pos", "version": POS_VERSION,
+                         "tagger": model_identity(model), "texts": content_hash(list(texts))})
+
+
 def tag_texts_cached(texts: Sequence[str], cache: ArtifactCache,
                      model: str = DEFAULT_POS_MODEL, log: Callable[[str], None] = print,
                      progress: bool = True) -> list[TaggedText]:
-    """:func:`tag_texts` through the artifact cache, keyed by the texts and the model."""
+    """:func:`tag_texts` through the artifact cache (kind ``pos``), keyed by the texts and
+    the model (:func:`pos_key`)."""
     identity = model_identity(model)
-    key = content_hash({"kind": "pos", "version": POS_VERSION, "tagger": identity,
-                        "texts": content_hash(list(texts))})
+    key = pos_key(texts, model)
     if not cache.has("pos", key):
         log(f"[pos] tagging {len(texts)} texts with {model}")
         started = time.perf_counter()
