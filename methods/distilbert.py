@@ -197,6 +197,7 @@ class DistilBERT(Method):
         self._vocabulary: _Vocabulary | None = None
         self._assets = None
         self._teacher_head: nn.Module | None = None
+        self._teacher_head_sources: list[tuple[str, str]] = []
 
     # -- declaration ---------------------------------------------------------------------
     def default_weights(self) -> dict[str, float]:
@@ -370,7 +371,13 @@ class DistilBERT(Method):
                                        self.params.mlm_head, assets.log, assets.tokenizer,
                                        device="cpu")
             self._teacher_head = masked_lm.head.requires_grad_(False).eval()
+            self._teacher_head_sources = masked_lm.made_from()
         return self._teacher_head
+
+    def general_made_from(self) -> list[tuple[str, str]]:
+        """The teacher's masked-LM head where it is a fitted one: the general stage
+        starts the student's head from it and distils its vocabulary distributions."""
+        return list(self._teacher_head_sources)
 
     def _masked_rows(self, inputs: StepInputs) -> tuple[torch.Tensor, ...]:
         """(student vocabulary logits, teacher vocabulary logits, labels) at the masked

@@ -6,6 +6,9 @@ padded, masked batch; initialisation against the teacher's weights.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 from transformers import BertConfig, BertForSequenceClassification, BertModel
@@ -14,9 +17,12 @@ from harness.api.context import StudentContext
 from harness.api.method import StepInputs, TeacherView
 from harness.api.registry import instantiate
 from harness.api.students import classifier_config
-from harness.assets.mlm import TiedMLMHead
+from harness.api.suites import load_suite
+from harness.assets.mlm import HEAD_KIND, TiedMLMHead
+from harness.common.cache import ArtifactCache
 from harness.config.schema import ConfigError, MethodRecipe, StudentConfig
 from harness.data.tasks import get_task
+from harness.experiments.runner import SuiteRunner
 from methods.distilbert import (
     IGNORE,
     StudentMLMHead,
@@ -24,6 +30,7 @@ from methods.distilbert import (
     cosine_hidden_loss,
     mask_tokens,
 )
+from tests.conftest import refit_mlm_head
 
 VOCAB, HIDDEN, HEADS = 60, 32, 4
 LENGTHS = (7, 3, 5)
@@ -269,3 +276,33 @@ def test_a_distilbert_teachers_vocabulary_layers_carry_over_to_the_student_head_
     torch.testing.assert_close(head(hidden, masked_lm.vocab_projector.weight),
                                teacher_head(hidden))
     assert _head_state(torch.nn.Linear(HIDDEN, VOCAB)) is None  # refused in extra_modules
+
+
+def test_the_general_checkpoint_is_made_again_when_the_teachers_head_is_fitted_again(
+        tiny_suite_file, tmp_path):
+    """The tiny teacher has no masked-LM head: the general stage starts the student's head
+    from one fitted for it and distils its vocabulary distributions.  That head is cached
+    under a key that names its recipe, not its weights: fitted again with other weights
+    (another machine), the general checkpoint distilled from the old head is made again."""
+    suite = load_suite(str(tiny_suite_file))
+    cache = tmp_path / "cache"
+    SuiteRunner(suite, tmp_path / "made", cache, log=lambda _: None).run_one(
+        "distilbert", "stsb", seed=1)
+
+    def entry(kind: str) -> Path:
+        [found] = [path for path in (cache / kind).iterdir() if not path.name.startswith(".")]
+        return found
+
+    general, head = entry("general"), entry(HEAD_KIND)
+    recorded = json.loads((general / "key.json").read_text())["made_from"]
+    assert recorded == {f"{HEAD_KIND}/{head.name}":
+                        ArtifactCache(cache).files_digest(HEAD_KIND, head.name)}
+    refit_mlm_head(head)
+    lines: list[str] = []
+    again = SuiteRunner(suite, tmp_path / "again", cache, log=lines.append)
+    again.cache.log = lines.append
+    again.run_one("distilbert", "stsb", seed=1)
+    assert any(f"general/{general.name[:16]} is damaged (it was made from another build of "
+               f"{HEAD_KIND}/{head.name[:16]})" in line for line in lines), lines
+    assert json.loads((general / "key.json").read_text())["made_from"] == {
+        f"{HEAD_KIND}/{head.name}": ArtifactCache(cache).files_digest(HEAD_KIND, head.name)}

@@ -414,6 +414,13 @@ class Method:
         task stages read, or every ablation would redo general distillation."""
         return {"params": self.params.model_dump(), "weights": self.weights}
 
+    def general_made_from(self) -> list[tuple[str, str]]:
+        """The cache entries (kind, key) the ``corpus`` stages read besides the checkpoint
+        and the corpus (a masked-LM head fitted for the teacher), asked once they have
+        trained: the general checkpoint records them, and is made again once one of them
+        is rebuilt with other contents.  Empty, the default: they read none."""
+        return []
+
     def loss_gold(self, inputs: StepInputs) -> torch.Tensor:
         """The :data:`GOLD` term: cross-entropy to the gold labels, or MSE to the gold
         scores of a regression task, over the rows that have one (augmented copies do not)."""

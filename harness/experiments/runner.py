@@ -669,8 +669,8 @@ class SuiteRunner(RunPlanner):
                 }
                 if self.accelerator.is_local_main_process:
                     with self.cache.build("general", key, {"method": method.name,
-                                                           "student": context.shape_name}
-                                          ) as scratch:
+                                                           "student": context.shape_name},
+                                          made_from=method.general_made_from()) as scratch:
                         torch.save(body, scratch / "student_body.pt")
                         torch.save(self.accelerator.unwrap_model(extra).state_dict(),
                                    scratch / "extra.pt")
