@@ -156,3 +156,25 @@ def test_a_vectors_file_is_identified_by_its_content(tmp_path):
     identities = [GloveVectors(path).identity() for path in (first, copy, other)]
     assert identities[0] == identities[1] != identities[2]
     assert identities[0]["words"] == 2 and identities[0]["dim"] == 2
+
+
+def test_a_file_that_is_not_utf8_is_an_error_naming_its_line(tmp_path):
+    """A replacement character would change the word ("caf\\ufffd"), and make two
+    words of another encoding one: another encoding is an error, not a silent change."""
+    path = tmp_path / "latin1.txt"
+    path.write_bytes("cat 1 0 0\ncafé 0 1 0\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"latin1.txt:2: not UTF-8 \(byte 0xe9"):
+        GloveVectors(path).vector("cat")
+    path.write_bytes("cat 1 0 0\ncafé 0 1 0\n".encode())  # the same words, UTF-8
+    assert GloveVectors(path).words == ["cat", "café"]
+
+
+def test_line_ends_are_newlines_only_and_crlf_files_read_alike(tmp_path):
+    crlf = tmp_path / "crlf.txt"
+    crlf.write_bytes(b"cat 1 0 0\r\ndog 0 1 0\r\n")
+    vectors = GloveVectors(crlf)
+    assert vectors.words == ["cat", "dog"]
+    np.testing.assert_allclose(vectors.vector("dog"), [0, 1, 0])
+    inside = tmp_path / "inside.txt"  # a carriage return inside a word stays in the word
+    inside.write_bytes(b"cat 1 0 0\nwo\rrd 0 1 0\n")
+    assert GloveVectors(inside).words == ["cat", "wo\rrd"]

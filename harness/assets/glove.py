@@ -10,6 +10,7 @@ object per process and pass it around to avoid loading them twice.
 
 from __future__ import annotations
 
+import codecs
 import importlib.metadata
 from collections.abc import Iterable, Sequence
 from functools import cache
@@ -262,9 +263,9 @@ def _load_text(path: Path) -> tuple[list[str], np.ndarray]:
 
     The dimension comes from the first vector line; the word is everything before the
     last ``dim`` fields (some GloVe files have words containing spaces).  A byte-order mark
-    opening the file is not part of its first word (nor of a header); a field that is not
-    a number, or is not finite (a NaN vector would be every word's nearest neighbour), is
-    an error naming its line.
+    opening the file is not part of its first word (nor of a header); a line that is not
+    UTF-8, or a field that is not a number or is not finite (a NaN vector would be every
+    word's nearest neighbour), is an error naming its line.
     """
     if not path.is_file():
         raise GloveNotFoundError(f"no GloVe text file at {path}; pass an existing file or "
@@ -272,9 +273,22 @@ def _load_text(path: Path) -> tuple[list[str], np.ndarray]:
     words: list[str] = []
     rows: list[np.ndarray] = []
     dim: int | None = None
-    with open(path, encoding="utf-8-sig", errors="replace") as handle:
-        for lineno, line in enumerate(handle, start=1):
-            parts = line.rstrip("\n").rstrip(" ").split(" ")
+    # Bytes split at "\n" only, each line decoded as strict UTF-8: an undecodable byte is
+    # an error naming its line (a replacement character would change the word, and could
+    # make two words one), and a carriage return inside a word stays in the word (text
+    # mode would end a line there too).
+    with open(path, "rb") as handle:
+        for lineno, raw in enumerate(handle, start=1):
+            if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
+                raw = raw[len(codecs.BOM_UTF8):]
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise ValueError(
+                    f"{path}:{lineno}: not UTF-8 (byte {raw[error.start]:#04x} at byte "
+                    f"{error.start + 1} of the line); GloVe text files are UTF-8: convert "
+                    f"this one, e.g. iconv -f LATIN1 -t UTF-8") from None
+            parts = line.rstrip("\r\n").rstrip(" ").split(" ")
             if len(parts) < 2:
                 continue
             if dim is None:
