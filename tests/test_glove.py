@@ -178,3 +178,31 @@ def test_line_ends_are_newlines_only_and_crlf_files_read_alike(tmp_path):
     inside = tmp_path / "inside.txt"  # a carriage return inside a word stays in the word
     inside.write_bytes(b"cat 1 0 0\nwo\rrd 0 1 0\n")
     assert GloveVectors(inside).words == ["cat", "wo\rrd"]
+
+
+def test_a_word_without_numbers_is_an_error_naming_its_line(tmp_path):
+    path = write_glove(tmp_path / "wordonly.txt", VECTORS)
+    path.write_text(path.read_text() + "zebra\n" + "\n")  # a blank line holds no word
+    with pytest.raises(ValueError, match=rf"wordonly.txt:{len(VECTORS) + 1}: the word "
+                                         r"'zebra' and no numbers"):
+        GloveVectors(path).vector("cat")
+    first = tmp_path / "first.txt"  # before the width is known too
+    first.write_text("zebra\ncat 1 0 0\n")
+    with pytest.raises(ValueError, match=r"first.txt:1: the word 'zebra' and no numbers"):
+        GloveVectors(first).vector("cat")
+
+
+def test_a_blank_line_holds_no_word(tmp_path):
+    path = write_glove(tmp_path / "blank.txt", VECTORS)
+    path.write_text("\n" + path.read_text().replace("\n", "\n\n", 1) + "\n")
+    assert GloveVectors(path).words == list(VECTORS)
+
+
+def test_a_word2vec_header_must_match_the_file(tmp_path):
+    short = write_glove(tmp_path / "short.txt", VECTORS, header="7 3")  # one vector lost
+    with pytest.raises(ValueError, match=r"short.txt:1: the word2vec header announces 7 "
+                                         r"vectors, the file has 6"):
+        GloveVectors(short).vector("cat")
+    narrow = write_glove(tmp_path / "narrow.txt", VECTORS, header="6 4")
+    with pytest.raises(ValueError, match=r"narrow.txt:2: expected a word and 4 numbers"):
+        GloveVectors(narrow).vector("cat")

