@@ -206,3 +206,28 @@ def test_a_word2vec_header_must_match_the_file(tmp_path):
     narrow = write_glove(tmp_path / "narrow.txt", VECTORS, header="6 4")
     with pytest.raises(ValueError, match=r"narrow.txt:2: expected a word and 4 numbers"):
         GloveVectors(narrow).vector("cat")
+
+
+def test_a_repeated_word_keeps_its_first_vector_and_is_listed_once(tmp_path):
+    path = write_glove(tmp_path / "repeat.txt", VECTORS, header="8 3")
+    path.write_text(path.read_text() + "dog 1 0 0\ncat 0 0 1\n")  # dog would be cat's twin
+    with pytest.warns(UserWarning, match=r"repeat.txt: 2 line\(s\) repeat .* line 8: 'dog' "
+                                         r"of line 4"):
+        vectors = GloveVectors(path)
+        assert vectors.words == list(VECTORS)
+    assert len(vectors) == len(VECTORS) == vectors.vectors.shape[0]
+    assert vectors.identity()["words"] == len(VECTORS)
+    np.testing.assert_allclose(vectors.vector("dog"), [0.7, 0.7, 0.0])
+    np.testing.assert_allclose(vectors.vector("cat"), [1.0, 0.0, 0.0])
+    assert vectors.nearest(["kitten"], 3) == {"kitten": ["cat", "dog", "new york"]}
+    bad = tmp_path / "bad.txt"  # a repeated line is checked like any other
+    bad.write_text("cat 1 0 0\ncat nan 0 0\n")
+    with pytest.raises(ValueError, match=r"bad.txt:2: .*not finite"):
+        GloveVectors(bad).vector("cat")
+
+
+def test_a_word2vec_header_of_no_numbers_is_an_error(tmp_path):
+    path = tmp_path / "zero.txt"
+    path.write_text("2 0\ncat 1\ndog 2\n")
+    with pytest.raises(ValueError, match=r"zero.txt:1: .*0 numbers"):
+        GloveVectors(path).vector("cat")

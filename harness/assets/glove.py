@@ -15,6 +15,11 @@ line, so that no word is changed or lost silently:
   ``. . .``), so a line *longer* than the first cannot be told from a word with spaces.
 - A first line ``<count> <dim>`` is a word2vec header: the file must then hold ``count``
   vectors of ``dim`` numbers.  Blank lines hold no word and are passed over.
+- A word on several lines (840B repeats a few) keeps its first line's vector, as most
+  GloVe loaders do, and the later lines are left out with a warning naming them; they
+  are checked like any other line.  The vectors are then a function of the file's
+  content, which is what identifies them (:func:`vectors_identity`: its SHA-256), and
+  ``words``, ``vectors`` and ``len()`` hold each word once.
 
 Vectors load lazily on first use and stay with the :class:`GloveVectors` object: keep one
 object per process and pass it around to avoid loading them twice.
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import codecs
 import importlib.metadata
+import warnings
 from collections.abc import Iterable, Sequence
 from functools import cache
 from pathlib import Path
@@ -126,11 +132,12 @@ class GloveVectors:
             words, vectors = _load_text(self.path)
         self._words = words
         self._vectors = vectors
-        # Later duplicates (rare, in some GloVe files) do not override the first entry.
-        index: dict[str, int] = {}
-        for row, word in enumerate(words):
-            index.setdefault(word, row)
-        self._index = index
+        # Each word once: a text file's later lines of a word are left out on reading,
+        # and the package's 400k words are distinct.
+        self._index = {word: row for row, word in enumerate(words)}
+        if len(self._index) != len(words):
+            raise ValueError(f"{self.path or PACKAGE}: {len(words) - len(self._index)} "
+                             f"words repeated")
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         self._unit = (vectors / np.maximum(norms, 1e-12)).astype(np.float32)
 
@@ -279,6 +286,8 @@ def _load_text(path: Path) -> tuple[list[str], np.ndarray]:
     rows: list[np.ndarray] = []
     dim: int | None = None
     header: int | None = None  # a word2vec header's count of vectors
+    first_line: dict[str, int] = {}  # word -> the line that gave its vector
+    repeats: list[tuple[str, int, int]] = []  # (word, its first line, a later line)
     # Bytes split at "\n" only, each line decoded as strict UTF-8: an undecodable byte is
     # an error naming its line (a replacement character would change the word, and could
     # make two words one), and a carriage return inside a word stays in the word (text
@@ -300,6 +309,9 @@ def _load_text(path: Path) -> tuple[list[str], np.ndarray]:
             if lineno == 1 and len(parts) == 2 and all(
                     part.isascii() and part.isdigit() for part in parts):
                 header, dim = int(parts[0]), int(parts[1])  # word2vec: "<count> <dim>"
+                if dim == 0:
+                    raise ValueError(f"{path}:1: the word2vec header announces vectors of "
+                                     f"0 numbers")
                 continue
             if len(parts) < 2:
                 raise ValueError(f"{path}:{lineno}: the word {parts[0]!r} and no numbers; "
@@ -317,11 +329,21 @@ def _load_text(path: Path) -> tuple[list[str], np.ndarray]:
             if not np.isfinite(row).all():
                 raise ValueError(f"{path}:{lineno}: the vector of "
                                  f"{' '.join(parts[:-dim])!r} is not finite (NaN or inf)")
-            words.append(" ".join(parts[:-dim]))
+            word = " ".join(parts[:-dim])
+            seen = first_line.setdefault(word, lineno)
+            if seen != lineno:  # checked like any line above, then left out
+                repeats.append((word, seen, lineno))
+                continue
+            words.append(word)
             rows.append(row)
     if not rows:
         raise ValueError(f"{path}: no vectors found")
-    if header is not None and header != len(rows):
+    if header is not None and header != len(rows) + len(repeats):
         raise ValueError(f"{path}:1: the word2vec header announces {header} vectors, the "
-                         f"file has {len(rows)} (cut short?)")
+                         f"file has {len(rows) + len(repeats)} (cut short?)")
+    if repeats:
+        word, seen, lineno = repeats[0]
+        warnings.warn(f"{path}: {len(repeats)} line(s) repeat an earlier line's word and are "
+                      f"left out (the first word's vector is kept), e.g. line {lineno}: "
+                      f"{word!r} of line {seen}", stacklevel=2)
     return words, np.stack(rows)
