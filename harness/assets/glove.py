@@ -326,12 +326,12 @@ def _load_text(path: Path) -> tuple[list[str], np.ndarray]:
             except ValueError as error:
                 raise ValueError(f"{path}:{lineno}: expected a word and {dim} numbers "
                                  f"({error})") from None
-            if not np.isfinite(row).all():
-                raise ValueError(f"{path}:{lineno}: the vector of "
-                                 f"{' '.join(parts[:-dim])!r} is not finite (NaN or inf)")
-            word = " ".join(parts[:-dim])
+            word = parts[0] if len(parts) == dim + 1 else " ".join(parts[:-dim])
             seen = first_line.setdefault(word, lineno)
-            if seen != lineno:  # checked like any line above, then left out
+            if seen != lineno:  # checked like any line, then left out
+                if not np.isfinite(row).all():
+                    raise ValueError(f"{path}:{lineno}: the vector of {word!r} is not "
+                                     f"finite (NaN or inf)")
                 repeats.append((word, seen, lineno))
                 continue
             words.append(word)
@@ -341,9 +341,17 @@ def _load_text(path: Path) -> tuple[list[str], np.ndarray]:
     if header is not None and header != len(rows) + len(repeats):
         raise ValueError(f"{path}:1: the word2vec header announces {header} vectors, the "
                          f"file has {len(rows) + len(repeats)} (cut short?)")
+    vectors = np.stack(rows)
+    # Finite values checked once for the whole matrix (much faster than line by line),
+    # the first row that is not named by its line.
+    finite = np.isfinite(vectors).all(axis=1)
+    if not finite.all():
+        bad = int(np.argmin(finite))
+        raise ValueError(f"{path}:{first_line[words[bad]]}: the vector of {words[bad]!r} is "
+                         f"not finite (NaN or inf)")
     if repeats:
         word, seen, lineno = repeats[0]
         warnings.warn(f"{path}: {len(repeats)} line(s) repeat an earlier line's word and are "
                       f"left out (the first word's vector is kept), e.g. line {lineno}: "
                       f"{word!r} of line {seen}", stacklevel=2)
-    return words, np.stack(rows)
+    return words, vectors
