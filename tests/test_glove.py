@@ -231,3 +231,11 @@ def test_a_word2vec_header_of_no_numbers_is_an_error(tmp_path):
     path.write_text("2 0\ncat 1\ndog 2\n")
     with pytest.raises(ValueError, match=r"zero.txt:1: .*0 numbers"):
         GloveVectors(path).vector("cat")
+
+
+@pytest.mark.parametrize("content", [b"", b"\xef\xbb\xbf", b"\n\n", b"6 3\n"])
+def test_a_file_without_vectors_is_an_error(tmp_path, content):
+    path = tmp_path / "empty.txt"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=r"empty.txt: no vectors found"):
+        GloveVectors(path).vector("cat")

@@ -342,8 +342,8 @@ def _load_text(path: Path) -> tuple[list[str], np.ndarray]:
         raise ValueError(f"{path}:1: the word2vec header announces {header} vectors, the "
                          f"file has {len(rows) + len(repeats)} (cut short?)")
     vectors = np.stack(rows)
-    # Finite values checked once for the whole matrix (much faster than line by line),
-    # the first row that is not named by its line.
+    # Finite values checked once for the whole matrix (much faster than line by line);
+    # the first row with a NaN or inf is named by its line.
     finite = np.isfinite(vectors).all(axis=1)
     if not finite.all():
         bad = int(np.argmin(finite))
