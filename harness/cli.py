@@ -262,10 +262,17 @@ def _grid(suite: str, storage: str | None, results: Path, cache_dir: Path | None
     echo(f"\ngrid {grid.study_name}: {summary['complete']} of {summary['cells']} cells "
           f"complete, {summary['fail'] - summary['retried']} failed, {summary['retried']} "
           f"queued again (a worker died or was stopped)\nrecords: "
-          f"{results / config.record_suite}; table: "
-          f"harness table --suite {suite}")
+          f"{results / config.record_suite}; table: {_grid_table_command(suite, results)}")
     if summary["complete"] < summary["cells"]:
         raise typer.Exit(1)
+
+
+def _grid_table_command(suite: str, results: Path) -> str:
+    """The `harness table` command that shows the grid just run: its cells, in its store."""
+    parts = ["harness", "table", "--suite", suite, "--grid"]
+    if results.resolve() != DEFAULT_RESULTS.resolve():
+        parts += ["--results", str(results)]
+    return shlex.join(parts)
 
 
 GridMethodOpt = Annotated[list[str] | None, typer.Option(

@@ -518,3 +518,21 @@ def test_missing_cells_are_named_by_row_task_seed_and_status():
     assert grid.missing(cells) == (
         "4 of 5 grid cells have no finished run: kd x2 (mrpc; seeds 1, 2; failed/todo); "
         "kd [3L-384] x1 (rte; seeds 2; todo); bilstm-soft x1 (cola; seeds 3; todo)")
+
+
+def test_the_table_command_a_grid_ends_with_reads_the_grids_store(tmp_path, tiny_data_dir,
+                                                                    tiny_teacher_dir):
+    """The grid ended with `table: harness table --suite S`, without the --results it wrote
+    to: run as printed, it read the repository's store and found no records."""
+    path = grid_suite(tmp_path, tiny_data_dir, tiny_teacher_dir,
+                      {"methods": ["finetune"], "tasks": ["rte"], "seeds": [1],
+                       "budget": {"task_epochs": 1}})
+    results, cache = tmp_path / "results", tmp_path / "cache"
+    ran = CliRunner().invoke(app, ["grid", "--suite", str(path), "--results", str(results),
+                                   "--cache-dir", str(cache)])
+    assert ran.exit_code == 0, ran.output
+    printed = ran.output.strip().splitlines()[-1].split("table: ", 1)[1]
+    assert printed == f"harness table --suite {path} --grid --results {results}"
+    table = CliRunner().invoke(app, printed.split()[1:])
+    assert table.exit_code == 0, table.output
+    assert "finetune" in table.output
