@@ -536,3 +536,19 @@ def test_the_table_command_a_grid_ends_with_reads_the_grids_store(tmp_path, tiny
     table = CliRunner().invoke(app, printed.split()[1:])
     assert table.exit_code == 0, table.output
     assert "finetune" in table.output
+
+
+def test_a_grid_over_a_max_steps_recipe_names_the_method_task_and_the_way_out(
+        tmp_path, tiny_data_dir, tiny_teacher_dir):
+    """The refusal said only "stage 'task' is budgeted by max_steps": neither the method nor
+    the task nor what to change."""
+    path = grid_suite(tmp_path, tiny_data_dir, tiny_teacher_dir,
+                      {"methods": ["finetune"], "tasks": ["rte"], "seeds": [1],
+                       "budget": {"task_epochs": 1}},
+                      training={"max_steps": 3, "batch_size": 8, "lr": 1e-3})
+    dry = CliRunner().invoke(app, ["grid", "--suite", str(path), "--dry-run",
+                                   "--results", str(tmp_path / "results"),
+                                   "--cache-dir", str(tmp_path / "cache")])
+    assert dry.exit_code != 0
+    assert "methods.finetune" in dry.output and "rte" in dry.output, dry.output
+    assert "grid.budget.own_budget" in dry.output and "epochs" in dry.output, dry.output

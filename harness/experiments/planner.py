@@ -282,7 +282,14 @@ class RunPlanner:
                 *recipe.stage_overrides(None if stage.is_general else task.name, stage.name))
             for stage in stages}
         if variation.task_epochs is not None:
-            stage_configs = scale_to_budget(stages, stage_configs, variation.task_epochs)
+            try:
+                stage_configs = scale_to_budget(stages, stage_configs, variation.task_epochs)
+            except ConfigError as error:
+                raise ConfigError(
+                    f"methods.{method_name} on {task.name}: {error} (grid.budget.task_epochs): "
+                    "give the stage `epochs` instead of `max_steps` (in training, "
+                    "task_training or the method's stages), or list the method in "
+                    "grid.budget.own_budget to keep its recipe's budget") from None
         prepared = self.prepare_task(task_name)
         shape_name = self.suite.student_name(recipe)
         shape = self.student_shape(shape_name)
