@@ -34,6 +34,9 @@ def hparams(run_dir: Path) -> dict[str, object]:
 
 
 def main(run_dir: Path) -> None:
+    if not run_dir.is_dir():
+        sys.exit(f"{run_dir}: no such folder (a run's folder under --log-dir, by default runs/ "
+                 "beside the results store: <suite>/<method>/<task>/<student>-seed<N>-<run id>)")
     scalars = load(run_dir)
     tags = sorted(scalars.Tags()["scalars"])
     if not tags:

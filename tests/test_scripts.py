@@ -4,6 +4,8 @@ against the package: a module moved in the core broke them silently, as no test 
 from __future__ import annotations
 
 import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,3 +20,11 @@ def test_a_documented_script_imports(name):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # its imports; `main` runs only as __main__
 
+
+def test_tensorboard_tags_names_a_missing_folder_without_a_traceback(tmp_path):
+    missing = tmp_path / "runs" / "glue-cpu" / "kd" / "rte" / "no-such-run"
+    done = subprocess.run([sys.executable, str(SCRIPTS / "tensorboard_tags.py"), str(missing)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr, done.stderr
+    assert f"{missing}: no such folder" in done.stderr, done.stderr
