@@ -418,6 +418,9 @@ def train_stage(
     progress = progress_bar(total=total_steps, desc=description or stage.name, unit="step",
                     disable=not accelerator.is_local_main_process, leave=False,
                     initial=step)
+    # Closed however the stage ends (a diverged loss, Ctrl-C): the line the runner logs next
+    # starts on a line of its own, not after the bar.
+    stack.callback(progress.close)
     student.train()
     extra.train()
     with stack:
