@@ -40,12 +40,14 @@ from harness.experiments.store import ResultsStore, StoreNotWritableError
 from harness.experiments.tracking import Tracking
 from harness.experiments.tuning import (
     MAX_RETRIES,
+    TrialFailed,
     TunedParams,
     Tuner,
     TuningTarget,
     fail_dead_local_trials,
     load_tuned,
     open_storage,
+    quiet_reported_failures,
     retried_trials,
     tuned_path,
     worker_id,
@@ -568,8 +570,11 @@ class Grid:
             if counts["waiting"]:
                 before = time.perf_counter()
                 trial_cell: list[GridCell] = []
-                study.optimize(functools.partial(self._objective, ran=trial_cell),
-                               n_trials=1, catch=(RuntimeError,))
+                # A cell's failure and a Ctrl-C are reported by the harness: Optuna logs
+                # neither again (a real bug's traceback it still logs).
+                with quiet_reported_failures():
+                    study.optimize(functools.partial(self._objective, ran=trial_cell),
+                                   n_trials=1, catch=(RuntimeError,))
                 if trial_cell:
                     ran.append((trial_cell[0], time.perf_counter() - before))
                     self._progress(study, ran, started)
@@ -593,7 +598,8 @@ class Grid:
         trial.set_user_attr("worker", worker_id())
         overrides = self.tuned_overrides(cell)
         if overrides is None:
-            raise RuntimeError(f"{cell.label}: its tuning study has not written parameters")
+            raise self._failed(trial.number, cell, "its tuning study has not written "
+                               "parameters; the cell is not run")
         broadcast(("cell", asdict(cell), overrides), self.runner.accelerator)
         self.log(f"== grid cell {trial.number}: {cell.label}")
         annotations = {"grid": {"study": self.study_name, "trial": trial.number}}
@@ -611,9 +617,19 @@ class Grid:
         trial.set_user_attr("status", outcome.status)
         trial.set_user_attr("record", str(outcome.path))
         ran.append(cell)
-        if outcome.main_score is None:
-            raise RuntimeError(f"{cell.label}: run {outcome.status} ({outcome.path})")
+        if outcome.main_score is None:  # a failed run (diverged): its record says why
+            record = outcome.record
+            error, status = ((record.error, record.status) if record is not None
+                             else (None, outcome.status))
+            raise self._failed(trial.number, cell, f"run {status}"
+                               f"{f': {error}' if error else ''}; recorded at {outcome.path}")
         return float(outcome.main_score)
+
+    def _failed(self, number: int, cell: GridCell, why: str) -> TrialFailed:
+        """The error that fails trial ``number`` of ``cell``, logged here in one line (Optuna
+        logs no traceback of it: see quiet_reported_failures)."""
+        self.log(f"[grid] cell {number} failed: {cell.label}: {why}")
+        return TrialFailed(f"{cell.label}: {why}")
 
     def _progress(self, study, ran: list[tuple[GridCell, float]], started: float) -> None:
         """Overall progress and an estimate of the time left: the remaining cells' cost

@@ -26,7 +26,7 @@ import os
 import socket
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -147,20 +147,50 @@ class TuningInterrupted(KeyboardInterrupt):
         self.trial = trial
 
 
-class _QuietInterruptedTrial(logging.Filter):
-    """Drops Optuna's warnings about a trial that Ctrl-C stopped (the KeyboardInterrupt's
-    traceback, then its value): the tuner reports the interruption in one line."""
+class TrialFailed(RuntimeError):
+    """A trial or grid cell that failed in a way the harness reports itself, in one line
+    naming the cell and why (a run recorded as failed, a cell it will not run): Optuna
+    records its trial as FAIL without logging a traceback of it."""
+
+
+REPORTED_FAILURES: tuple[type[BaseException], ...] = (
+    KeyboardInterrupt, TrialFailed, ConfigError, StoreNotWritableError)
+"""Errors of a trial that the harness reports itself (the commands print a ConfigError or
+a StoreNotWritableError as their one-line error, and say what Ctrl-C left): Optuna's
+warning about such a trial, and its traceback, would repeat them. Any other error (an
+unexpected exception: a bug) keeps Optuna's warning and traceback."""
+
+
+class _QuietReportedFailures(logging.Filter):
+    """Drops Optuna's two warnings about a trial that failed with one of
+    :data:`REPORTED_FAILURES`: "Trial N failed with parameters ... because of the following
+    error" (with the traceback), then "Trial N failed with value None"."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.interrupted = False
+        self._dropped: set[str] = set()  # "Trial N" of each trial whose warning was dropped
 
     def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
         error = record.exc_info[0] if record.exc_info else None
-        if error is not None and issubclass(error, KeyboardInterrupt):
-            self.interrupted = True
+        if error is not None and issubclass(error, REPORTED_FAILURES):
+            self._dropped.add(message.partition(" failed ")[0])
             return False
-        return not (self.interrupted and "failed with value" in record.getMessage())
+        trial, found, _ = message.partition(" failed with value ")
+        return not (found and trial in self._dropped)
+
+
+@contextlib.contextmanager
+def quiet_reported_failures() -> Iterator[None]:
+    """While the trials it wraps run, Optuna logs no warning about a trial that failed with
+    one of :data:`REPORTED_FAILURES`; their states are Optuna's own (FAIL)."""
+    logger = logging.getLogger("optuna.study._optimize")
+    quiet = _QuietReportedFailures()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
 
 
 def worker_id() -> str:
@@ -416,8 +446,9 @@ class Tuner:
                 raise
             if outcome.main_score is None:
                 error = outcome.record.error if outcome.record is not None else None
-                raise RuntimeError(f"seed {seed}: run {outcome.status}"
-                                   f"{f': {error}' if error else ''} ({outcome.path})")
+                raise TrialFailed(f"seed {seed}: run {outcome.status}"
+                                  f"{f': {error}' if error else ''}; recorded at "
+                                  f"{outcome.path}")
             if outcome.status == "skipped" and outcome.record is not None:
                 # A seed found in the store reports the evaluations it recorded, so the
                 # next seed's evaluations keep the numbers the pruner compares them under.
@@ -446,6 +477,9 @@ class Tuner:
             raise
         except RuntimeError as error:  # a failed run: counts towards the cap (see optimize)
             trial.set_user_attr("error", str(error))
+            if isinstance(error, TrialFailed):  # Optuna logs any other error's traceback
+                self.log(f"[tune] trial {trial.number}: failed after "
+                         f"{time.perf_counter() - started:.0f}s with {overrides}: {error}")
             raise
         trial.set_user_attr("overrides", overrides)
         trial.set_user_attr("scores", scores)
@@ -494,14 +528,14 @@ class Tuner:
         Ctrl-C in a trial (Optuna fails it) queues its parameters again, as the storage's
         retry callback does for a dead worker's trial, and raises TuningInterrupted: the
         trial says nothing about its parameters, and one worker alone must repeat its
-        study, so the next trial of the study runs them rather than drawing new ones."""
-        logger = logging.getLogger("optuna.study._optimize")
-        quiet = _QuietInterruptedTrial()
-        logger.addFilter(quiet)
+        study, so the next trial of the study runs them rather than drawing new ones.
+        The objective reports a failed run itself, and the Ctrl-C is reported by the
+        command: Optuna logs neither (see quiet_reported_failures)."""
         self._running = None
         self._interrupted = False
         try:
-            study.optimize(self._noting_interrupts, n_trials=1, catch=(RuntimeError,))
+            with quiet_reported_failures():
+                study.optimize(self._noting_interrupts, n_trials=1, catch=(RuntimeError,))
         except KeyboardInterrupt:
             raise TuningInterrupted(self.name, self._retry_interrupted(study)) from None
         except Exception:
@@ -510,8 +544,6 @@ class Tuner:
             # Ctrl-C stopped the trial, then Optuna's own record of its failure failed (the
             # storage busy: "database is locked"); the trial is failed and queued here.
             raise TuningInterrupted(self.name, self._retry_interrupted(study)) from None
-        finally:
-            logger.removeFilter(quiet)
 
     def _noting_interrupts(self, trial) -> float:
         try:
