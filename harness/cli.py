@@ -6,7 +6,7 @@ import os
 import re
 import shlex
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -89,6 +89,8 @@ def run(
     except (ConfigError, KeyError, FileNotFoundError, RuntimeError, ValueError) as error:
         fail(error_text(error))
         return
+    except KeyboardInterrupt as stopped:
+        _interrupted("run", stopped)
     if not done.main_process:  # one table per `accelerate launch`
         return
     echo("")
@@ -131,12 +133,7 @@ def tune(
 ) -> None:
     """Create or resume the Optuna study of METHOD on TASK; write its best parameters."""
     quiet_libraries()
-    from harness.experiments.tuning import (
-        Tuner,
-        TuningInterrupted,
-        TuningTarget,
-        default_storage,
-    )
+    from harness.experiments.tuning import Tuner, TuningTarget, default_storage
 
     if pruner not in {"median", "halving", "none"}:
         fail(f"--pruner {pruner!r}: choose median, halving or none")
@@ -157,17 +154,36 @@ def tune(
     except (ConfigError, KeyError, FileNotFoundError, RuntimeError, ValueError) as error:
         fail(error_text(error))
         return
-    except KeyboardInterrupt as stopped:  # Ctrl-C: in a trial, a TuningInterrupted
-        queued = (f"trial {stopped.trial}'s parameters are queued again; "
-                  if isinstance(stopped, TuningInterrupted) and stopped.trial is not None
-                  else "")
-        study = f" study {stopped.study}" if isinstance(stopped, TuningInterrupted) else ""
-        echo(f"[tune] interrupted (Ctrl-C): {queued}the same command resumes the{study}")
-        raise typer.Exit(130) from None
+    except KeyboardInterrupt as stopped:
+        _interrupted("tune", stopped)
     _print_study(tuner)
     use = _run_params_command(suite, method, task, tuner.name, set_, data_dir, teacher,
                               results, cache_dir)
     echo(f"\nbest parameters: {path}\nuse them: {use}")
+
+
+def _interrupted(command: str, stopped: KeyboardInterrupt) -> NoReturn:
+    """Ctrl-C: say in one line what it stopped and that the same command resumes, then
+    exit 130 (a shell's status for SIGINT). The stopped run has no record (a record is
+    written when a run finishes or fails), so the command trains it again and skips the
+    runs recorded before; a stopped trial or grid cell is queued again."""
+    from harness.experiments.grid import GridInterrupted
+    from harness.experiments.tuning import TuningInterrupted
+
+    if isinstance(stopped, TuningInterrupted):  # in a study's trial (tune, or a grid's budget)
+        queued = (f"trial {stopped.trial}'s parameters are queued again; "
+                  if stopped.trial is not None else "")
+        what = f"{queued}the same command resumes the study {stopped.study}"
+    elif isinstance(stopped, GridInterrupted):
+        what = (f"cell {stopped.cell} (trial {stopped.trial}) is not recorded; the same "
+                f"command queues it again and resumes the grid {stopped.study}")
+    elif command == "tune":
+        what = "the same command resumes the study"
+    else:
+        what = ("the run in progress is not recorded; the same command skips the recorded "
+                "runs and trains it again")
+    echo(f"[{command}] interrupted (Ctrl-C): {what}")
+    raise typer.Exit(130) from None
 
 
 def _run_params_command(suite: str, method: str, task: str, study: str,
@@ -257,6 +273,8 @@ def _grid(suite: str, storage: str | None, results: Path, cache_dir: Path | None
     except (ConfigError, KeyError, FileNotFoundError, RuntimeError, ValueError) as error:
         fail(error_text(error))
         return
+    except KeyboardInterrupt as stopped:
+        _interrupted("grid", stopped)
     if not summary:
         return
     echo(f"\ngrid {grid.study_name}: {summary['complete']} of {summary['cells']} cells "

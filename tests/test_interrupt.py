@@ -1,11 +1,17 @@
-"""What a failing grid cell leaves on the screen and in the store: the harness's one line,
-not Optuna's traceback, while an unexpected error keeps its traceback."""
+"""What one Ctrl-C and a failing grid cell leave on the screen and in the store: one Ctrl-C
+stops `harness run` and `harness grid` mid-training with status 130 and a line saying that
+the same command resumes, the stopped run has no record and the same command trains it
+again once; a failing grid cell is the harness's one line, not Optuna's traceback, while an
+unexpected error keeps its traceback."""
 
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import optuna
 import pytest
@@ -16,6 +22,96 @@ from tests.test_grid import REPO, _env, _records, grid_suite
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 
 OPTUNA_WARNING = "failed with parameters"  # the start of Optuna's warning about a failed trial
+
+
+def _started(*args: str) -> subprocess.Popen:
+    """`harness ARGS` in a session of its own, as a shell runs a job: a terminal's Ctrl-C
+    signals the whole group, children included (see _ctrl_c)."""
+    return subprocess.Popen([sys.executable, "-m", "harness.cli", *args], cwd=REPO,
+                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+
+
+def _ctrl_c_once_training(job: subprocess.Popen, bar: str, timeout: float = 120) -> str:
+    """Read ``job``'s output until the progress bar ``bar`` of a stage starts (training has
+    begun), send SIGINT once to its process group, as one Ctrl-C in a terminal does, and
+    return its whole output once it has exited (a TimeoutExpired if it has not within
+    ``timeout`` seconds: one Ctrl-C did not stop it)."""
+    assert job.stdout is not None
+    seen = []
+    for line in job.stdout:  # universal newlines: a progress bar's "\r" ends a line too
+        seen.append(line)
+        if bar in line:
+            break
+    else:
+        raise AssertionError("the job ended before training started:\n" + "".join(seen))
+    os.killpg(job.pid, signal.SIGINT)
+    rest, _ = job.communicate(timeout=timeout)
+    return "".join(seen) + rest
+
+
+def _finished(job: subprocess.Popen) -> str:
+    output, _ = job.communicate(timeout=300)
+    assert job.returncode == 0, output
+    return output
+
+
+@pytest.fixture
+def long_suite(tmp_path, tiny_data_dir, tiny_teacher_dir) -> Path:
+    """kd on STS-B for seeds 1 and 2, 30 epochs each (180 steps: seconds, long enough for
+    a signal sent as a stage starts to land inside it)."""
+    return grid_suite(tmp_path, tiny_data_dir, tiny_teacher_dir,
+                      {"methods": ["kd"], "tasks": ["stsb"], "seeds": [1, 2]},
+                      training={"epochs": 30, "batch_size": 8, "lr": 1e-3,
+                                "log_every_steps": 1})
+
+
+def test_one_ctrl_c_stops_run_which_the_same_command_resumes(tmp_path, long_suite):
+    results = tmp_path / "results"
+    command = ["run", "--suite", str(long_suite), "--method", "kd", "--tasks", "stsb",
+               "--seeds", "1,2", "--results", str(results), "--cache-dir",
+               str(tmp_path / "cache")]
+    job = _started(*command)
+    output = _ctrl_c_once_training(job, "kd stsb s2 task")  # seed 1 is recorded by then
+    assert job.returncode == 130, output
+    assert "Traceback" not in output, output
+    assert ("[run] interrupted (Ctrl-C): the run in progress is not recorded; the same "
+            "command skips the recorded runs and trains it again") in output
+    [(seed_1,)] = _records(results).values()  # the stopped run left no record
+    assert seed_1["seed"] == 1 and seed_1["status"] == "finished"
+
+    output = _finished(_started(*command))
+    assert "[skip] kd stsb seed 1: already recorded (finished)" in output
+    assert "[run] kd on stsb, seed 2" in output
+    records = _records(results)
+    assert sorted(record["seed"] for (record,) in records.values()) == [1, 2]  # once each
+    assert all(record["status"] == "finished" for (record,) in records.values())
+
+
+def test_one_ctrl_c_stops_grid_which_the_same_command_resumes(tmp_path, long_suite):
+    results = tmp_path / "results"
+    command = ["grid", "--suite", str(long_suite), "--results", str(results), "--cache-dir",
+               str(tmp_path / "cache")]
+    job = _started(*command)
+    output = _ctrl_c_once_training(job, "kd stsb s2 task")
+    assert job.returncode == 130, output
+    # The harness's line, not Optuna's warning with the KeyboardInterrupt's traceback.
+    assert "Traceback" not in output and OPTUNA_WARNING not in output, output
+    [said] = [line for line in output.splitlines() if "interrupted" in line]
+    assert said.startswith("[grid] interrupted (Ctrl-C): cell kd / stsb / seed 2 (trial 1) "
+                           "is not recorded; the same command queues it again"), said
+    [(seed_1,)] = _records(results).values()
+    assert seed_1["seed"] == 1 and seed_1["status"] == "finished"
+    storage = f"sqlite:///{results / 'optuna.db'}"
+    [summary] = optuna.get_all_study_summaries(open_storage(storage))
+    study = optuna.load_study(study_name=summary.study_name, storage=open_storage(storage))
+    assert [trial.state.name for trial in study.trials] == ["COMPLETE", "FAIL"]
+
+    output = _finished(_started(*command))
+    assert "queued again 1 cells stopped without a record: kd / stsb / seed 2" in output
+    records = _records(results)
+    assert sorted(record["seed"] for (record,) in records.values()) == [1, 2]
+    assert all(record["status"] == "finished" for (record,) in records.values())
 
 
 def test_a_failing_grid_cell_is_one_line_of_the_harness_not_optunas_traceback(

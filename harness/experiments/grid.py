@@ -613,6 +613,8 @@ class Grid:
                 annotations=annotations)
         except BaseException as error:  # Ctrl-C or a crash, not a dead worker (_given_up)
             trial.set_user_attr("stopped", f"{type(error).__name__}: {error}"[:1000])
+            if isinstance(error, KeyboardInterrupt):
+                raise GridInterrupted(self.study_name, trial.number, cell.label) from None
             raise
         trial.set_user_attr("status", outcome.status)
         trial.set_user_attr("record", str(outcome.path))
@@ -671,6 +673,17 @@ class Grid:
                     if trial.state.name == "COMPLETE" and "cell" in trial.user_attrs}
         return {**_counts(study), "complete": len(complete), "cells": len(self.cells),
                 "retried": _retried(study)}
+
+
+class GridInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a grid cell: ``trial`` of study ``study`` ran ``cell`` (a label), which
+    has no record; the next worker queues it again."""
+
+    def __init__(self, study: str, trial: int, cell: str) -> None:
+        super().__init__(study, trial, cell)
+        self.study = study
+        self.trial = trial
+        self.cell = cell
 
 
 def _counts(study) -> dict[str, int]:
