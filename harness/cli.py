@@ -133,7 +133,8 @@ def tune(
 ) -> None:
     """Create or resume the Optuna study of METHOD on TASK; write its best parameters."""
     quiet_libraries()
-    from harness.experiments.tuning import Tuner, TuningTarget, default_storage
+    from harness.experiments.storage import default_storage
+    from harness.experiments.tuning import Tuner, TuningTarget
 
     if pruner not in {"median", "halving", "none"}:
         fail(f"--pruner {pruner!r}: choose median, halving or none")
@@ -246,7 +247,8 @@ def _grid(suite: str, storage: str | None, results: Path, cache_dir: Path | None
           log_dir: Path | None = None, retry_failed: bool = False) -> None:
     quiet_libraries()
     from harness.experiments.grid import Grid
-    from harness.experiments.tuning import default_storage, load_tuned
+    from harness.experiments.storage import default_storage
+    from harness.experiments.tuning import load_tuned
 
     try:
         tracking = _tracking(log_with, log_dir, results)

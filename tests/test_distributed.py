@@ -293,7 +293,8 @@ def _tune(suite: str, results: str, cache: str) -> None:
                                   f"{dist.is_initialized()}", flush=True))
 
     from harness.api.suites import load_suite
-    from harness.experiments.tuning import Tuner, TuningTarget, default_storage
+    from harness.experiments.storage import default_storage
+    from harness.experiments.tuning import Tuner, TuningTarget
 
     class PruneTrialOne(optuna.pruners.BasePruner):
         def prune(self, study, trial) -> bool:

@@ -24,7 +24,7 @@ from harness.config.schema import ConfigError, TrainConfig
 from harness.experiments.grid import Grid, grid_cells
 from harness.experiments.planner import Variation, scale_to_budget
 from harness.experiments.runner import SuiteRunner
-from harness.experiments.tuning import open_storage
+from harness.experiments.storage import open_storage
 from tests.conftest import tiny_suite_dict
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
@@ -439,7 +439,7 @@ def test_two_workers_one_killed_mid_cell_every_cell_finishes_once(
 
 OPEN_AND_CREATE = """
 import os, sys, optuna
-from harness.experiments.tuning import open_storage
+from harness.experiments.storage import open_storage
 optuna.create_study(study_name=f"worker-{os.getpid()}", storage=open_storage(sys.argv[1]))
 """
 

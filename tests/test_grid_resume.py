@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 from harness.api.suites import load_suite
 from harness.cli import app
 from harness.experiments.grid import Grid
+from harness.experiments.storage import MAX_RETRIES
 from harness.experiments.store import StoreNotWritableError
-from harness.experiments.tuning import MAX_RETRIES
 from tests.test_grid import _check_every_cell_once, _records, grid_suite
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")

@@ -21,11 +21,11 @@ from harness.cli import app
 from harness.config.schema import ConfigError
 from harness.experiments.grid import Grid
 from harness.experiments.runner import SuiteRunner
+from harness.experiments.storage import open_storage
 from harness.experiments.tuning import (
     Tuner,
     TuningTarget,
     load_tuned,
-    open_storage,
     study_name,
     tuned_path,
 )
@@ -374,7 +374,7 @@ def test_a_seed_already_recorded_reports_its_evaluations_so_later_seeds_keep_the
     ("sqlite:///:memory:", "an in-memory SQLite database; a study must persist"),
 ])
 def test_a_storage_that_cannot_be_opened_is_named_not_a_traceback(tmp_path, url, says):
-    from harness.experiments.tuning import open_storage
+    from harness.experiments.storage import open_storage
 
     url = url.format(missing=tmp_path / "no-such-folder")
     with pytest.raises(RuntimeError) as info:

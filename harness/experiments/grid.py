@@ -36,17 +36,16 @@ from harness.config.schema import (
 from harness.experiments.planner import Variation
 from harness.experiments.record import RunRecord
 from harness.experiments.runner import RunOutcome, SuiteRunner
+from harness.experiments.storage import MAX_RETRIES, open_storage
 from harness.experiments.store import ResultsStore, StoreNotWritableError
 from harness.experiments.tracking import Tracking
 from harness.experiments.tuning import (
-    MAX_RETRIES,
     TrialFailed,
     TunedParams,
     Tuner,
     TuningTarget,
     fail_dead_local_trials,
     load_tuned,
-    open_storage,
     quiet_reported_failures,
     retried_trials,
     tuned_path,
