@@ -106,6 +106,21 @@ def test_a_record_whose_configuration_was_edited_is_refused_naming_its_file(
         store.load(path)
 
 
+def test_a_record_that_disagrees_with_its_configuration_says_so_in_plain_words(
+        tmp_path: Path) -> None:
+    """The check spans the whole record, so pydantic gives it no field and prefixes its
+    "Value error, ": the message is the check's own, after the file it names."""
+    store = ResultsStore(tmp_path)
+    path = store.write(tmp_path / "run.json", sample_record(50.0))
+    document = json.loads(path.read_text())
+    document["seed"] = 5
+    path.write_text(json.dumps(document))
+    with pytest.raises(InvalidRecordError) as refused:
+        store.load(path)
+    assert str(refused.value) == (f"{path}: not a valid run record: it says seed 5, its "
+                                  "config 1")
+
+
 def test_a_record_is_checked_when_built_and_when_read(tmp_path: Path) -> None:
     with pytest.raises(ValidationError, match="main_scor"):
         RunRecord.model_validate({**sample_record().document(), "main_scor": 1.0})

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from harness.common.files import write_json_atomic
 from harness.experiments.record import RECORD_VERSION, RunRecord
@@ -31,6 +32,16 @@ a run found only there is not a run of the suite's leaderboard, so :meth:`find` 
 NOT_RUN_RECORDS = ("bench",)
 """Sub-folders of a results root holding other documents (``harness bench`` records):
 :meth:`records` of the root leaves them out."""
+
+
+def _problem(problem: ErrorDetails) -> str:
+    """One of a validation error's problems: a field's (its path, then pydantic's message),
+    or the whole record's (a check across fields: its own message, without pydantic's
+    "Value error, " and an empty path)."""
+    if not problem["loc"]:
+        context = problem.get("ctx") or {}
+        return str(context.get("error", problem["msg"]))
+    return f"{'.'.join(map(str, problem['loc']))}: {problem['msg']}"
 
 
 class InvalidRecordError(ValueError):
@@ -58,8 +69,7 @@ class ResultsStore:
         try:
             return RunRecord.model_validate(json.loads(path.read_text()))
         except ValidationError as error:
-            problems = "; ".join(f"{'.'.join(map(str, problem['loc']))}: {problem['msg']}"
-                                 for problem in error.errors()[:5])
+            problems = "; ".join(_problem(problem) for problem in error.errors()[:5])
             raise InvalidRecordError(f"{path}: not a valid run record: {problems}") from None
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
             raise InvalidRecordError(f"{path}: not a valid run record: {error}") from None
