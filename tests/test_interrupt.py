@@ -17,6 +17,7 @@ import optuna
 import pytest
 
 from harness.experiments.storage import open_storage
+from harness.experiments.store import InvalidRecordError
 from harness.experiments.tuning import TrialFailed, quiet_reported_failures
 from tests.test_grid import REPO, _env, _records, grid_suite
 
@@ -181,3 +182,25 @@ def test_optuna_stays_quiet_about_reported_failures_only():
                      "ZeroDivisionError('division by zero').", "Trial 2 failed with value None."]
     assert kept.records[0].exc_info is not None  # the bug's traceback
     assert logger.filters == []  # the filter goes with the block
+
+
+def test_optuna_stays_quiet_about_a_record_that_does_not_load():
+    """A trial whose run finds its record in the store refused (edited after the run)
+    stops the command, which prints the error naming the file in one line: Optuna's
+    warning would print it again, under a traceback."""
+    kept = _Kept()
+    logger = logging.getLogger("optuna.study._optimize")
+    logger.addHandler(kept)
+    study = optuna.create_study(direction="maximize")
+
+    def refused(_trial) -> float:
+        raise InvalidRecordError("results/s/kd/rte/run.json: not a valid run record: it says "
+                                 "seed 5, its config 1")
+
+    try:
+        with quiet_reported_failures(), pytest.raises(InvalidRecordError):
+            study.optimize(refused, n_trials=1, catch=(RuntimeError,))
+    finally:
+        logger.removeHandler(kept)
+    assert [trial.state.name for trial in study.trials] == ["FAIL"]
+    assert [record.getMessage() for record in kept.records] == []

@@ -42,7 +42,7 @@ from harness.experiments.storage import (
     HEARTBEAT_SECONDS,
     open_storage,
 )
-from harness.experiments.store import NESTED_STORES, StoreNotWritableError
+from harness.experiments.store import NESTED_STORES, InvalidRecordError, StoreNotWritableError
 from harness.experiments.tracking import Tracking
 from harness.training.distributed import broadcast, gather
 
@@ -67,9 +67,10 @@ class TrialFailed(RuntimeError):
 
 
 REPORTED_FAILURES: tuple[type[BaseException], ...] = (
-    KeyboardInterrupt, TrialFailed, ConfigError, StoreNotWritableError)
-"""Errors of a trial that the harness reports itself (the commands print a ConfigError or
-a StoreNotWritableError as their one-line error, and say what Ctrl-C left): Optuna's
+    KeyboardInterrupt, TrialFailed, ConfigError, StoreNotWritableError, InvalidRecordError)
+"""Errors of a trial that the harness reports itself (the commands print a ConfigError, a
+StoreNotWritableError or an InvalidRecordError (a record in the store that does not load,
+named by its file) as their one-line error, and say what Ctrl-C left): Optuna's
 warning about such a trial, and its traceback, would repeat them. Any other error (an
 unexpected exception: a bug) keeps Optuna's warning and traceback."""
 
