@@ -20,9 +20,10 @@ from harness.api.suites import load_suite
 from harness.cli import app
 from harness.config.schema import ConfigError
 from harness.experiments.grid import Grid
-from harness.experiments.runner import SuiteRunner
+from harness.experiments.runner import RunOutcome, SuiteRunner
 from harness.experiments.storage import open_storage
 from harness.experiments.tuning import (
+    TrialFailed,
     Tuner,
     TuningTarget,
     load_tuned,
@@ -30,6 +31,7 @@ from harness.experiments.tuning import (
     tuned_path,
 )
 from methods.kd import VanillaKD
+from tests.records import run_record
 from tests.test_grid import (
     _check_every_cell_once,
     _harness,
@@ -720,3 +722,21 @@ def test_a_plugins_search_space_tunes_only_what_its_configuration_runs(plugin, r
     assert set(space) == read
     stages = {stage.name for stage in method.stages(get_task("rte"))}
     assert {key.split(".")[1] for key in space if key.startswith("stages.")} <= stages
+
+
+def test_a_seed_whose_failed_record_is_in_the_store_fails_its_trial_as_failed(tmp_path):
+    """A trial's seed whose run is already recorded as failed is the runner's "skipped":
+    the trial's line says the run failed, and why, as a grid cell's does."""
+    from types import SimpleNamespace
+
+    path = tmp_path / "run.json"
+    record = run_record(status="failed", main_score=None, error="non-finite loss at step 3")
+    outcome = RunOutcome("kd", "mrpc", 1, "skipped", path, None, record)
+    tuner = Tuner(None, TuningTarget("kd", "mrpc", [1]), tmp_path, "sqlite://")  # type: ignore[arg-type]
+    tuner._runner = SimpleNamespace(accelerator=SimpleNamespace(num_processes=1),
+                                    run_one=lambda *args, **kwargs: outcome)
+    tuner._name = "study"
+    with pytest.raises(TrialFailed) as failed:
+        tuner.evaluate({"lr": 1e-3})
+    assert str(failed.value) == (f"seed 1: run failed: non-finite loss at step 3; recorded "
+                                 f"at {path}")

@@ -45,6 +45,7 @@ from harness.experiments.tuning import (
     Tuner,
     TuningTarget,
     fail_dead_local_trials,
+    failed_run,
     load_tuned,
     quiet_reported_failures,
     retried_trials,
@@ -619,11 +620,7 @@ class Grid:
         trial.set_user_attr("record", str(outcome.path))
         ran.append(cell)
         if outcome.main_score is None:  # a failed run (diverged): its record says why
-            record = outcome.record
-            error, status = ((record.error, record.status) if record is not None
-                             else (None, outcome.status))
-            raise self._failed(trial.number, cell, f"run {status}"
-                               f"{f': {error}' if error else ''}; recorded at {outcome.path}")
+            raise self._failed(trial.number, cell, failed_run(outcome))
         return float(outcome.main_score)
 
     def _failed(self, number: int, cell: GridCell, why: str) -> TrialFailed:

@@ -66,6 +66,17 @@ class TrialFailed(RuntimeError):
     records its trial as FAIL without logging a traceback of it."""
 
 
+def failed_run(outcome) -> str:
+    """Why a run (a :class:`~harness.experiments.runner.RunOutcome`) gave no score, for the
+    line of the trial or grid cell it failed: its record's status and error (a failed
+    record found in the store is the runner's "skipped", and its record's "failed"), and
+    where that record is."""
+    record = outcome.record
+    status = record.status if record is not None else outcome.status
+    error = record.error if record is not None else None
+    return f"run {status}{f': {error}' if error else ''}; recorded at {outcome.path}"
+
+
 REPORTED_FAILURES: tuple[type[BaseException], ...] = (
     KeyboardInterrupt, TrialFailed, ConfigError, StoreNotWritableError, InvalidRecordError)
 """Errors of a trial that the harness reports itself (the commands print a ConfigError, a
@@ -359,10 +370,7 @@ class Tuner:
                 accelerator.free_memory()  # the stopped stage's prepared model and optimiser
                 raise
             if outcome.main_score is None:
-                error = outcome.record.error if outcome.record is not None else None
-                raise TrialFailed(f"seed {seed}: run {outcome.status}"
-                                  f"{f': {error}' if error else ''}; recorded at "
-                                  f"{outcome.path}")
+                raise TrialFailed(f"seed {seed}: {failed_run(outcome)}")
             if outcome.status == "skipped" and outcome.record is not None:
                 # A seed found in the store reports the evaluations it recorded, so the
                 # next seed's evaluations keep the numbers the pruner compares them under.
