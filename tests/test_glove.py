@@ -239,3 +239,17 @@ def test_a_file_without_vectors_is_an_error(tmp_path, content):
     path.write_bytes(content)
     with pytest.raises(ValueError, match=r"empty.txt: no vectors found"):
         GloveVectors(path).vector("cat")
+
+
+def test_a_word2vec_header_after_blank_lines_is_a_header(tmp_path):
+    """Blank lines hold no word: a header after them was read as the word "3" with the
+    1-number vector [3], and every later line as one word of spaces with a vector of its
+    last number, silently."""
+    path = tmp_path / "late.txt"
+    path.write_text("\n\n3 3\ncat 1 0 0\ndog 0 1 0\nnew york 0 0 1\n")
+    vectors = GloveVectors(path)
+    assert vectors.words == ["cat", "dog", "new york"] and vectors.dim == 3
+    short = tmp_path / "short.txt"
+    short.write_text("\n4 3\ncat 1 0 0\n")
+    with pytest.raises(ValueError, match=r"short.txt:2: the word2vec header announces 4 "):
+        GloveVectors(short).vector("cat")

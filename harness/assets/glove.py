@@ -13,8 +13,9 @@ line, so that no word is changed or lost silently:
 - Each line is a word and its numbers, all finite, as many as the first line's; the word
   is everything before the last ``dim`` fields, spaces included (840B has words such as
   ``. . .``), so a line *longer* than the first cannot be told from a word with spaces.
-- A first line ``<count> <dim>`` is a word2vec header: the file must then hold ``count``
-  vectors of ``dim`` numbers.  Blank lines hold no word and are passed over.
+- A first line ``<count> <dim>`` (blank lines before it aside) is a word2vec header: the
+  file must then hold ``count`` vectors of ``dim`` numbers.  Blank lines hold no word and
+  are passed over.
 - A word on several lines (840B repeats a few) keeps its first line's vector, as most
   GloVe loaders do, and the later lines are left out with a warning naming them; they
   are checked like any other line.  The vectors are then a function of the file's
@@ -286,6 +287,7 @@ def _load_text(path: Path) -> tuple[list[str], np.ndarray]:
     rows: list[np.ndarray] = []
     dim: int | None = None
     header: int | None = None  # a word2vec header's count of vectors
+    header_line = 1  # its line
     first_line: dict[str, int] = {}  # word -> the line that gave its vector
     repeats: list[tuple[str, int, int]] = []  # (word, its first line, a later line)
     # Bytes split at "\n" only, each line decoded as strict UTF-8: an undecodable byte is
@@ -306,12 +308,13 @@ def _load_text(path: Path) -> tuple[list[str], np.ndarray]:
             parts = line.rstrip("\r\n").rstrip(" ").split(" ")
             if parts == [""]:
                 continue  # a blank line holds no word
-            if lineno == 1 and len(parts) == 2 and all(
+            if dim is None and len(parts) == 2 and all(
                     part.isascii() and part.isdigit() for part in parts):
-                header, dim = int(parts[0]), int(parts[1])  # word2vec: "<count> <dim>"
+                # word2vec's "<count> <dim>", on the first line that is not blank
+                header, dim, header_line = int(parts[0]), int(parts[1]), lineno
                 if dim == 0:
-                    raise ValueError(f"{path}:1: the word2vec header announces vectors of "
-                                     f"0 numbers")
+                    raise ValueError(f"{path}:{lineno}: the word2vec header announces "
+                                     f"vectors of 0 numbers")
                 continue
             if len(parts) < 2:
                 raise ValueError(f"{path}:{lineno}: the word {parts[0]!r} and no numbers; "
@@ -339,8 +342,8 @@ def _load_text(path: Path) -> tuple[list[str], np.ndarray]:
     if not rows:
         raise ValueError(f"{path}: no vectors found")
     if header is not None and header != len(rows) + len(repeats):
-        raise ValueError(f"{path}:1: the word2vec header announces {header} vectors, the "
-                         f"file has {len(rows) + len(repeats)} (cut short?)")
+        raise ValueError(f"{path}:{header_line}: the word2vec header announces {header} "
+                         f"vectors, the file has {len(rows) + len(repeats)} (cut short?)")
     vectors = np.stack(rows)
     # Finite values checked once for the whole matrix (much faster than line by line);
     # the first row with a NaN or inf is named by its line.
