@@ -45,9 +45,8 @@ def run_record(run: str | None = None, **fields: Any) -> RunRecord:
     config["student"] = {**config.get("student", {}), "name": document["student_shape"]}
     if run is not None:
         config["run"] = run
-    for departure in ("variation",):
-        if document.get(departure):
-            config[departure] = document[departure]
+    if document.get("variation"):
+        config["variation"] = document["variation"]
     document.setdefault("run_id", content_hash(config))
     document.setdefault("config_hash", document["run_id"])
     return RunRecord.model_validate(document)

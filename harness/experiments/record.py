@@ -157,7 +157,8 @@ class RunRecord(_Part):
         actual = content_hash(self.config)
         if self.run_id != actual:
             problems.append(f"its run id {self.run_id[:16]} is not the hash of its config "
-                            f"({actual[:16]}): the config was edited after the run")
+                            f"({actual[:16]}): its config was edited, or the record copied under "
+                            f"another run's id")
         if self.config_hash != self.run_id:
             problems.append(f"config_hash {self.config_hash[:16]} differs from its run id")
         student = self.config.get("student")
