@@ -158,3 +158,29 @@ def test_bf16_logits_stay_when_their_teacher_is_made_again_with_the_same_weights
     assert not any("logits of the cached teacher" in line for line in lines), lines
     np.testing.assert_array_equal(np.asarray(relabelled.logits("dev")),
                                   np.asarray(labelled.logits("dev")))
+
+
+def test_a_teacher_labels_its_training_and_dev_splits_not_the_hidden_test_split(
+        tiny_data_dir, tiny_teacher_dir, tmp_path):
+    """Nothing reads a teacher's logits on a test split (its gold labels are hidden), and
+    labelling RTE's 3,000 test pairs cost longer than its other splits together: the entry
+    of either precision holds the training and dev splits' logits only."""
+    import shutil
+
+    import yaml
+
+    from tests.conftest import tiny_suite_dict
+
+    data = shutil.copytree(tiny_data_dir, tmp_path / "glue")
+    rows = (data / "RTE" / "dev.tsv").read_text().splitlines()
+    (data / "RTE" / "test.tsv").write_text("\n".join(
+        [rows[0]] + ["\t".join([*row.split("\t")[:2], "-1", row.split("\t")[3]])
+                     for row in rows[1:]]) + "\n")
+    suite_file = tmp_path / "tiny.yaml"
+    suite_file.write_text(yaml.safe_dump(tiny_suite_dict(data, tiny_teacher_dir)))
+    for precision in ("fp32", "bf16"):
+        runner = _runner(suite_file, tmp_path, [f"teacher.inference_precision={precision}"])
+        assert "test" in runner.prepare_task("rte").splits  # the data has one
+        teacher = runner.teacher("rte")
+        assert sorted(path.name for path in (teacher.path / "logits").iterdir()) == [
+            "dev.npy", "train.npy"], precision

@@ -213,8 +213,8 @@ class TeacherConfig(StrictModel):
     inference_batch_size: int = Field(128, gt=0)
     inference_precision: Literal["fp32", "bf16", "auto"] = Field(
         "fp32", description="precision of the fine-tuned teacher's outputs: its cached "
-        "logits (every split and augmented set), its cached intermediate outputs and its "
-        "live forward during a student's stage, whatever the student trains in: fp32, or "
+        "logits (training and dev splits, augmented sets), its cached intermediate outputs "
+        "and its live forward during a student's stage, whatever the student trains in: fp32, or "
         "bf16 autocast. It enters the teacher's cache key and the "
         "run ids (bf16 reuses the fp32 entry's fine-tuned model). fp32 by default: without "
         "native bf16 (AMX / AVX-512 BF16, or a GPU) bf16 is emulated and several times "

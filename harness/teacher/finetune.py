@@ -1,10 +1,10 @@
 """Teacher stage: fine-tune a teacher per task, cache it and its logits, check it.
 
-Fine-tuned teachers and their logits on every split are stored under a content-addressed
-key (checkpoint identity, task, data fingerprint, hyperparameters, seed, sequence length),
-so every method, seed and trial reuses them.  Two guard rails run each time a teacher is
-used: its labels must be in the task's order, and it must beat the majority-class (or
-mean-prediction) baseline on dev by the configured margin.
+Fine-tuned teachers and their logits on the training and dev splits are stored under a
+content-addressed key (checkpoint identity, task, data fingerprint, hyperparameters, seed,
+sequence length), so every method, seed and trial reuses them.  Two guard rails run each
+time a teacher is used: its labels must be in the task's order, and it must beat the
+majority-class (or mean-prediction) baseline on dev by the configured margin.
 """
 
 from __future__ import annotations
@@ -164,10 +164,11 @@ def prepare_teacher(
     accelerator: Accelerator,
     log=print,
 ) -> TeacherArtifacts:
-    """Fine-tune (or reuse) the task's teacher and its logits on every split, then check it.
+    """Fine-tune (or reuse) the task's teacher and its logits on the training and dev splits
+    (:func:`labelled_splits`), then check it.
 
     Under ``accelerate launch`` every process calls this alike: they fine-tune together
-    (DDP) and label every split together, the main process of each machine writes the
+    (DDP) and label the splits together, the main process of each machine writes the
     entry, and all wait for it before reading it."""
     key = teacher_key(checkpoint, task, data_fingerprint, teacher, training, max_length)
     model_dir = None
@@ -207,13 +208,21 @@ def prepare_teacher(
     return artifacts
 
 
+def labelled_splits(task: TaskSpec) -> tuple[str, ...]:
+    """The splits a teacher labels: the training set, whose logits are the students' soft
+    targets, and the dev splits it is scored on.  A test split's gold labels are hidden
+    (GLUE's are), so nothing reads a teacher's logits on it: labelling RTE's 3,000 test
+    pairs would cost longer than the other splits together."""
+    return ("train", *task.dev_splits)
+
+
 def _label_splits(model, splits, task, evaluator, teacher, accelerator):
-    """The teacher's logits on every split (at its inference precision; a collective under
-    DDP) and its scores on the dev splits."""
+    """The teacher's logits on the splits it labels (:func:`labelled_splits`; at its
+    inference precision; a collective under DDP) and its scores on the dev splits."""
     precision = autocast_setting(teacher.inference_precision)
     logits = {name: predict_logits(model, split, accelerator, teacher.inference_batch_size,
                                    precision)
-              for name, split in splits.items()}
+              for name, split in splits.items() if name in labelled_splits(task)}
     dev = {name: evaluator.score(logits[name], split.labels)
            for name, split in splits.items() if name in task.dev_splits}
     return logits, dev
@@ -299,7 +308,7 @@ def _build_teacher(key, task, splits, data_fingerprint, checkpoint, teacher, tra
 def _relabel(key: str, base: TeacherArtifacts, splits: dict[str, EncodedSplit],
              teacher: TeacherConfig, cache: ArtifactCache, accelerator: Accelerator,
              log) -> None:
-    """An entry with the logits of ``base``'s model on every split in
+    """An entry with the logits of ``base``'s model on the splits it labels in
     ``teacher.inference_precision`` (the model stays in ``base``'s entry)."""
     task = base.task
     evaluator = TaskEvaluator(task)
