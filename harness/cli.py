@@ -282,17 +282,32 @@ def _grid(suite: str, storage: str | None, results: Path, cache_dir: Path | None
     echo(f"\ngrid {grid.study_name}: {summary['complete']} of {summary['cells']} cells "
           f"complete, {summary['fail'] - summary['retried']} failed, {summary['retried']} "
           f"queued again (a worker died or was stopped)\nrecords: "
-          f"{results / config.record_suite}; table: {_grid_table_command(suite, results)}")
+          f"{results / config.record_suite}; table: "
+          f"{_grid_table_command(suite, results, set_, data_dir, teacher)}")
     if summary["complete"] < summary["cells"]:
         raise typer.Exit(1)
 
 
-def _grid_table_command(suite: str, results: Path) -> str:
-    """The `harness table` command that shows the grid just run: its cells, in its store."""
-    parts = ["harness", "table", "--suite", suite, "--grid"]
+def _grid_table_command(suite: str, results: Path, set_: list[str] | None = None,
+                        data_dir: str | None = None, teacher: str | None = None) -> str:
+    """The `harness table` command that shows the grid just run: its cells (planned with the
+    same --set, --data-dir and --teacher), in its store."""
+    parts = ["harness", "table", "--suite", suite, "--grid",
+             *_recipe_options(set_, data_dir, teacher)]
     if results.resolve() != DEFAULT_RESULTS.resolve():
         parts += ["--results", str(results)]
     return shlex.join(parts)
+
+
+def _recipe_options(set_: list[str] | None, data_dir: str | None, teacher: str | None
+                    ) -> list[str]:
+    """``--set``, ``--data-dir`` and ``--teacher`` as given, for a printed command."""
+    options = [part for assignment in set_ or [] for part in ("--set", assignment)]
+    if data_dir:
+        options += ["--data-dir", data_dir]
+    if teacher:
+        options += ["--teacher", teacher]
+    return options
 
 
 GridMethodOpt = Annotated[list[str] | None, typer.Option(
@@ -386,6 +401,9 @@ def table(
         "own variants, every method with records otherwise)")] = None,
     grid: Annotated[bool, typer.Option(
         "--grid", help="the suite's common grid only: its cells' runs, on its budget")] = False,
+    set_: SetOpt = None,
+    data_dir: DataDirOpt = None,
+    teacher: TeacherOpt = None,
 ) -> None:
     """Print method x task scores (mean over seeds) with the suite's paper anchors beside.
 
@@ -398,7 +416,8 @@ def table(
     notes: list[str] = []  # the store's and the check's log, printed under the table
     not_current: set[str] = set()
     try:
-        config = load_suite(suite)
+        # The suite as the runs were made: a grid run with --set plans its cells with it.
+        config = load_suite(suite, recipe_overrides(set_, data_dir, teacher))
         method = split_csv(method)
         check_method_names(config, method or [], "--method", str(resolve_suite_path(suite)))
         if grid:
@@ -444,6 +463,9 @@ def report(
     figures: Annotated[bool, typer.Option(
         "--figures/--no-figures", help="draw the figures (PNG and SVG)")] = True,
     cache_dir: CacheOpt = None,
+    set_: SetOpt = None,
+    data_dir: DataDirOpt = None,
+    teacher: TeacherOpt = None,
 ) -> None:
     """Build the leaderboard report: Markdown, HTML, CSV, LaTeX and figures."""
     quiet_libraries()
@@ -454,11 +476,14 @@ def report(
         return os.path.relpath(path) if path.resolve().is_relative_to(Path.cwd()) else str(path)
 
     try:
-        config = load_suite(suite)
+        # The suite as the runs were made: a grid run with --set plans its cells with it.
+        config = load_suite(suite, recipe_overrides(set_, data_dir, teacher))
         # named by the suite's name, not by how it was given (a recipe file's path)
         target = out or REPO_ROOT / "reports" / (config.name + ("-grid" if grid else ""))
-        command = " ".join(["harness report", f"--suite {suite}", *(["--grid"] if grid else []),
-                            f"--results {shown(results)}", f"--out {shown(target)}"])
+        command = shlex.join(["harness", "report", "--suite", suite,
+                              *(["--grid"] if grid else []),
+                              *_recipe_options(set_, data_dir, teacher),
+                              "--results", shown(results), "--out", shown(target)])
         result = build_report(config, results, target, grid=grid, command=command,
                               cache_dir=cache_dir, figures=figures, log=echo)
     except (ConfigError, AnchorError, KeyError, FileNotFoundError, ValueError) as error:

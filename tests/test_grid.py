@@ -538,6 +538,38 @@ def test_the_table_command_a_grid_ends_with_reads_the_grids_store(tmp_path, tiny
     assert "finetune" in table.output
 
 
+def test_a_grid_run_with_set_is_tabled_and_reported_with_it(tmp_path, tiny_data_dir,
+                                                              tiny_teacher_dir):
+    """`harness table` and `harness report` had no --set: the cells of a grid run with one
+    (other run ids) were planned without it, and shown missing."""
+    import shlex
+
+    path = grid_suite(tmp_path, tiny_data_dir, tiny_teacher_dir,
+                      {"methods": ["finetune"], "tasks": ["rte"], "seeds": [1],
+                       "budget": {"task_epochs": 1}})
+    results, cache = tmp_path / "results", tmp_path / "cache"
+    ran = CliRunner().invoke(app, ["grid", "--suite", str(path), "--set", "training.lr=2e-3",
+                                   "--results", str(results), "--cache-dir", str(cache)])
+    assert ran.exit_code == 0, ran.output
+    printed = ran.output.strip().splitlines()[-1].split("table: ", 1)[1]
+    assert printed == (f"harness table --suite {path} --grid --set training.lr=2e-3 "
+                       f"--results {results}")
+    table = CliRunner().invoke(app, shlex.split(printed)[1:])
+    assert table.exit_code == 0 and "finetune" in table.output, table.output
+    assert "no finished run" not in table.output, table.output
+    without = CliRunner().invoke(app, ["table", "--suite", str(path), "--grid",
+                                       "--results", str(results)])
+    assert "1 of 1 grid cells have no finished run" in without.output, without.output
+    out = tmp_path / "report"
+    report = CliRunner().invoke(app, ["report", "--suite", str(path), "--grid", "--set",
+                                      "training.lr=2e-3", "--results", str(results),
+                                      "--out", str(out), "--no-figures",
+                                      "--cache-dir", str(cache)])
+    assert report.exit_code == 0, report.output
+    assert "no finished run" not in report.output, report.output
+    assert "--set training.lr=2e-3" in (out / "leaderboard.md").read_text()
+
+
 def test_a_grid_over_a_max_steps_recipe_names_the_method_task_and_the_way_out(
         tmp_path, tiny_data_dir, tiny_teacher_dir):
     """The refusal said only "stage 'task' is budgeted by max_steps": neither the method nor
