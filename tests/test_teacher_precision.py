@@ -184,3 +184,35 @@ def test_a_teacher_labels_its_training_and_dev_splits_not_the_hidden_test_split(
         teacher = runner.teacher("rte")
         assert sorted(path.name for path in (teacher.path / "logits").iterdir()) == [
             "dev.npy", "train.npy"], precision
+
+
+def test_a_teachers_logits_on_a_split_it_does_not_label_are_refused_by_name(
+        tiny_suite_file, tmp_path):
+    """A test split's logits are not made: asking for them says so, not a missing file
+    under the cache that reads as a damaged entry.  An entry written when teachers also
+    labelled the test split (its checksums include test.npy) is used as it is, not
+    rebuilt, and refuses them alike."""
+    from harness.common.cache import DESCRIPTION, file_manifest
+    from harness.teacher.finetune import labelled_splits
+
+    assert labelled_splits(get_task("mnli")) == ("train", "dev_matched", "dev_mismatched")
+    assert labelled_splits(get_task("rte")) == ("train", "dev")
+    teacher = _runner(tiny_suite_file, tmp_path, []).teacher("rte")
+    with pytest.raises(ValueError, match=r"the RTE teacher has no logits on 'test': it "
+                                         r"labels train, dev only"):
+        teacher.logits("test")
+    # The entry as the harness wrote it before: test.npy beside the other splits' logits.
+    np.save(teacher.path / "logits" / "test.npy", np.zeros((3, 2), dtype=np.float32))
+    description = json.loads((teacher.path / DESCRIPTION).read_text())
+    description["files"] = file_manifest(teacher.path)
+    (teacher.path / DESCRIPTION).write_text(json.dumps(description))
+    lines: list[str] = []
+    runner = SuiteRunner(load_suite(str(tiny_suite_file)), tmp_path / "results",
+                         tmp_path / "cache", log=lines.append)
+    reused = runner.teacher("rte")
+    assert reused.path == teacher.path and (reused.path / "logits" / "test.npy").exists()
+    assert not any("teacher" in line or "damaged" in line for line in lines), lines
+    np.testing.assert_array_equal(np.asarray(reused.logits("dev")),
+                                  np.asarray(teacher.logits("dev")))
+    with pytest.raises(ValueError, match="no logits on 'test'"):
+        reused.logits("test")

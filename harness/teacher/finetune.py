@@ -82,6 +82,15 @@ class TeacherArtifacts:
         return self.summary.get("inference_precision", "fp32")
 
     def logits(self, split: str) -> np.ndarray:
+        """The cached logits on ``split``, one of :func:`labelled_splits` (the training and
+        dev splits): another split (a test split) is refused by name, whatever an entry
+        written before that rule also holds, not a missing file that reads as a damaged
+        cache entry."""
+        labelled = labelled_splits(self.task)
+        if split not in labelled:
+            raise ValueError(f"the {self.task.display_name or self.task.name} teacher has no "
+                             f"logits on {split!r}: it labels {', '.join(labelled)} only "
+                             "(a test split's gold labels are hidden)")
         return np.load(self.path / "logits" / f"{split}.npy", mmap_mode="r")
 
     @property
@@ -273,7 +282,7 @@ def _build_teacher(key, task, splits, data_fingerprint, checkpoint, teacher, tra
         stage_summary = {"steps": result.steps, "examples_seen": result.examples_seen,
                          "seconds": result.seconds, "best_step": result.best_step,
                          "evaluations": result.evaluations, "final_losses": result.final_losses}
-    # Every split's logits, by every process (a collective under DDP).
+    # The training and dev splits' logits, by every process (a collective under DDP).
     model.to(accelerator.device)
     logits, dev = _label_splits(model, splits, task, evaluator, teacher, accelerator)
     train_labels = splits["train"].labels
