@@ -146,6 +146,8 @@ def test_cache_table_prints_every_ratio_with_its_verdict():
     text = "\n".join(cache_table(result))
     assert "0.40x" in text and "PASS" in text and "0.60x" in text and "MISS" in text
     assert "teacher fine-tuning 50.0s" in text
+    # A teacher labels its training and dev splits, not the test split.
+    assert "teacher logits on the training and dev splits and save 10.0s" in text
 
 
 def test_rss_is_read():

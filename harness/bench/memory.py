@@ -8,9 +8,9 @@ the wall time and peak memory of each method's glue-cpu runs.
   a rising line from round to round; the fitted slope (MiB per run, rounds after the
   first) says how much.  CSV plus a figure (PNG and SVG).
 - :func:`run_cache_benchmark` (``harness bench cache``): on a fresh cache and results
-  store, the first run of a task (fine-tunes the teacher, labels every split, trains the
-  student) against later runs that reuse the cached teacher: another seed, another
-  logit-only method, an Optuna trial.  Each step is its own ``harness`` process, timed
+  store, the first run of a task (fine-tunes the teacher, labels its training and dev
+  splits, trains the student) against later runs that reuse the cached teacher: another
+  seed, another logit-only method, an Optuna trial.  Each step is its own ``harness`` process, timed
   from the outside, as a user would run it.
 - :func:`method_costs` (``harness bench runs``): per method, the wall time of a full seed
   (sum over the suite's tasks) from the records, and peak memory from records that carry
@@ -439,9 +439,9 @@ def _teacher_summary(cache: Path) -> dict[str, Any]:
 
 def _first_run_breakdown(first: dict[str, Any], teacher: dict[str, Any]) -> dict[str, Any]:
     """Where the first run's time went: teacher fine-tuning (its training stage), teacher
-    logits on every split (the rest of the teacher build: load, labelling, save), the
-    student's run (the record's wall time: training, dev evaluation, inference timing),
-    and the rest (process start, imports, data loading and tokenisation)."""
+    logits on its training and dev splits (the rest of the teacher build: load, labelling,
+    save), the student's run (the record's wall time: training, dev evaluation, inference
+    timing), and the rest (process start, imports, data loading and tokenisation)."""
     record: RunRecord | None = first["record"]
     finetune = teacher.get("finetune_seconds") or 0.0
     teacher_total = teacher.get("seconds") or 0.0
@@ -472,7 +472,8 @@ def cache_table(result: dict[str, Any]) -> list[str]:
     lines.append(
         f"first run {b['total']:.1f}s = teacher fine-tuning {b['teacher_finetune']:.1f}s "
         f"({teacher.get('finetune_steps')} steps, {teacher.get('finetune_examples')} examples) "
-        f"+ teacher logits on every split and save {b['teacher_logits_and_save']:.1f}s + "
+        f"+ teacher logits on the training and dev splits and save "
+        f"{b['teacher_logits_and_save']:.1f}s + "
         f"student training {b['student_training']:.1f}s + student dev evaluation and "
         f"inference timing {b['student_eval_and_inference_timing']:.1f}s + process start, "
         f"imports, data and the rest {b['process_data_and_rest']:.1f}s")
