@@ -280,6 +280,41 @@ def test_an_unwritable_store_stops_every_process_with_its_message(tmp_path, tiny
     assert "Connection closed" not in output and "remote worker" not in output
 
 
+@pytest.mark.parametrize("command", ["run", "grid", "tune"])
+def test_a_record_that_does_not_load_stops_every_process_with_its_message(
+        tmp_path, tiny_data_dir, tiny_teacher_dir, command):
+    """The run's record in the store is refused (edited after the run): only the main
+    process reads it, so the others must hear why and stop alike, not wait in the
+    collective for a record the main process never sends (or take the grid's or the
+    study's stop for it and fail unpacking that)."""
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+    from tests.conftest import tiny_suite_dict
+
+    suite = tiny_suite_dict(tiny_data_dir, tiny_teacher_dir)
+    suite["grid"] = {"methods": ["kd"], "tasks": ["rte"], "seeds": [1]}
+    suite_file = tmp_path / "grid-suite.yaml"
+    suite_file.write_text(yaml.safe_dump(suite))
+    results, cache = tmp_path / "results", tmp_path / "cache"
+    target = {"run": ["--method", "kd", "--tasks", "rte", "--seeds", "1"],
+              "grid": [], "tune": ["--method", "kd", "--task", "rte", "--trials", "1"]}[command]
+    args = [command, "--suite", str(suite_file), *target, "--results", str(results),
+            "--cache-dir", str(cache)]
+    storage = [] if command == "run" else ["--storage"]
+    done = CliRunner().invoke(app, [*args, *storage, *(
+        [f"sqlite:///{tmp_path / 'first.db'}"] if storage else [])])
+    assert done.exit_code == 0, done.output
+    (record,) = results.glob("**/kd/rte/*.json")
+    document = json.loads(record.read_text())
+    document["seed"] = 5
+    record.write_text(json.dumps(document))
+    output = launch(tmp_path, *args, *storage, *(
+        [f"sqlite:///{tmp_path / 'second.db'}"] if storage else []), fails=True)
+    assert output.count(f"error: {record}: not a valid run record") == 2, output[-6000:]
+    assert "unpack" not in output and "Connection closed" not in output, output[-6000:]
+
+
 def _tune(suite: str, results: str, cache: str) -> None:
     """Three trials with a pruner that stops trial 1 at its first evaluation."""
     import atexit

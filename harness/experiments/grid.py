@@ -37,7 +37,11 @@ from harness.experiments.planner import Variation
 from harness.experiments.record import RunRecord
 from harness.experiments.runner import RunOutcome, SuiteRunner
 from harness.experiments.storage import MAX_RETRIES, open_storage
-from harness.experiments.store import ResultsStore, StoreNotWritableError
+from harness.experiments.store import (
+    InvalidRecordError,
+    ResultsStore,
+    StoreNotWritableError,
+)
 from harness.experiments.tracking import Tracking
 from harness.experiments.tuning import (
     TrialFailed,
@@ -536,9 +540,10 @@ class Grid:
             try:
                 self.runner.run_one(cell.method, cell.task, cell.seed,
                                     self.variation(cell, overrides))
-            except StoreNotWritableError:
-                # Process 0 stops on the same error and tells the others so: take that
-                # message before leaving, or process 0 would report a vanished peer.
+            except (StoreNotWritableError, InvalidRecordError):
+                # Process 0 stops on the same error (a store it cannot write, a record
+                # that does not load) and tells the others so: take that message before
+                # leaving, or process 0 would report a vanished peer.
                 broadcast(None, self.runner.accelerator)
                 raise
 

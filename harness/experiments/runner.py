@@ -48,7 +48,11 @@ from harness.experiments.planner import (
     Variation,
 )
 from harness.experiments.record import RunRecord
-from harness.experiments.store import ResultsStore, StoreNotWritableError
+from harness.experiments.store import (
+    InvalidRecordError,
+    ResultsStore,
+    StoreNotWritableError,
+)
 from harness.experiments.students import keep_student, kept_student
 from harness.experiments.tracking import RunTracker, Tracking
 from harness.teacher.augmented import AugmentedSet, prepare_augmented
@@ -245,13 +249,19 @@ class SuiteRunner(RunPlanner):
                            if key != "tuned"}
         departure = self._departure(method_name, task_name, seed, variation, spec)
         # The main process looks (the record may appear meanwhile, from another worker):
-        # every process of a launch skips or trains alike.
-        found = None
+        # every process of a launch skips or trains alike, or stops alike on a record that
+        # does not load (the others would otherwise wait for a record never sent).
+        found: tuple[Path, RunRecord] | str | None = None
         if self.accelerator.is_main_process:
             existing = self.recorded(run_hash, method_name, task_name, seed, variation)
             if existing is not None:
-                found = (existing, self.store.load(existing))
+                try:
+                    found = (existing, self.store.load(existing))
+                except InvalidRecordError as error:
+                    found = str(error)
         found = broadcast(found, self.accelerator)
+        if isinstance(found, str):
+            raise InvalidRecordError(found)
         if found is not None:
             existing, recorded = found
             if recorded.finished or not self.retry_failed:

@@ -424,7 +424,8 @@ class Tuner:
             try:
                 with contextlib.suppress(optuna.TrialPruned, RuntimeError):
                     self.evaluate(message[1])
-            except StoreNotWritableError:  # process 0 stops on it too: take its message
+            except (StoreNotWritableError, InvalidRecordError):
+                # Process 0 stops on it too: take its message.
                 broadcast(None, self.runner.accelerator)
                 raise
 
