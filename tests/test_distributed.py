@@ -280,7 +280,7 @@ def test_an_unwritable_store_stops_every_process_with_its_message(tmp_path, tiny
     assert "Connection closed" not in output and "remote worker" not in output
 
 
-@pytest.mark.parametrize("command", ["run", "grid", "tune"])
+@pytest.mark.parametrize("command", ["run", "tune"])  # a grid plans on every process
 def test_a_record_that_does_not_load_stops_every_process_with_its_message(
         tmp_path, tiny_data_dir, tiny_teacher_dir, command):
     """The run's record in the store is refused (edited after the run): only the main
