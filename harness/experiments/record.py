@@ -161,14 +161,13 @@ class RunRecord(_Part):
                             f"another run's id")
         if self.config_hash != self.run_id:
             problems.append(f"config_hash {self.config_hash[:16]} differs from its run id")
-        student = self.config.get("student")
         said = {"suite": self.suite, "method": self.method, "task": self.task,
                 "seed": self.seed, "student": self.student_shape}
-        for field, value in said.items():
-            recorded = (student.get("name") if isinstance(student, dict) else student) \
-                if field == "student" else self.config.get(field)
-            if recorded != value:
-                problems.append(f"it says {field} {value!r}, its config {recorded!r}")
+        configured = {field: self.config.get(field) for field in said}
+        if isinstance(configured["student"], dict):  # the shape, with its name
+            configured["student"] = configured["student"].get("name")
+        problems += [f"it says {field} {value!r}, its config {configured[field]!r}"
+                     for field, value in said.items() if configured[field] != value]
         if problems:
             raise ValueError("; ".join(problems))
         return self

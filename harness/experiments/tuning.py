@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -38,13 +38,13 @@ from harness.common.cache import content_hash
 from harness.common.files import write_text_atomic
 from harness.config.schema import OVERRIDE_ROOTS, ConfigError, SuiteConfig, TrainOverride
 from harness.data.tasks import get_task
-from harness.experiments.storage import (
-    HEARTBEAT_SECONDS,
-    open_storage,
-)
+from harness.experiments.storage import HEARTBEAT_SECONDS, open_storage
 from harness.experiments.store import NESTED_STORES, InvalidRecordError, StoreNotWritableError
 from harness.experiments.tracking import Tracking
 from harness.training.distributed import broadcast, gather
+
+if TYPE_CHECKING:  # the runner is imported where a tuner first needs it
+    from harness.experiments.runner import RunOutcome
 
 TUNED_DIR = "tuned"
 TUNING_DIR = NESTED_STORES[0]
@@ -66,7 +66,7 @@ class TrialFailed(RuntimeError):
     records its trial as FAIL without logging a traceback of it."""
 
 
-def failed_run(outcome) -> str:
+def failed_run(outcome: RunOutcome) -> str:
     """Why a run (a :class:`~harness.experiments.runner.RunOutcome`) gave no score, for the
     line of the trial or grid cell it failed: its record's status and error (a failed
     record found in the store is the runner's "skipped", and its record's "failed"), and

@@ -229,9 +229,10 @@ def _label_splits(model, splits, task, evaluator, teacher, accelerator):
     """The teacher's logits on the splits it labels (:func:`labelled_splits`; at its
     inference precision; a collective under DDP) and its scores on the dev splits."""
     precision = autocast_setting(teacher.inference_precision)
+    labelled = labelled_splits(task)
     logits = {name: predict_logits(model, split, accelerator, teacher.inference_batch_size,
                                    precision)
-              for name, split in splits.items() if name in labelled_splits(task)}
+              for name, split in splits.items() if name in labelled}
     dev = {name: evaluator.score(logits[name], split.labels)
            for name, split in splits.items() if name in task.dev_splits}
     return logits, dev
