@@ -7,12 +7,15 @@ import pytest
 import torch
 import yaml
 
+from harness.api import Augmenter
+from harness.api.registry import MethodRegistry
 from harness.api.suites import load_suite
 from harness.config.schema import ConfigError, CorpusConfig
 from harness.data.corpus import Corpus, build_corpus, encode_corpus, split_into_windows
 from harness.data.loading import DataFormatError, DataNotFoundError, load_task
 from harness.experiments.runner import SuiteRunner
 from harness.teacher.augmented import prepare_augmented
+from methods.kd import VanillaKD
 from tests.conftest import tiny_suite_dict
 
 NO_AUGMENT = {"augment": False}
@@ -362,6 +365,57 @@ class ReversingAugmenter:
         self.calls += 1
         return [(row, (" ".join(reversed(fields[0].split())), *fields[1:]))
                 for row, fields in enumerate(examples) for _ in range(self.copies)]
+
+    def made_from(self):
+        return []  # it reads no cache entry
+
+
+class UntracedAugmenter:
+    """An augmenter without :meth:`~harness.api.Augmenter.made_from`: its copies would be
+    trusted after the entries they came from were rebuilt."""
+
+    def describe(self):
+        return {"kind": "untraced"}
+
+    def augment(self, examples, seed, progress=True):
+        return []
+
+
+class UntracedKD(VanillaKD):
+    name = "untraced-kd"
+
+    def augmenter(self, context) -> UntracedAugmenter:
+        return UntracedAugmenter()
+
+
+class UntracedByProtocolKD(VanillaKD):
+    """Annotated with the protocol only: registering cannot see the class it builds."""
+
+    name = "untraced-protocol-kd"
+
+    def augmenter(self, context) -> Augmenter | None:
+        return UntracedAugmenter()
+
+
+def test_an_augmenter_without_made_from_is_refused_when_the_plugin_loads_or_builds_it(
+        tmp_path, tiny_suite_file):
+    """Augmenter.made_from was optional (read through getattr): a plugin whose augmenter
+    lacked it had its copies trusted after their sources were rebuilt.  It is part of the
+    protocol: a plugin whose augmenter() is annotated with a class lacking it is not
+    registered; one annotated with the protocol is refused when the runner builds it,
+    before any copy is made."""
+    with pytest.raises(TypeError, match=r"test_general\.py: UntracedKD\.augmenter\(\): "
+                       r"augmenter (tests\.)?test_general\.UntracedAugmenter lacks "
+                       r"made_from\(\) of the Augmenter protocol"):
+        MethodRegistry().register(UntracedKD)
+    assert MethodRegistry().register(UntracedByProtocolKD) is UntracedByProtocolKD
+    runner = SuiteRunner(load_suite(str(tiny_suite_file)), tmp_path / "results",
+                         tmp_path / "cache", log=lambda _: None)
+    method = UntracedByProtocolKD(VanillaKD.Params(), {})
+    with pytest.raises(ValueError, match=r"untraced-protocol-kd: augmenter "
+                       r"(tests\.)?test_general\.UntracedAugmenter lacks made_from\(\)"):
+        runner.augmented(method, "rte")
+    assert not (tmp_path / "cache" / "augmented").exists()
 
 
 def test_augmented_set_is_cached_labelled_by_the_teacher_and_keeps_source_labels(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -90,10 +90,12 @@ class StudentEncoder(Protocol):
                ) -> dict[str, list[Any]]: ...
 
 
+@runtime_checkable
 class Augmenter(Protocol):
     """Makes synthetic copies of training examples; the runner caches them by
     :meth:`describe` and the task data, labels them with the fine-tuned teacher, and
-    never takes a gold label from them."""
+    never takes a gold label from them.  Every method is required
+    (:func:`augmenter_problem`): a plugin whose augmenter lacks one is not loaded."""
 
     def describe(self) -> dict[str, Any]: ...
 
@@ -103,9 +105,29 @@ class Augmenter(Protocol):
     def made_from(self) -> list[tuple[str, str]]:
         """The cache entries (kind, key) the copies of its last :meth:`augment` were
         computed from (a fitted masked-LM head, POS tags): the cached copies record them
-        and are made again once one of them is rebuilt with other contents.  Optional: an
-        augmenter without it reads no cache entry."""
+        and are made again once one of them is rebuilt with other contents.  An augmenter
+        that reads no cache entry returns []."""
         ...
+
+
+AUGMENTER_METHODS = tuple(name for name, value in vars(Augmenter).items()
+                          if not name.startswith("_") and callable(value))
+"""What an augmenter must define: :class:`Augmenter`'s methods."""
+
+
+def augmenter_problem(augmenter: type | object) -> str | None:
+    """What ``augmenter`` (a class, or an instance) lacks of :class:`Augmenter`, as a
+    message naming it; None when it has every method.  An augmenter without
+    :meth:`Augmenter.made_from` would have its copies trusted after the cache entries they
+    came from were rebuilt."""
+    cls = augmenter if isinstance(augmenter, type) else type(augmenter)
+    missing = [name for name in AUGMENTER_METHODS if not callable(getattr(cls, name, None))]
+    if not missing:
+        return None
+    return (f"augmenter {cls.__module__}.{cls.__qualname__} lacks "
+            f"{', '.join(f'{name}()' for name in missing)} of the Augmenter protocol "
+            f"(harness.api.Augmenter: {', '.join(AUGMENTER_METHODS)}; made_from() returns "
+            "the cache entries its copies were computed from, [] for none)")
 
 
 class ExportedStudent(Protocol):

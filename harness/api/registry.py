@@ -7,13 +7,15 @@ import importlib
 import inspect
 import pkgutil
 import sys
+import types
+import typing
 from collections.abc import Callable, Iterable
 from importlib.metadata import entry_points
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from harness.api.context import StudentKindConfig
+from harness.api.context import Augmenter, StudentKindConfig, augmenter_problem
 from harness.api.method import Method, MethodParams, Stage
 from harness.common.cli_options import error_text
 from harness.config.schema import ConfigError, MethodRecipe, PluginStudentShape, StudentConfig
@@ -42,6 +44,10 @@ class MethodRegistry:
             if not callable(getattr(cls, f"loss_{term.name}", None)):
                 raise TypeError(f"{cls.__qualname__}: loss term {term.name!r} has no "
                                 f"loss_{term.name} method")
+        for augmenter in declared_augmenters(cls):
+            if (problem := augmenter_problem(augmenter)) is not None:
+                raise TypeError(f"{plugin_file(cls)}: {cls.__qualname__}.augmenter(): "
+                                f"{problem}")
         for kind, schema in cls.student_shapes.items():
             if kind == "bert":
                 raise TypeError(f"{cls.__qualname__}: student kind 'bert' is the core's")
@@ -116,6 +122,23 @@ class MethodRegistry:
                 f"{name} ({plugin})" for name, plugin in self.student_kinds().items())])
             raise KeyError(f"unknown student kind {kind!r}; kinds: {known}")
         return self._student_kinds[kind][0]
+
+
+def declared_augmenters(cls: type[Method]) -> list[type]:
+    """The augmenter classes ``cls.augmenter`` is annotated to return, checked against the
+    :class:`~harness.api.Augmenter` protocol when the plugin is registered; none when it is
+    not overridden, declares the protocol itself, or its annotation does not resolve at
+    import (a name imported for type checkers only): the runner checks the augmenter it
+    builds then."""
+    if cls.augmenter is Method.augmenter:
+        return []
+    try:
+        returned = typing.get_type_hints(cls.augmenter).get("return")
+    except Exception:  # any failure to resolve: the runner checks what it builds
+        return []
+    union = typing.get_origin(returned) in (typing.Union, types.UnionType)
+    return [kind for kind in (typing.get_args(returned) if union else (returned,))
+            if isinstance(kind, type) and kind is not type(None) and kind is not Augmenter]
 
 
 def _error_line(error: BaseException) -> str:

@@ -25,7 +25,12 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import DistributedDataParallelKwargs, InitProcessGroupKwargs, set_seed
 
-from harness.api.context import AugmentContext, StudentContext, StudentEncoder
+from harness.api.context import (
+    AugmentContext,
+    StudentContext,
+    StudentEncoder,
+    augmenter_problem,
+)
 from harness.api.method import Method, Stage
 from harness.api.registry import registry
 from harness.api.students import count_parameters
@@ -723,6 +728,10 @@ class SuiteRunner(RunPlanner):
         augmenter = method.augmenter(self._assets())
         if augmenter is None:
             raise ValueError(f"{method.name} has a stage on augmented data but no augmenter")
+        if (problem := augmenter_problem(augmenter)) is not None:
+            # Registering the plugin checks the class its augmenter() is annotated with;
+            # this, what it builds (an annotation naming the protocol only).
+            raise ValueError(f"{method.name}: {problem}")
         memo_key = content_hash({"task": task_name, "augmenter": augmenter.describe()})
         if memo_key not in self._augmented:
             self._augmented[memo_key] = prepare_augmented(

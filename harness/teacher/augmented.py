@@ -109,14 +109,10 @@ def prepare_augmented(
             started = time.perf_counter()
             copies = augmenter.augment(_examples(data), seed=seed)
             seconds = time.perf_counter() - started
-            # The entries the copies were computed from (the Augmenter protocol makes the
-            # method optional: an augmenter without it reads none).
-            made_from = getattr(augmenter, "made_from", None)
             with cache.build("augmented", text_key, {"task": task.name,
                                                      "augmenter": description,
                                                      "data": data.fingerprint},
-                             made_from=made_from() if made_from is not None else ()
-                             ) as scratch:
+                             made_from=augmenter.made_from()) as scratch:
                 with (scratch / "examples.jsonl").open("w") as handle:
                     for row, fields in copies:
                         handle.write(json.dumps({"source_row": row, "fields": list(fields)})

@@ -48,7 +48,6 @@ from torch import nn
 from harness.api import (
     ARCHITECTURES,
     AugmentContext,
-    Augmenter,
     ConfigError,
     LossTerm,
     Method,
@@ -70,7 +69,7 @@ from harness.api import (
     teacher_regression_loss,
 )
 from harness.assets.glove import glove_problem, vectors_run_identity
-from methods.tinybert.augmentation import AugmentParams, build_augmenter
+from methods.tinybert.augmentation import AugmentParams, ContextualAugmenter, build_augmenter
 
 if TYPE_CHECKING:
     import optuna
@@ -245,7 +244,7 @@ class TinyBERT(Method):
                     "false (the paper's w/o DA)")
         return None
 
-    def augmenter(self, context: AugmentContext) -> Augmenter | None:
+    def augmenter(self, context: AugmentContext) -> ContextualAugmenter | None:
         if not self.augments:
             return None
         return build_augmenter(context.checkpoint, context.tokenizer, context.corpus,
