@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -10,10 +15,12 @@ import yaml
 from harness.api import Augmenter
 from harness.api.registry import MethodRegistry
 from harness.api.suites import load_suite
+from harness.common.cache import ArtifactCache
 from harness.config.schema import ConfigError, CorpusConfig
 from harness.data.corpus import Corpus, build_corpus, encode_corpus, split_into_windows
 from harness.data.loading import DataFormatError, DataNotFoundError, load_task
 from harness.experiments.runner import SuiteRunner
+from harness.experiments.students import STUDENT_KIND, kept_student
 from harness.teacher.augmented import prepare_augmented
 from methods.kd import VanillaKD
 from tests.conftest import tiny_suite_dict
@@ -457,9 +464,15 @@ def test_augmented_set_is_cached_labelled_by_the_teacher_and_keeps_source_labels
 def test_tinybert_trains_on_augmented_copies_labelled_by_the_teacher(
         tmp_path, tiny_suite_file):
     runner = SuiteRunner(load_suite(str(tiny_suite_file)), tmp_path / "results",
-                         tmp_path / "cache", log=lambda _: None)
+                         tmp_path / "cache", log=lambda _: None, save_students=True)
     record = runner.store.load(runner.run_one("tinybert", "rte", 1).path)
     augmentation = record.augmentation
+    # The kept student records what it was trained from: the teacher, its general
+    # checkpoint, the copies and the teacher's logits on them.
+    assert set(_made_from(tmp_path / "cache" / STUDENT_KIND / record.run_id)) == {
+        f"teachers/{record.teacher.key}", f"general/{record.general_distillation['key']}",
+        f"augmented/{augmentation['key']}",
+        f"augmented_logits/{augmentation['logits_key']}"}
     rows = record.data.train_examples
     assert augmentation["original_rows"] == rows
     assert augmentation["synthetic_rows"] == rows  # one copy each
@@ -484,14 +497,14 @@ def test_init_from_starts_other_methods_from_the_same_general_checkpoint(
     path.write_text(yaml.safe_dump(tree))
     messages: list[str] = []
     runner = SuiteRunner(load_suite(str(path)), tmp_path / "results", tmp_path / "cache",
-                         log=messages.append)
+                         log=messages.append, save_students=True)
     _, tinybert, _ = runner.resolve("tinybert", "rte", 1)
     _, kd, _ = runner.resolve("kd-general", "rte", 1)
     assert kd["general"] == {"key": tinybert["general"]["key"], "from": "tinybert"}
     _, plain_kd, _ = runner.resolve("kd", "rte", 1)
     assert "general" not in plain_kd
     record = runner.store.load(runner.run_one("finetune-general", "rte", 1).path)
-    runner.run_one("kd-general", "stsb", 1)
+    kd_record = runner.store.load(runner.run_one("kd-general", "stsb", 1).path)
     assert sum(message.startswith("[general] tinybert") for message in messages) == 1
     (entry,) = (tmp_path / "cache" / "general").iterdir()
     assert record.general_distillation["key"] == entry.name
@@ -502,6 +515,37 @@ def test_init_from_starts_other_methods_from_the_same_general_checkpoint(
     runner._load_general(student, torch.nn.ModuleDict(), entry)
     for name, value in body.items():
         assert torch.equal(student.state_dict()[name], value), name
+    # The kept students record what they were trained from (finetune reads no teacher)
+    # and are not taken for the run's once the general checkpoint is rebuilt otherwise.
+    kept = {run.run_id: tmp_path / "cache" / STUDENT_KIND / run.run_id
+            for run in (record, kd_record)}
+    assert set(_made_from(kept[record.run_id])) == {f"general/{entry.name}"}
+    assert set(_made_from(kept[kd_record.run_id])) == {
+        f"general/{entry.name}", f"teachers/{kd_record.teacher.key}"}
+    _rebuild(ArtifactCache(tmp_path / "cache"), "general", entry.name,
+             lambda folder: torch.save({name: value + 1 for name, value in body.items()},
+                                       folder / "student_body.pt"))
+    messages.clear()
+    cache = ArtifactCache(tmp_path / "cache", log=messages.append)
+    assert kept_student(cache, record.run_id) is None
+    assert kept_student(cache, kd_record.run_id) is None
+    assert sum(f"made from another build of general/{entry.name[:16]}" in message
+               for message in messages) == 2, messages
+
+
+def _made_from(entry: Path) -> dict[str, str | None]:
+    return json.loads((entry / "key.json").read_text()).get("made_from", {})
+
+
+def _rebuild(cache: ArtifactCache, kind: str, key: str, change: Callable[[Path], None]
+             ) -> None:
+    """Put entry ``kind/key`` in place again with other contents (``change`` rewrites the
+    copy of its files), as a build on another machine would."""
+    with cache.build(kind, key, {}, replace=True) as folder:
+        for path in cache.path(kind, key).iterdir():
+            if path.name not in {"key.json", "COMPLETE"}:
+                (shutil.copytree if path.is_dir() else shutil.copy2)(path, folder / path.name)
+        change(folder)
 
 
 def _finetune_context(runner, method_name, task_name):

@@ -504,7 +504,10 @@ class SuiteRunner(RunPlanner):
                                 method=spec["method"], main_score=main_score,
                                 plugin=type(method).name,
                                 save=lambda folder: method.save_student(
-                                    student, encoder, task, folder))
+                                    student, encoder, task, folder),
+                                made_from=self._student_sources(
+                                    stages[len(general):], teacher, general_summary,
+                                    augmented))
             self.log(f"[student] kept in {kept}")
         inference = self._inference_speed(
             task.name, student, for_student(prepared.splits[task.selection_split],
@@ -612,6 +615,30 @@ class SuiteRunner(RunPlanner):
                                   f"distributions; a {type(student).__name__} cannot give them")
             set_implementation("eager")
         return student, extra
+
+    @staticmethod
+    def _student_sources(task_stages: list[Stage], teacher: TeacherArtifacts,
+                         general_summary: dict[str, Any] | None,
+                         augmented: AugmentedSet | None) -> list[tuple[str, str]]:
+        """The cache entries a trained student was made from, which its kept copy records
+        (a student trained from an entry rebuilt since with other contents is then not
+        taken for this run's): the fine-tuned teacher's entry when a task stage reads the
+        teacher (its logits), and the entry of its model where that is another (a bf16
+        labelling's), which live outputs and their cached arrays come from; the general
+        checkpoint it started from (its own or another method's); the augmented copies and
+        the teacher's logits on them.  The cached intermediate outputs are left out: they
+        are the model's outputs, recomputed whenever it is rebuilt."""
+        sources: list[tuple[str, str]] = []
+        if any(stage.teacher == "finetuned" for stage in task_stages):
+            sources.append(("teachers", teacher.key))
+            if teacher.model_key != teacher.key:
+                sources.append(("teachers", teacher.model_key))
+        if general_summary is not None:
+            sources.append(("general", general_summary["key"]))
+        if augmented is not None:
+            sources += [("augmented", augmented.summary["key"]),
+                        ("augmented_logits", augmented.summary["logits_key"])]
+        return sources
 
     def _student_context(self, shape_name: str, task: TaskSpec) -> StudentContext:
         shape = self.student_shape(shape_name)

@@ -5,7 +5,7 @@ in the artefact cache as ``students/<run id>`` with the score it reached."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +24,20 @@ STUDENT_FILE = "student.json"
 def keep_student(cache: ArtifactCache, run_id: str, student: torch.nn.Module, *,
                  tokenizer: PreTrainedTokenizerBase | None, task: TaskSpec, max_length: int,
                  method: str, main_score: float, plugin: str | None = None,
-                 save: Callable[[Path], bool] | None = None) -> Path:
+                 save: Callable[[Path], bool] | None = None,
+                 made_from: Iterable[tuple[str, str]] = ()) -> Path:
     """Put the trained ``student`` in the cache as ``students/<run_id>`` with the score it
     reached: a Transformers student with its tokenizer; any other in its method's own
     format when ``save`` (the plugin's :meth:`~harness.api.Method.save_student`, bound to
     the student) writes one, whose ``plugin`` then loads it back; else as a state dict.
     It replaces a student kept by an earlier training of the same run (another results
-    store, thread count or machine), which its record may not have measured."""
+    store, thread count or machine), which its record may not have measured.
+    ``made_from``: the cache entries the student was trained from (the teacher, a general
+    checkpoint, augmented copies): once one of them is rebuilt with other contents, the
+    kept student counts as damaged and :func:`kept_student` no longer gives it."""
     with cache.build(STUDENT_KIND, run_id, {"run_id": run_id, "method": method,
-                                             "task": task.name}, replace=True) as folder:
+                                             "task": task.name}, replace=True,
+                     made_from=made_from) as folder:
         if isinstance(student, PreTrainedModel) and tokenizer is not None:
             _name_labels(student.config, task)
             student.save_pretrained(folder, safe_serialization=True)
