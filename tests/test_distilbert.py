@@ -7,6 +7,7 @@ padded, masked batch; initialisation against the teacher's weights.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -22,9 +23,11 @@ from harness.assets.mlm import HEAD_KIND, TiedMLMHead
 from harness.common.cache import ArtifactCache
 from harness.config.schema import ConfigError, MethodRecipe, StudentConfig
 from harness.data.tasks import get_task
+from harness.experiments import runner as runner_module
 from harness.experiments.runner import SuiteRunner
 from methods.distilbert import (
     IGNORE,
+    DistilBERT,
     StudentMLMHead,
     alternate_layers,
     cosine_hidden_loss,
@@ -279,7 +282,7 @@ def test_a_distilbert_teachers_vocabulary_layers_carry_over_to_the_student_head_
 
 
 def test_the_general_checkpoint_is_made_again_when_the_teachers_head_is_fitted_again(
-        tiny_suite_file, tmp_path):
+        tiny_suite_file, tmp_path, monkeypatch):
     """The tiny teacher has no masked-LM head: the general stage starts the student's head
     from one fitted for it and distils its vocabulary distributions.  That head is cached
     under a key that names its recipe, not its weights: fitted again with other weights
@@ -304,5 +307,40 @@ def test_the_general_checkpoint_is_made_again_when_the_teachers_head_is_fitted_a
     again.run_one("distilbert", "stsb", seed=1)
     assert any(f"general/{general.name[:16]} is damaged (it was made from another build of "
                f"{HEAD_KIND}/{head.name[:16]})" in line for line in lines), lines
+    assert json.loads((general / "key.json").read_text())["made_from"] == {
+        f"{HEAD_KIND}/{head.name}": ArtifactCache(cache).files_digest(HEAD_KIND, head.name)}
+
+    # Its saved progress records the head too: a general stage killed part-way and resumed
+    # after the head was fitted again starts over rather than train on both heads.
+    shutil.rmtree(general)
+    monkeypatch.setattr(runner_module, "GENERAL_SAVE_SECONDS", 0.0)  # after every step
+    train, steps = DistilBERT.compute_losses, []
+
+    class Killed(Exception):
+        """Stands for the process being killed."""
+
+    def killed_at_the_second_step(self, inputs):
+        steps.append(inputs.stage.name)
+        if len(steps) == 2:
+            raise Killed
+        return train(self, inputs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(DistilBERT, "compute_losses", killed_at_the_second_step)
+        with pytest.raises(Killed):
+            SuiteRunner(suite, tmp_path / "killed", cache, log=lambda _: None).run_one(
+                "distilbert", "stsb", seed=1)
+    [progress] = (cache / "partial").iterdir()
+    assert steps == ["general", "general"], steps
+    assert torch.load(progress, weights_only=False)["made_from"] == {
+        f"{HEAD_KIND}/{head.name}": ArtifactCache(cache).files_digest(HEAD_KIND, head.name)}
+    refit_mlm_head(head)
+    lines.clear()
+    SuiteRunner(suite, tmp_path / "resumed", cache, log=lines.append).run_one(
+        "distilbert", "stsb", seed=1)
+    assert f"[engine] {progress}: it was saved from another build of " \
+        f"{HEAD_KIND}/{head.name[:16]} (since rebuilt with other contents); starting over" \
+        in lines, lines
+    assert not any("resuming" in line for line in lines)
     assert json.loads((general / "key.json").read_text())["made_from"] == {
         f"{HEAD_KIND}/{head.name}": ArtifactCache(cache).files_digest(HEAD_KIND, head.name)}

@@ -3,6 +3,8 @@ exactly as if it had never stopped (tiny random BERT, dropout on, several epochs
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ from accelerate import Accelerator
 
 from harness.api.context import StudentContext
 from harness.api.registry import instantiate
+from harness.common.cache import ArtifactCache
 from harness.config.schema import StudentConfig, TrainConfig
 from harness.data.metrics import TaskEvaluator
 from harness.data.tasks import get_task
@@ -26,7 +29,8 @@ class Stopped(Exception):
     """Stands for the process being killed."""
 
 
-def run(method, checkpoint: StageCheckpoint | None = None, config: TrainConfig = CONFIG):
+def run(method, checkpoint: StageCheckpoint | None = None, config: TrainConfig = CONFIG,
+        log: Callable[[str], None] = lambda line: None):
     shape = StudentConfig(num_layers=2, hidden_size=16, num_heads=4, intermediate_size=32)
     context = StudentContext(task=TASK, shape_name="tiny", shape=shape,
                              teacher_config=teacher_config())
@@ -37,7 +41,7 @@ def run(method, checkpoint: StageCheckpoint | None = None, config: TrainConfig =
                          extra=method.extra_modules(context), config=config,
                          train_split=tiny_split(), eval_split=None, evaluator=TaskEvaluator(TASK),
                          teacher=TeacherRuntime(), accelerator=Accelerator(), seed=3,
-                         checkpoint=checkpoint, log=lambda line: None)
+                         checkpoint=checkpoint, log=log)
     return result, torch.cat([p.detach().flatten() for p in student.parameters()])
 
 
@@ -81,3 +85,45 @@ def test_saved_progress_for_another_budget_or_damaged_is_not_used(tmp_path: Path
     assert torch.equal(run(instantiate("finetune"), checkpoint)[1], weights)
     checkpoint.path.write_bytes(b"not a checkpoint")
     assert torch.equal(run(instantiate("finetune"), checkpoint)[1], weights)
+
+
+def test_saved_progress_from_another_build_of_what_the_stage_reads_is_not_resumed(
+        tmp_path: Path) -> None:
+    """Saved progress records the digests of the cache entries the stage reads (a general
+    stage's fitted masked-LM head, :meth:`Method.general_made_from`).  Resumed once one
+    of them holds another build (fitted again elsewhere, or removed and to be made
+    again), the stage would train on a mix of the two: it starts over and says why.
+    Progress saved before the record existed is resumed as it was."""
+    cache = ArtifactCache(tmp_path / "cache", log=lambda line: None)
+
+    def fit(weights: str) -> None:
+        with cache.build("mlm_head", "k" * 64, {}, replace=True) as folder:
+            (folder / "head.pt").write_text(weights)
+
+    fit("first")
+    checkpoint = StageCheckpoint(tmp_path / "progress.pt", every_steps=2, cache=cache,
+                                 made_from=lambda: [("mlm_head", "k" * 64)])
+    config = CONFIG.model_copy(update={"epochs": 1})  # 4 steps
+    with pytest.raises(Stopped):
+        run(stopping_after(3), checkpoint, config)
+    saved = torch.load(checkpoint.path, weights_only=False)
+    assert saved["step"] == 2
+    assert saved["made_from"] == {f"mlm_head/{'k' * 64}": cache.files_digest("mlm_head",
+                                                                           "k" * 64)}
+
+    def resumed() -> list[str]:
+        lines: list[str] = []
+        run(instantiate("finetune"), checkpoint, config, log=lines.append)
+        return lines
+
+    assert any(" resuming at step " in line for line in resumed())
+    fit("second")
+    assert resumed() == [f"[engine] {checkpoint.path}: it was saved from another build of "
+                         f"mlm_head/{'k' * 16} (since rebuilt with other contents); "
+                         "starting over"]
+    shutil.rmtree(cache.path("mlm_head", "k" * 64))
+    assert resumed() == [f"[engine] {checkpoint.path}: it was saved from another build of "
+                         f"mlm_head/{'k' * 16} (no longer cached); starting over"]
+    del saved["made_from"]
+    torch.save(saved, checkpoint.path)
+    assert any(" resuming at step " in line for line in resumed())

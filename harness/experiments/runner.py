@@ -677,9 +677,13 @@ class SuiteRunner(RunPlanner):
                 results = []
                 # General distillation is the longest job there is: it saves its progress as
                 # it goes, and a process killed meanwhile resumes it where it was.
+                # It records what the finished checkpoint will record as its sources, and
+                # is not resumed once one of them is another build.
                 partial = {stage.name: StageCheckpoint(self.cache.root / "partial" /
                                                        f"general-{key}-{stage.name}.pt",
-                                                       every_seconds=GENERAL_SAVE_SECONDS)
+                                                       every_seconds=GENERAL_SAVE_SECONDS,
+                                                       made_from=method.general_made_from,
+                                                       cache=self.cache)
                            for stage in stages}
                 for stage in stages:
                     runtime = self._teacher_runtime(stage, None, None)

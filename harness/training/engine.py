@@ -21,7 +21,7 @@ import math
 import os
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,6 +35,7 @@ from torch.utils.data import DataLoader
 from transformers import get_linear_schedule_with_warmup
 
 from harness.api.method import Method, Stage, StepInputs, TeacherView
+from harness.common.cache import ArtifactCache
 from harness.common.progress import progress_bar
 from harness.config.schema import TrainConfig
 from harness.data.features import (
@@ -92,6 +93,35 @@ class StageCheckpoint:
     every_seconds: float = 600.0
     every_steps: int | None = None
     """Save after this many steps too (None: by time only)."""
+    made_from: Callable[[], Iterable[tuple[str, str]]] = tuple
+    """The cache entries (kind, key) the stage reads besides its inputs (a general stage's
+    :meth:`~harness.api.Method.general_made_from`), asked at each save.  With ``cache``,
+    the saved state records their digests, and is not resumed once one of them holds
+    another build: the resumed stage would train on a mix of the two."""
+    cache: ArtifactCache | None = None
+
+    def sources(self) -> dict[str, str | None]:
+        """``kind/key`` -> digest of the files of each entry :attr:`made_from` names."""
+        if self.cache is None:
+            return {}
+        return {f"{kind}/{key}": self.cache.files_digest(kind, key)
+                for kind, key in self.made_from()}
+
+    def changed_source(self, recorded: dict[str, str | None]) -> str | None:
+        """Why a state that recorded ``recorded`` (:meth:`sources` when it was saved) was
+        made from entries other than the cache's now, naming the first such entry; None
+        when each is the same build.  An entry that recorded no digest (written before
+        checksums) is taken as it is; one removed since counts as changed: it is made
+        again, perhaps with other contents, when the stage reads it."""
+        if self.cache is None:
+            return None
+        for source, digest in recorded.items():
+            kind, _, key = str(source).partition("/")
+            now = self.cache.files_digest(kind, key)
+            if digest is not None and now != digest:
+                state = "since rebuilt with other contents" if now else "no longer cached"
+                return f"it was saved from another build of {kind}/{key[:16]} ({state})"
+        return None
 
 
 def _save_progress(checkpoint: StageCheckpoint, state: dict[str, Any]) -> None:
@@ -117,6 +147,11 @@ def _load_progress(checkpoint: StageCheckpoint | None, config: TrainConfig, tota
         return None
     if state.get("config") != config.model_dump() or state.get("total_steps") != total_steps:
         log(f"[engine] {checkpoint.path}: saved for another budget; starting over")
+        return None
+    # A state saved without the record (before the stage kept one) is resumed as it is.
+    recorded = state.get("made_from")
+    if isinstance(recorded, dict) and (changed := checkpoint.changed_source(recorded)):
+        log(f"[engine] {checkpoint.path}: {changed}; starting over")
         return None
     return state
 
@@ -534,6 +569,7 @@ def train_stage(
                     result.seconds = earlier_seconds + time.perf_counter() - started
                     _save_progress(checkpoint, {
                         "config": config.model_dump(), "total_steps": total_steps,
+                        "made_from": checkpoint.sources(),
                         "student": accelerator.unwrap_model(student).state_dict(),
                         "extra": extra.state_dict(), "optimizer": optimizer.state_dict(),
                         "scheduler": scheduler.state_dict(),
