@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +21,7 @@ from harness.experiments.runner import SuiteRunner
 from harness.experiments.students import STUDENT_KIND, kept_student
 from harness.teacher.augmented import prepare_augmented
 from methods.kd import VanillaKD
-from tests.conftest import tiny_suite_dict
+from tests.conftest import record_as_rebuilt, tiny_suite_dict
 
 NO_AUGMENT = {"augment": False}
 
@@ -522,9 +520,8 @@ def test_init_from_starts_other_methods_from_the_same_general_checkpoint(
     assert set(_made_from(kept[record.run_id])) == {f"general/{entry.name}"}
     assert set(_made_from(kept[kd_record.run_id])) == {
         f"general/{entry.name}", f"teachers/{kd_record.teacher.key}"}
-    _rebuild(ArtifactCache(tmp_path / "cache"), "general", entry.name,
-             lambda folder: torch.save({name: value + 1 for name, value in body.items()},
-                                       folder / "student_body.pt"))
+    torch.save({name: value + 1 for name, value in body.items()}, entry / "student_body.pt")
+    record_as_rebuilt(entry)
     messages.clear()
     cache = ArtifactCache(tmp_path / "cache", log=messages.append)
     assert kept_student(cache, record.run_id) is None
@@ -536,16 +533,6 @@ def test_init_from_starts_other_methods_from_the_same_general_checkpoint(
 def _made_from(entry: Path) -> dict[str, str | None]:
     return json.loads((entry / "key.json").read_text()).get("made_from", {})
 
-
-def _rebuild(cache: ArtifactCache, kind: str, key: str, change: Callable[[Path], None]
-             ) -> None:
-    """Put entry ``kind/key`` in place again with other contents (``change`` rewrites the
-    copy of its files), as a build on another machine would."""
-    with cache.build(kind, key, {}, replace=True) as folder:
-        for path in cache.path(kind, key).iterdir():
-            if path.name not in {"key.json", "COMPLETE"}:
-                (shutil.copytree if path.is_dir() else shutil.copy2)(path, folder / path.name)
-        change(folder)
 
 
 def _finetune_context(runner, method_name, task_name):
