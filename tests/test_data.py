@@ -536,6 +536,12 @@ def test_hub_source_matches_fetched_local(tmp_path: Path, monkeypatch: pytest.Mo
             assert ds.features == local.splits[split].features
             assert column(ds, "text_a") == column(local.splits[split], "text_a")
             np.testing.assert_array_equal(column(ds, "label"), column(local.splits[split], "label"))
+        # As a run loads them: the test split hashed, not read
+        for full in (hub, local):
+            run = load_task(task, source=full.source.split(":")[0], data_dir=tmp_path,
+                            test_splits=False)
+            assert (run.fingerprint, run.files) == (full.fingerprint, full.files)
+            assert set(run.splits) == {"train", "dev"} and "test" in full.splits
     sub = load_task("mrpc", source="hub", max_train_examples=2)
     assert column(sub.splits["train"], "idx") == sorted(
         np.random.default_rng(0).permutation(5)[:2].tolist()

@@ -19,7 +19,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.data.loading import DataFormatError, DataNotFoundError, load_task, resolve_data_dir
+from harness.data.loading import (
+    DataFormatError,
+    DataNotFoundError,
+    _read_table,
+    _reads_quoted,
+    load_task,
+    resolve_data_dir,
+)
+from harness.data.tasks import get_task
 
 ROWS = 6
 
@@ -188,5 +196,10 @@ def test_a_damaged_file_is_read_exactly_or_refused_at_its_line(task: str, data) 
             assert error.path == train, str(error)
             assert error.line == case.line, (str(error), case.line, case.data)
             return
+        # A run hashes a test file without parsing it: its fingerprint marks it read with
+        # quoting exactly where the loader reads it so (RTE's export; BOM, CRLF, blanks).
+        spec = get_task(task)
+        assert _reads_quoted(spec, train, case.data) == _read_table(spec, train,
+                                                                    case.data).quoted
     assert case.outcome in {"rows", "either"}, ("loaded a damaged file", case.data)
     assert loaded_rows(loaded.splits["train"], len(layout.texts) == 2) == case.rows

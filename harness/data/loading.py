@@ -16,6 +16,12 @@ judgement marks, ``idx`` / ``index`` numbering the rows), non-empty texts, uniqu
 names, UTF-8, and at least one row per split.  A failure is a :class:`DataFormatError`
 naming ``file:line`` (``file: row N`` for parquet), what is wrong and what was expected;
 every problem of a file is listed, not only the first.
+
+A run reads the training and dev splits only: a test split's gold labels are hidden, so
+nothing in a run scores, trains on or labels it (``load_task(..., test_splits=False)``).
+Its file still enters the task's fingerprint, byte for byte, but is not parsed, checked or
+tokenised there; ``harness data check`` (:func:`check_tasks`) parses and checks the test
+files too.
 """
 
 from __future__ import annotations
@@ -99,13 +105,16 @@ class TaskData:
     task: TaskSpec
     splits: dict[str, datasets.Dataset]
     fingerprint: str
-    """sha256 hex of the content read (see :func:`load_task`) and the subsample spec."""
+    """sha256 hex of every split's content (see :func:`load_task`) and the subsample spec."""
     source: str
     """Human-readable origin, e.g. ``local:/path/to/glue`` or ``hub:nyu-mll/glue``."""
     files: dict[str, str]
-    """Split -> file read, relative to the data folder (empty for the hub)."""
+    """Split -> its file (the first shard of a parquet export), relative to the data
+    folder, for every file the fingerprint hashes: test splits left out of ``splits``
+    included (empty for the hub)."""
     layouts: dict[str, str] = field(default_factory=dict)
-    """Split -> the file layout it was read as (``glue-cola``, ``sts-benchmark``, ...)."""
+    """Split -> the file layout it was read as (``glue-cola``, ``sts-benchmark``, ...),
+    for the splits in ``splits``."""
 
 
 # --------------------------------------------------------------------------- layouts
@@ -405,8 +414,11 @@ class _Table:
     """Read with CSV quoting (a TSV export: it enters the data's fingerprint)."""
 
 
+_BOM = b"\xef\xbb\xbf"
+
+
 def _decode(path: Path, raw: bytes) -> str:
-    raw = raw.removeprefix(b"\xef\xbb\xbf")  # a BOM; error offsets count from after it
+    raw = raw.removeprefix(_BOM)  # error offsets count from after it
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -434,15 +446,46 @@ def _read_table(spec: TaskSpec, path: Path, raw: bytes) -> _Table:
     content = _decode(path, raw)
     if suffix in {".jsonl", ".json"}:
         return _read_json(path, content)
-    lines = content.split("\n")
-    first = next((text.rstrip("\r") for text in lines if text.strip()), None)
-    if first is not None and _is_tsv_export(spec, first.split("\t")):
+    first = _first_line(content)
+    if _is_quoted_export(spec, path, first):
         return _read_csv(path, content, delimiter="\t")
     if suffix == ".csv" and first is not None and "\t" not in first:
         return _read_csv(path, content)
     # A blank line (spaces at most) is no row; one with tabs has fields, checked as any row.
     return _Table([(number, text.rstrip("\r").split("\t"))
-                   for number, text in enumerate(lines, start=1) if text.strip(" \r")])
+                   for number, text in enumerate(content.split("\n"), start=1)
+                   if text.strip(" \r")])
+
+
+def _first_line(content: str) -> str | None:
+    """The first line that is not blank (whitespace at most), without its line end."""
+    start = 0
+    while start <= len(content):
+        end = content.find("\n", start)
+        end = len(content) if end < 0 else end
+        if content[start:end].strip():
+            return content[start:end].rstrip("\r")
+        start = end + 1
+    return None
+
+
+_UNQUOTED_SUFFIXES = frozenset({".parquet", ".jsonl", ".json"})
+
+
+def _is_quoted_export(spec: TaskSpec, path: Path, first: str | None) -> bool:
+    """Whether :func:`_read_table` reads a file whose first non-blank line is ``first``
+    with CSV quoting, as a Hugging Face TSV export (JSON and parquet have no quoting)."""
+    return path.suffix.lower() not in _UNQUOTED_SUFFIXES \
+        and first is not None and _is_tsv_export(spec, first.split("\t"))
+
+
+def _reads_quoted(spec: TaskSpec, path: Path, raw: bytes) -> bool:
+    """:func:`_is_quoted_export` for a file that is hashed and not parsed, from its first
+    non-blank line (a byte that is not UTF-8 is replaced: such a file would not load)."""
+    if path.suffix.lower() in _UNQUOTED_SUFFIXES:
+        return False
+    return _is_quoted_export(spec, path, _first_line(
+        raw.removeprefix(_BOM).decode("utf-8", errors="replace")))
 
 
 def _read_csv(path: Path, content: str, delimiter: str = ",") -> _Table:
@@ -715,11 +758,19 @@ def _find_split_files(folder: Path, spec: TaskSpec, split: str) -> list[Path]:
     return groups[0] if groups else []
 
 
+def _quoting_mark(quoted: bool) -> bytes:
+    """What a split's entry in the fingerprint adds to the digest of its bytes where they
+    are read with CSV quoting: the same bytes read literally are other rows, so they never
+    share a fingerprint (nor the cache entries and run ids that follow it)."""
+    return f"\0{READ_AS_QUOTED_TSV}".encode() if quoted else b""
+
+
 def _load_local(
-    spec: TaskSpec, data_dir: Path
+    spec: TaskSpec, data_dir: Path, test_splits: bool = True
 ) -> tuple[dict[str, datasets.Dataset], dict[str, str], dict[str, str], bytes]:
     """Read every split file of a task; returns (splits, files relative to ``data_dir``,
-    layouts, content digest input)."""
+    layouts, content digest input).  ``test_splits=False``: a test split's file is hashed
+    for the digest as it is when read, and neither parsed nor checked."""
     folder = data_dir / spec.folder
     if not folder.is_dir():
         raise DataNotFoundError(
@@ -743,6 +794,15 @@ def _load_local(
                 f"no {split} file for task {spec.name} in {folder} (looked for {wanted}, "
                 f"and the other formats of a Hugging Face export); {_HOW_TO_GET_DATA}"
             )
+        if split in spec.test_splits and not test_splits:
+            first = paths[0].read_bytes()
+            digest = hashlib.sha256(first)
+            for path in paths[1:]:
+                digest.update(path.read_bytes())
+            digests[split] = digest.digest() + _quoting_mark(_reads_quoted(spec, paths[0],
+                                                                           first))
+            files[split] = paths[0].relative_to(data_dir).as_posix()
+            continue
         digest = hashlib.sha256()
         texts: list[tuple[str, ...]] = []
         labels: list[int | float] = []
@@ -781,10 +841,7 @@ def _load_local(
         splits[split] = _build_dataset(spec, texts, labels)
         layouts[split] = parts[0].layout
         files[split] = paths[0].relative_to(data_dir).as_posix()
-        # Bytes read with quoting never share a fingerprint with the same bytes read
-        # literally (cache entries and run ids follow the fingerprint).
-        digests[split] = digest.digest() + (f"\0{READ_AS_QUOTED_TSV}".encode()
-                                            if parts[0].quoted else b"")
+        digests[split] = digest.digest() + _quoting_mark(parts[0].quoted)
     if failures:
         raise failures[0] if len(failures) == 1 else DataFormatErrors(failures)
     digest_input = b"".join(split.encode() + b"\0" + digests[split]
@@ -832,7 +889,8 @@ def load_hub_dataset(path: str, name: str | None, split: str | None = None,
         ) from error
 
 
-def _load_hub(spec: TaskSpec) -> tuple[dict[str, datasets.Dataset], bytes]:
+def _load_hub(spec: TaskSpec, test_splits: bool = True
+              ) -> tuple[dict[str, datasets.Dataset], bytes]:
     loaded = load_hub_dataset(
         HUB_DATASET, spec.hub_config,
         local_hint=(", or read a local GLUE folder with --data-dir DIR (it sets "
@@ -846,8 +904,10 @@ def _load_hub(spec: TaskSpec) -> tuple[dict[str, datasets.Dataset], bytes]:
                 continue
             raise DataNotFoundError(f"hub {HUB_DATASET}/{spec.hub_config} has no {hub_split!r}")
         hub_ds = loaded[hub_split]
-        splits[split] = _convert_hub_split(spec, hub_ds, is_test=split in spec.test_splits)
         fingerprints[split] = hub_ds._fingerprint
+        if split in spec.test_splits and not test_splits:
+            continue
+        splits[split] = _convert_hub_split(spec, hub_ds, is_test=split in spec.test_splits)
     digest_input = b"".join(
         f"{split}\0{fingerprints[split]}\0".encode() for split in sorted(fingerprints)
     )
@@ -914,22 +974,29 @@ def load_task(
     data_dir: str | Path | None = None,
     max_train_examples: int | None = None,
     subsample_seed: int = 0,
+    test_splits: bool = True,
 ) -> TaskData:
     """Load every split of ``task`` from a GLUE-style folder or from the hub.
 
     ``max_train_examples`` subsamples the train split only (``idx`` keeps the original
-    row numbers).  The fingerprint hashes the bytes of every file read (hub: the
+    row numbers).  The fingerprint hashes the bytes of every split's file(s) (hub: the
     datasets' fingerprints), the source kind and the subsample spec; it does not hash
     the folder's location, so the same files give the same fingerprint wherever they
     are mounted.
+
+    ``test_splits=False`` (what a run loads: nothing in it reads a test split, whose gold
+    labels are hidden) leaves the test splits out of ``splits`` and ``layouts``: their
+    files are hashed into the same fingerprint, and named in ``files``, but not parsed,
+    so a malformed one goes unnoticed until something loads it with ``test_splits=True``
+    (the default; ``harness data check``).
     """
     spec = task if isinstance(task, TaskSpec) else get_task(task)
     if source == "local":
         root = resolve_data_dir(data_dir)
-        splits, files, layouts, digest_input = _load_local(spec, root)
+        splits, files, layouts, digest_input = _load_local(spec, root, test_splits)
         source_name = f"local:{root}"
     elif source == "hub":
-        splits, digest_input = _load_hub(spec)
+        splits, digest_input = _load_hub(spec, test_splits)
         files, layouts = {}, {}
         source_name = f"hub:{HUB_DATASET}"
     else:
@@ -963,7 +1030,8 @@ class TaskCheck:
 def check_tasks(tasks: Iterable[str] | None, data_dir: str | Path | None = None
                 ) -> tuple[Path, list[TaskCheck]]:
     """Load and validate every split of ``tasks`` (default: every task with a folder in
-    the data directory) the way a run reads them."""
+    the data directory) the way a run reads them, test splits included, which a run
+    only hashes."""
     root = resolve_data_dir(data_dir)
     specs = ([get_task(name) for name in tasks] if tasks else
              [spec for spec in GLUE_TASKS.values() if (root / spec.folder).is_dir()])
@@ -973,7 +1041,7 @@ def check_tasks(tasks: Iterable[str] | None, data_dir: str | Path | None = None
     for spec in specs:
         check = TaskCheck(spec.name)
         try:
-            loaded = load_task(spec, data_dir=root)
+            loaded = load_task(spec, data_dir=root, test_splits=True)
         except (DataFormatError, DataNotFoundError) as error:
             check.errors = str(error).splitlines()
         else:
