@@ -14,6 +14,7 @@ from harness.data.loading import (
     DataFormatError,
     DataNotFoundError,
     TaskData,
+    check_tasks,
     fetch_glue,
     load_task,
     resolve_data_dir,
@@ -802,6 +803,47 @@ def test_data_check_reports_rows_or_every_error(shared_dir: Path, tmp_path: Path
     assert f"{tmp_path}/SST-2/train.tsv:3: label '9' is not a label of sst2" in result.output
     assert f"{tmp_path}/SST-2/dev.tsv: no data rows" in result.output
     assert "1 task(s) checked; 1 with errors: sst2" in result.output
+
+
+def test_a_run_hashes_the_test_splits_and_reads_only_train_and_dev(
+        tmp_path: Path, tiny_teacher_dir: Path) -> None:
+    """A run prepares a task's training and dev splits: its test files (gold labels hidden,
+    used by nothing) enter the data fingerprint byte for byte, as when they are read
+    (an RTE export read with its quoting, STS-B's headerless CSV), and are not parsed nor
+    tokenised, so a malformed one stops ``harness data check``, not a run."""
+    import torch
+    import yaml
+
+    from harness.api.suites import load_suite
+    from harness.experiments.planner import RunPlanner
+    from tests.conftest import tiny_suite_dict, write_tiny_glue
+
+    write_tiny_glue(tmp_path / "glue", rows=8)
+    rte_test = write(tmp_path / "glue", "RTE", "test.tsv", lines(
+        "sentence1\tsentence2\tlabel\tidx", '"He said ""no""."\tHe spoke.\t-1\t0'))
+    write(tmp_path / "glue", "STS-B", "sts-test.csv",
+          "main-captions\tMSRvid\t2012test\t0001\t\tA plane.\tAn air plane.\n")
+    suite_file = tmp_path / "tiny.yaml"
+    suite_file.write_text(yaml.safe_dump(tiny_suite_dict(tmp_path / "glue", tiny_teacher_dir)))
+    suite = load_suite(str(suite_file))
+
+    def prepare(task: str):
+        return RunPlanner(suite, torch.device("cpu"), log=lambda _: None).prepare_task(task)
+
+    fingerprints = {}
+    for task, test_file in (("rte", "RTE/test.tsv"), ("stsb", "STS-B/sts-test.csv")):
+        full = load_task(task, data_dir=tmp_path / "glue")
+        assert len(full.splits["test"]) == 1
+        prepared = prepare(task)
+        assert set(prepared.splits) == set(prepared.data.splits) == {"train", "dev"}
+        assert prepared.data.fingerprint == full.fingerprint  # run ids and teacher keys
+        assert prepared.data.files == full.files and full.files["test"] == test_file
+        assert set(prepared.data.layouts) == {"train", "dev"}
+        fingerprints[task] = full.fingerprint
+    rte_test.write_text(lines("sentence1\tsentence2\tlabel\tidx", "one field"))
+    assert prepare("rte").data.fingerprint != fingerprints["rte"]  # its bytes are hashed
+    _, (check,) = check_tasks(["rte"], tmp_path / "glue")
+    assert check.errors == [f"{rte_test}:2: expected 4 tab-separated fields, got 1"]
 
 
 def test_a_tsv_export_is_read_with_its_quoting(shared_tasks: dict[str, TaskData]) -> None:

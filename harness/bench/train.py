@@ -201,7 +201,7 @@ def build_setup(settings: TrainBenchSettings, overrides: list[str] | None = None
     data_config = suite.data
     data = load_task(task, source=data_config.source, data_dir=data_config.dir,
                      max_train_examples=data_config.max_train_examples.get(task.name),
-                     subsample_seed=data_config.subsample_seed)
+                     subsample_seed=data_config.subsample_seed, test_splits=False)
     tokenizer = load_tokenizer(checkpoint)
     max_length = data_config.max_seq_length.pair if task.is_pair \
         else data_config.max_seq_length.single

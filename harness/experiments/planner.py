@@ -159,12 +159,15 @@ class RunPlanner:
         return self._tokenizer
 
     def prepare_task(self, name: str) -> PreparedTask:
+        """The task's training and dev splits, read and (unless ``encode=False``) encoded
+        once per planner.  Its test splits are hashed into the data fingerprint and not
+        read: nothing in a run uses them (their gold labels are hidden)."""
         if name not in self._tasks:
             task = get_task(name)
             data_config = self.suite.data
             data = load_task(task, source=data_config.source, data_dir=data_config.dir,
                              max_train_examples=data_config.max_train_examples.get(task.name),
-                             subsample_seed=data_config.subsample_seed)
+                             subsample_seed=data_config.subsample_seed, test_splits=False)
             lengths = data_config.max_seq_length
             max_length = lengths.pair if task.is_pair else lengths.single
             splits = {split: encode_split(split, dataset, task, self.tokenizer, max_length)

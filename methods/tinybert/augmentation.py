@@ -616,7 +616,7 @@ def run_augment_benchmark(*, task: str, examples: int, copies: int, candidates: 
     head = MLMHeadConfig(**({"steps": head_steps} if head_steps is not None else {}))
     params = AugmentParams(copies=copies, candidates=candidates, fields=fields,
                            mlm_head=head, batch_size=batch_size, words=words)
-    rows = load_task(task, data_dir=data_dir).splits["train"]
+    rows = load_task(task, data_dir=data_dir, test_splits=False).splits["train"]
     columns = [c for c in ("text_a", "text_b") if c in rows.column_names]
     rows = rows.select(range(min(examples, len(rows))))
     inputs = list(zip(*(rows[c] for c in columns), strict=True))
@@ -624,7 +624,8 @@ def run_augment_benchmark(*, task: str, examples: int, copies: int, candidates: 
     corpus: list[str] = []
     if candidates == "mlm":
         # Unique training sentences, built as a suite builds its corpus.
-        corpus = build_corpus(CorpusConfig(), [load_task(name, data_dir=data_dir)
+        corpus = build_corpus(CorpusConfig(), [load_task(name, data_dir=data_dir,
+                                                         test_splits=False)
                                                for name in corpus_tasks]).sentences
     tokenizer = load_tokenizer(checkpoint)
     cache = ArtifactCache(Path(cache_dir) if cache_dir else default_cache_dir())
