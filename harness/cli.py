@@ -45,6 +45,7 @@ from harness.config.schema import (
 )
 
 if TYPE_CHECKING:
+    from harness.experiments.grid import GridCellError
     from harness.experiments.tracking import Tracking
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -187,6 +188,19 @@ def _interrupted(command: str, stopped: KeyboardInterrupt) -> NoReturn:
     raise typer.Exit(130) from None
 
 
+def _crashed(error: GridCellError) -> NoReturn:
+    """A bug stopped a grid cell: its traceback (the only one printed), then what it stopped
+    and that the same command runs the cell again, and exit 1."""
+    import traceback
+
+    cause = error.__cause__ if error.__cause__ is not None else error
+    typer.echo("".join(traceback.format_exception(cause)).rstrip(), err=True)
+    typer.secho(f"error: {error}\n[grid] stopped: the cell is not recorded; once the error "
+                "is fixed the same command queues it again and resumes the grid",
+                fg=typer.colors.RED, err=True)
+    raise typer.Exit(1)
+
+
 def _run_params_command(suite: str, method: str, task: str, study: str,
                         set_: list[str] | None, data_dir: str | None, teacher: str | None,
                         results: Path, cache_dir: Path | None) -> str:
@@ -246,7 +260,7 @@ def _grid(suite: str, storage: str | None, results: Path, cache_dir: Path | None
           params: list[str] | None = None, log_with: list[str] | None = None,
           log_dir: Path | None = None, retry_failed: bool = False) -> None:
     quiet_libraries()
-    from harness.experiments.grid import Grid
+    from harness.experiments.grid import Grid, GridCellError
     from harness.experiments.storage import default_storage
     from harness.experiments.tuning import load_tuned
 
@@ -272,6 +286,8 @@ def _grid(suite: str, storage: str | None, results: Path, cache_dir: Path | None
         if dry_run:
             return
         summary = grid.work()
+    except GridCellError as error:
+        _crashed(error)
     except (ConfigError, KeyError, FileNotFoundError, RuntimeError, ValueError) as error:
         fail(error_text(error))
         return

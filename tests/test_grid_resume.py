@@ -7,6 +7,7 @@ next."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -16,8 +17,10 @@ import pytest
 from typer.testing import CliRunner
 
 from harness.api.suites import load_suite
+from harness.assets.checkpoints import TeacherError
 from harness.cli import app
-from harness.experiments.grid import Grid
+from harness.experiments.grid import Grid, GridCellError
+from harness.experiments.runner import SuiteRunner
 from harness.experiments.storage import MAX_RETRIES
 from harness.experiments.store import StoreNotWritableError
 from tests.test_grid import _check_every_cell_once, _records, grid_suite
@@ -66,18 +69,22 @@ def _interrupt_first_cell(grid: Grid, error: BaseException) -> None:
     grid.runner.run_one = stopped
 
 
-@pytest.mark.parametrize("error", [KeyboardInterrupt(), RuntimeError("worker crashed")],
-                         ids=["ctrl-c", "exception"])
+@pytest.mark.parametrize("error", [KeyboardInterrupt(), RuntimeError("a bug")],
+                         ids=["ctrl-c", "bug"])
 def test_a_cell_stopped_without_a_record_runs_when_the_grid_restarts(
         tmp_path, tiny_data_dir, tiny_teacher_dir, error):
+    """Ctrl-C and a bug (an unexpected error, a RuntimeError too) stop the grid at once."""
     path = _suite(tmp_path, tiny_data_dir, tiny_teacher_dir, seeds=[1, 2])
     first = _grid(path)
     _interrupt_first_cell(first, error)
     if isinstance(error, KeyboardInterrupt):
         with pytest.raises(KeyboardInterrupt):
             first.work()
-    else:  # caught by the grid, which goes on with the next cell
-        assert first.work()["fail"] == 1
+    else:
+        with pytest.raises(GridCellError) as stopped:
+            first.work()
+        assert stopped.value.__cause__ is error and stopped.value.trial == 0
+        assert [trial.state.name for trial in _trials(first)] == ["FAIL", "WAITING"]
     assert _trials(first)[0].state.name == "FAIL"
     assert first.plan()[0].status == "todo"  # the dry run says so, and the grid agrees:
 
@@ -96,6 +103,55 @@ def test_a_cell_stopped_without_a_record_runs_when_the_grid_restarts(
     third = _grid(path)  # every cell recorded: nothing to queue or run
     assert third.work()["complete"] == 2
     assert len(_trials(third)) == trials
+
+
+@pytest.mark.parametrize("error", [RuntimeError("a bug"), TypeError("a bug"),
+                                   TeacherError("the teacher scores below chance")],
+                         ids=["runtime-error", "type-error", "teacher"])
+def test_a_bug_stops_the_grid_with_one_traceback_a_cells_failure_does_not(
+        tmp_path, tiny_data_dir, tiny_teacher_dir, monkeypatch, error):
+    """An unexpected error in a cell (a RuntimeError too) stopped the grid with Optuna's
+    traceback and the command's, or was a failed cell with Optuna's traceback while the
+    grid went on; now it stops the grid with one traceback, exit 1, the cell unrecorded.
+    A teacher that cannot be made (every cell of its task meets the same error) fails
+    each cell in one line, and the grid goes on."""
+    path = _suite(tmp_path, tiny_data_dir, tiny_teacher_dir, seeds=[1, 2])
+    results = path.parent / "results"
+    results.mkdir()
+    calls = []
+
+    def failing(self, *args, **kwargs):
+        calls.append(args)
+        raise error
+
+    monkeypatch.setattr(SuiteRunner, "run_one", failing)
+    optuna_warnings: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = optuna_warnings.append  # type: ignore[method-assign]
+    logging.getLogger("optuna").addHandler(handler)
+    try:
+        result = CliRunner().invoke(app, [
+            "grid", "--suite", str(path), "--results", str(results), "--cache-dir",
+            str(path.parent / "cache"), "--storage", f"sqlite:///{results / 'optuna.db'}"])
+    finally:
+        logging.getLogger("optuna").removeHandler(handler)
+    assert [record.getMessage() for record in optuna_warnings
+            if record.levelno >= logging.WARNING] == []
+    assert result.exit_code == 1, result.output
+    assert not _records(results)
+    if isinstance(error, TeacherError):
+        assert "Traceback" not in result.output
+        assert len(calls) == 2  # the grid went on
+        for seed, trial in ((1, 0), (2, 1)):
+            assert (f"[grid] cell {trial} failed: finetune / rte / seed {seed}: teacher: the "
+                    "teacher scores below chance") in result.output
+        assert "0 of 2 cells complete, 2 failed" in result.output
+        return
+    assert result.output.count("Traceback") == 1, result.output
+    assert f"{type(error).__name__}: a bug" in result.output
+    assert len(calls) == 1  # the grid stopped
+    assert ("error: cell finetune / rte / seed 1 (trial 0) stopped the grid" in result.output)
+    assert "the same command queues it again" in result.output
 
 
 def test_a_cell_whose_run_failed_runs_again_only_when_failed_runs_are_retried(

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.api.registry import registry
+from harness.assets.checkpoints import TeacherError
 from harness.common.cache import content_hash
 from harness.config.schema import (
     LATER_TRAIN_FIELDS,
@@ -575,11 +576,11 @@ class Grid:
             if counts["waiting"]:
                 before = time.perf_counter()
                 trial_cell: list[GridCell] = []
-                # A cell's failure and a Ctrl-C are reported by the harness: Optuna logs
-                # neither again (a real bug's traceback it still logs).
-                with quiet_reported_failures():
+                # Every way a cell stops is reported by the harness (see _objective), so
+                # Optuna logs none of them; only a cell's own failure lets the grid go on.
+                with quiet_reported_failures(also=(GridCellError, *STOPPING_ERRORS)):
                     study.optimize(functools.partial(self._objective, ran=trial_cell),
-                                   n_trials=1, catch=(RuntimeError,))
+                                   n_trials=1, catch=(TrialFailed,))
                 if trial_cell:
                     ran.append((trial_cell[0], time.perf_counter() - before))
                     self._progress(study, ran, started)
@@ -617,10 +618,15 @@ class Grid:
                 cell.method, cell.task, cell.seed, self.variation(cell, overrides),
                 annotations=annotations)
         except BaseException as error:  # Ctrl-C or a crash, not a dead worker (_given_up)
+            # Not recorded: the next worker to start queues the cell again.
             trial.set_user_attr("stopped", f"{type(error).__name__}: {error}"[:1000])
             if isinstance(error, KeyboardInterrupt):
                 raise GridInterrupted(self.study_name, trial.number, cell.label) from None
-            raise
+            if isinstance(error, TeacherError):  # the task's teacher: its other cells too
+                raise self._failed(trial.number, cell, f"teacher: {error}") from None
+            if isinstance(error, STOPPING_ERRORS):
+                raise
+            raise GridCellError(self.study_name, trial.number, cell.label) from error
         trial.set_user_attr("status", outcome.status)
         trial.set_user_attr("record", str(outcome.path))
         ran.append(cell)
@@ -674,6 +680,32 @@ class Grid:
                     if trial.state.name == "COMPLETE" and "cell" in trial.user_attrs}
         return {**_counts(study), "complete": len(complete), "cells": len(self.cells),
                 "retried": _retried(study)}
+
+
+STOPPING_ERRORS: tuple[type[Exception], ...] = (
+    ConfigError, StoreNotWritableError, InvalidRecordError, FileNotFoundError)
+"""Errors of a cell that stop the grid as they are: their message, which names the setting,
+record, store or missing file, is what the command prints (in one line)."""
+
+
+class GridCellError(Exception):
+    """An unexpected error (a bug, its ``__cause__``) stopped ``trial`` of study ``study``,
+    which ran ``cell`` (a label): the grid stops rather than meet it in every later cell,
+    and the cell, which has no record, is queued again by the next worker to start.  A
+    cell's own failure (a diverged run, its task's teacher) is not one: it fails the cell,
+    in one line, and the grid goes on."""
+
+    def __init__(self, study: str, trial: int, cell: str) -> None:
+        super().__init__(study, trial, cell)
+        self.study = study
+        self.trial = trial
+        self.cell = cell
+
+    def __str__(self) -> str:
+        cause = self.__cause__
+        return (f"cell {self.cell} (trial {self.trial}) stopped the grid {self.study}: "
+                f"{type(cause).__name__}: {cause}" if cause is not None
+                else f"cell {self.cell} (trial {self.trial}) stopped the grid {self.study}")
 
 
 class GridInterrupted(KeyboardInterrupt):

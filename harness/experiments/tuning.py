@@ -91,14 +91,15 @@ class _QuietReportedFailures(logging.Filter):
     :data:`REPORTED_FAILURES`: "Trial N failed with parameters ... because of the following
     error" (with the traceback), then "Trial N failed with value None"."""
 
-    def __init__(self) -> None:
+    def __init__(self, reported: tuple[type[BaseException], ...] = REPORTED_FAILURES) -> None:
         super().__init__()
+        self._reported = reported
         self._dropped: set[str] = set()  # "Trial N" of each trial whose warning was dropped
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         error = record.exc_info[0] if record.exc_info else None
-        if error is not None and issubclass(error, REPORTED_FAILURES):
+        if error is not None and issubclass(error, self._reported):
             self._dropped.add(message.partition(" failed ")[0])
             return False
         trial, found, _ = message.partition(" failed with value ")
@@ -106,11 +107,12 @@ class _QuietReportedFailures(logging.Filter):
 
 
 @contextlib.contextmanager
-def quiet_reported_failures() -> Iterator[None]:
+def quiet_reported_failures(also: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
     """While the trials it wraps run, Optuna logs no warning about a trial that failed with
-    one of :data:`REPORTED_FAILURES`; their states are Optuna's own (FAIL)."""
+    one of :data:`REPORTED_FAILURES`, or of ``also`` (errors the caller reports itself);
+    their states are Optuna's own (FAIL)."""
     logger = logging.getLogger("optuna.study._optimize")
-    quiet = _QuietReportedFailures()
+    quiet = _QuietReportedFailures(REPORTED_FAILURES + also)
     logger.addFilter(quiet)
     try:
         yield
