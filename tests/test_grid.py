@@ -360,7 +360,11 @@ def test_grid_dry_run_then_run_killed_and_resumed(tmp_path, tiny_data_dir, tiny_
     assert "warning: --set task_training.mrpc.epochs=5 changes none of these runs" in \
         dry.output
     assert "4 cells; budget: task epochs 12.0" in dry.output
-    assert dry.output.count(" todo ") == 4 and "estimated cost" in dry.output
+    assert dry.output.count(" todo ") == 4
+    # nothing in the store to time the cells by: said so, not "0s of one worker"
+    assert (f"estimated cost of the cells to run: cannot be estimated: the results store "
+            f"({results}) has no finished run to time them by") in dry.output
+    assert "of one worker" not in dry.output
     assert not (results / "tiny").exists()  # nothing ran
 
     first = _harness("grid", *common)
@@ -378,6 +382,8 @@ def test_grid_dry_run_then_run_killed_and_resumed(tmp_path, tiny_data_dir, tiny_
 
     dry = CliRunner().invoke(app, ["grid", *common, "--dry-run"])
     assert dry.output.count(" done ") == done_before
+    [cost] = [line for line in dry.output.splitlines() if line.startswith("estimated cost")]
+    assert cost.endswith(" of one worker"), cost  # every cell left priced by those done
 
     second = _harness("grid", *common)
     output, _ = second.communicate(timeout=300)

@@ -250,6 +250,8 @@ class Grid:
         self._estimates: dict[GridCell, float | None] = {}
         self._run_ids: dict[GridCell, str | None] = {}
         self._recorded: set[GridCell] = set()
+        self._timed_records = 0
+        """The store's records that time a run (see :class:`CostModel`), as last planned."""
 
     # -- tuning ---------------------------------------------------------------------------
     @property
@@ -292,6 +294,7 @@ class Grid:
     # -- planning -------------------------------------------------------------------------
     def plan(self) -> list[PlannedCell]:
         costs = CostModel.from_store(self.results)
+        self._timed_records = len(costs.records)
         planned = []
         for cell in self.cells:
             overrides = self.tuned_overrides(cell)
@@ -416,11 +419,20 @@ class Grid:
                   for status in ("done", "failed", "todo", "tune")}
         lines.append(", ".join(f"{count} {status}" for status, count in counts.items()
                                if count))
-        lines.append(f"estimated cost of the cells to run: {_duration(sum(known))} of one "
-                     f"worker" + (f" ({len(todo) - len(known)} cells without an estimate: "
-                                  "no earlier record of their task and student trained "
-                                  "by the same budget rules)"
-                                  if len(known) < len(todo) else ""))
+        unknown = len(todo) - len(known)
+        no_record = ("no earlier record of their task and student trained by the same "
+                     "budget rules")
+        if not todo:
+            lines.append("estimated cost of the cells to run: none, nothing to run")
+        elif not known:
+            why = (f"the results store ({self.results}) has no finished run to time them by"
+                   if not self._timed_records else no_record)
+            lines.append(f"estimated cost of the cells to run: cannot be estimated: {why}")
+        else:
+            lines.append(f"estimated cost of the cells to run: {_duration(sum(known))} of "
+                         f"one worker" + (f" for {len(known)} of the {len(todo)} cells "
+                                          f"({unknown} without an estimate: {no_record})"
+                                          if unknown else ""))
         if self.trials:
             studies = {self.tuner(item.cell).name for item in planned}
             lines.append(f"tuning first: {len(studies)} studies x {self.trials} trials x "
