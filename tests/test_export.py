@@ -95,6 +95,8 @@ def test_an_exported_student_scores_the_record_in_a_fresh_process(
     card = (out / "README.md").read_text()
     assert record.run_id in card and record.data.fingerprint in card
     assert f"harness run --suite tiny --method kd --tasks {task} --seeds 1" in card
+    # exported without --suite, the suite file it ran from is unknown: the card says so
+    assert "No suite here is named tiny: the run was made from a suite file" in card
     if task == "rte":
         assert config["id2label"] == {"0": "entailment", "1": "not_entailment"}
     remote = pooling != "pooler"
@@ -126,6 +128,10 @@ def test_a_student_not_kept_is_trained_again_and_must_match_the_record(
                         tmp_path / "cache", suite=str(suite_file), log=lambda _: None)
     assert result.retrained and result.kept_score == record.main_score
     assert (tmp_path / "a" / "model.safetensors").exists()
+    # The card's command names the suite file it was exported with, not its name (tiny),
+    # which no suite of suites/ has.
+    assert (f"harness run --suite {suite_file} --method kd --tasks rte --seeds 1"
+            in (tmp_path / "a" / "README.md").read_text())
     # A retrained student that does not reproduce the record's score is refused, and
     # nothing is written.
     differing = tmp_path / "differing"

@@ -350,10 +350,11 @@ def reproduce_command(record: RunRecord, suite_name: str | None = None,
                       overrides: Sequence[str] = ()) -> str:
     """The command that trains ``record``'s run again (the store skips it if present):
     ``suite_name`` is the suite whose recipe gives its run id (:func:`suite_for`; a view
-    such as tinybert-ablation records into its protocol's store), ``overrides`` the
+    such as tinybert-ablation records into its protocol's store), by name or by the path
+    of its file (a suite outside ``suites/``), ``overrides`` the
     ``--set`` assignments that recipe needed; a tuned run names its parameter file."""
     command = "grid" if record.grid else "run"
-    parts = [f"harness {command} --suite {suite_name or record.suite} --method "
+    parts = [f"harness {command} --suite {shlex.quote(suite_name or record.suite)} --method "
              f"{record.method} --tasks {record.task} --seeds {record.seed}"]
     parts += [f"--set {shlex.quote(assignment)}" for assignment in overrides]
     study = (record.tuned or {}).get("study")
@@ -394,12 +395,19 @@ def export_run(run_id: str, out_dir: Path, results_dir: Path, cache_dir: Path | 
         chosen, precision = suite_for(record, [suite] if suite else None, overrides)
     except ExportError as error:  # a kept student still exports; retraining it cannot
         unreproducible = error
-        command = (reproduce_command(record) + "\n# No suite here gives this run id now "
-                   "(its recipe, data or teacher changed, or it ran with --set): this "
-                   "command trains the recipe as it reads.")
+        if suite is None and record.suite not in available_suites():
+            note = (f"No suite here is named {record.suite}: the run was made from a suite "
+                    "file, whose path goes in place of the name (`harness export --suite "
+                    "<file>` writes it here).")
+        else:
+            note = ("No suite here gives this run id now (its recipe, data or teacher "
+                    "changed, or it ran with --set): this command trains the recipe as it "
+                    "reads.")
+        command = reproduce_command(record, suite) + f"\n# {note}"
     else:
         unreproducible = None
-        command = reproduce_command(record, chosen.name, overrides or [])
+        # --suite as given (a suite file's path works as printed; the name in it need not)
+        command = reproduce_command(record, suite or chosen.name, overrides or [])
 
     def retrain(record: RunRecord) -> Path:
         if unreproducible is not None:
