@@ -7,6 +7,7 @@ run's hyper-parameters.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -33,7 +34,18 @@ def hparams(run_dir: Path) -> dict[str, object]:
     return found
 
 
-def main(run_dir: Path) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    summary, _, usage = __doc__.partition("\n\n")
+    parser = argparse.ArgumentParser(description=summary, epilog=f"example:\n{usage}",
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR",
+                        help="a run's folder under --log-dir (by default runs/ beside the "
+                        "results store): <suite>/<method>/<task>/<student>-seed<N>-<run id>")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_dir = parse_args(argv).run_dir
     if not run_dir.is_dir():
         sys.exit(f"{run_dir}: no such folder (a run's folder under --log-dir, by default runs/ "
                  "beside the results store: <suite>/<method>/<task>/<student>-seed<N>-<run id>)")
@@ -50,6 +62,4 @@ def main(run_dir: Path) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit(__doc__)
-    main(Path(sys.argv[1]))
+    main()

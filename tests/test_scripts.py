@@ -7,6 +7,7 @@ import importlib.util
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -16,9 +17,24 @@ SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 @pytest.mark.parametrize("name", ["bench_teacher_steps", "readme_leaderboard",
                                   "tensorboard_tags"])
 def test_a_documented_script_imports(name):
+    _load(name)
+
+
+def _load(name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(f"script_{name}", SCRIPTS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # its imports; `main` runs only as __main__
+    return module
+
+
+def test_tensorboard_tags_help_describes_it_rather_than_reading_a_folder_named_help(capsys):
+    """`--help` was taken for a run folder: "--help: no such folder" and exit 1."""
+    with pytest.raises(SystemExit) as done:
+        _load("tensorboard_tags").main(["--help"])
+    assert done.value.code == 0
+    help_text = capsys.readouterr().out
+    assert help_text.startswith("usage: ") and "RUN_DIR" in help_text
+    assert "python scripts/tensorboard_tags.py runs/glue-cpu/kd/rte/" in help_text
 
 
 def test_tensorboard_tags_names_a_missing_folder_without_a_traceback(tmp_path):
