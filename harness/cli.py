@@ -45,8 +45,8 @@ from harness.config.schema import (
 )
 
 if TYPE_CHECKING:
-    from harness.experiments.grid import GridCellError
     from harness.experiments.tracking import Tracking
+    from harness.experiments.tuning import UnexpectedError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Benchmark and ablation harness for knowledge distillation on GLUE.")
@@ -135,7 +135,7 @@ def tune(
     """Create or resume the Optuna study of METHOD on TASK; write its best parameters."""
     quiet_libraries()
     from harness.experiments.storage import default_storage
-    from harness.experiments.tuning import Tuner, TuningTarget
+    from harness.experiments.tuning import Tuner, TuningTarget, UnexpectedError
 
     if pruner not in {"median", "halving", "none"}:
         fail(f"--pruner {pruner!r}: choose median, halving or none")
@@ -153,6 +153,8 @@ def tune(
         if not tuner.runner.accelerator.is_main_process:
             return
         path = tuner.write_best()
+    except UnexpectedError as error:
+        _crashed(error)
     except (ConfigError, KeyError, FileNotFoundError, RuntimeError, ValueError) as error:
         fail(error_text(error))
         return
@@ -188,16 +190,14 @@ def _interrupted(command: str, stopped: KeyboardInterrupt) -> NoReturn:
     raise typer.Exit(130) from None
 
 
-def _crashed(error: GridCellError) -> NoReturn:
-    """A bug stopped a grid cell: its traceback (the only one printed), then what it stopped
-    and that the same command runs the cell again, and exit 1."""
+def _crashed(error: UnexpectedError) -> NoReturn:
+    """A bug stopped a trial or a grid cell: its traceback (the only one printed), then what
+    it stopped and how the same command resumes, and exit 1."""
     import traceback
 
     cause = error.__cause__ if error.__cause__ is not None else error
     typer.echo("".join(traceback.format_exception(cause)).rstrip(), err=True)
-    typer.secho(f"error: {error}\n[grid] stopped: the cell is not recorded; once the error "
-                "is fixed the same command queues it again and resumes the grid",
-                fg=typer.colors.RED, err=True)
+    typer.secho(f"error: {error}", fg=typer.colors.RED, err=True)
     raise typer.Exit(1)
 
 
@@ -260,9 +260,9 @@ def _grid(suite: str, storage: str | None, results: Path, cache_dir: Path | None
           params: list[str] | None = None, log_with: list[str] | None = None,
           log_dir: Path | None = None, retry_failed: bool = False) -> None:
     quiet_libraries()
-    from harness.experiments.grid import Grid, GridCellError
+    from harness.experiments.grid import Grid
     from harness.experiments.storage import default_storage
-    from harness.experiments.tuning import load_tuned
+    from harness.experiments.tuning import UnexpectedError, load_tuned
 
     try:
         tracking = _tracking(log_with, log_dir, results)
@@ -286,7 +286,7 @@ def _grid(suite: str, storage: str | None, results: Path, cache_dir: Path | None
         if dry_run:
             return
         summary = grid.work()
-    except GridCellError as error:
+    except UnexpectedError as error:
         _crashed(error)
     except (ConfigError, KeyError, FileNotFoundError, RuntimeError, ValueError) as error:
         fail(error_text(error))

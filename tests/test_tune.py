@@ -5,6 +5,7 @@ a worker killed inside a tuning trial, whose trial another worker retries."""
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import signal
 import time
@@ -336,6 +337,42 @@ def test_a_study_whose_every_trial_fails_stops_and_says_so(tmp_path, suite_file)
     assert tune.exit_code != 0, tune.output
     assert f"study {tuner.name}: no complete trial" in tune.output
     assert tuner.counts()["fail"] == 2
+
+
+def test_a_bug_in_a_trial_stops_the_study_with_one_traceback_and_queues_it_again(
+        tmp_path, suite_file, monkeypatch):
+    """An unexpected error other than a RuntimeError printed Optuna's traceback and then
+    the command's; now the command prints its traceback once and exits 1, and the trial's
+    parameters are queued again, as a Ctrl-C's are, for the study to run once it is fixed."""
+    results = tmp_path / "results"
+    results.mkdir()
+
+    def buggy(self, *args, **kwargs):
+        raise TypeError("a bug")
+
+    monkeypatch.setattr(SuiteRunner, "run_one", buggy)
+    optuna_warnings: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = optuna_warnings.append  # type: ignore[method-assign]
+    logging.getLogger("optuna").addHandler(handler)
+    try:
+        tune = CliRunner().invoke(app, [
+            "tune", "--method", "kd", "--task", "stsb", "--trials", "2", "--suite",
+            str(suite_file), "--results", str(results), "--cache-dir", str(tmp_path / "cache")])
+    finally:
+        logging.getLogger("optuna").removeHandler(handler)
+    assert [record.getMessage() for record in optuna_warnings
+            if record.levelno >= logging.WARNING] == []
+    assert tune.exit_code == 1, tune.output
+    assert tune.output.count("Traceback") == 1 and "TypeError: a bug" in tune.output
+    storage = open_storage(f"sqlite:///{results / 'optuna.db'}")
+    [summary] = optuna.get_all_study_summaries(storage)
+    assert (f"error: trial 0 of study {summary.study_name} stopped with TypeError: a bug\n"
+            "its parameters are queued again; once the error is fixed the same command "
+            "resumes the study") in tune.output
+    stopped, queued = optuna.load_study(study_name=summary.study_name, storage=storage).trials
+    assert (stopped.state.name, queued.state.name) == ("FAIL", "WAITING")
+    assert queued.params == stopped.params
 
 
 def test_a_seed_already_recorded_reports_its_evaluations_so_later_seeds_keep_their_steps(

@@ -45,10 +45,12 @@ from harness.experiments.store import (
 )
 from harness.experiments.tracking import Tracking
 from harness.experiments.tuning import (
+    STOPPING_ERRORS,
     TrialFailed,
     TunedParams,
     Tuner,
     TuningTarget,
+    UnexpectedError,
     fail_dead_local_trials,
     failed_run,
     load_tuned,
@@ -694,13 +696,7 @@ class Grid:
                 "retried": _retried(study)}
 
 
-STOPPING_ERRORS: tuple[type[Exception], ...] = (
-    ConfigError, StoreNotWritableError, InvalidRecordError, FileNotFoundError)
-"""Errors of a cell that stop the grid as they are: their message, which names the setting,
-record, store or missing file, is what the command prints (in one line)."""
-
-
-class GridCellError(Exception):
+class GridCellError(UnexpectedError):
     """An unexpected error (a bug, its ``__cause__``) stopped ``trial`` of study ``study``,
     which ran ``cell`` (a label): the grid stops rather than meet it in every later cell,
     and the cell, which has no record, is queued again by the next worker to start.  A
@@ -715,9 +711,9 @@ class GridCellError(Exception):
 
     def __str__(self) -> str:
         cause = self.__cause__
-        return (f"cell {self.cell} (trial {self.trial}) stopped the grid {self.study}: "
-                f"{type(cause).__name__}: {cause}" if cause is not None
-                else f"cell {self.cell} (trial {self.trial}) stopped the grid {self.study}")
+        return (f"cell {self.cell} (trial {self.trial}) stopped the grid {self.study} with "
+                f"{type(cause).__name__}: {cause}\nthe cell is not recorded: once the error "
+                "is fixed the same command queues it again and resumes the grid")
 
 
 class GridInterrupted(KeyboardInterrupt):

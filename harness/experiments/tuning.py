@@ -66,6 +66,39 @@ class TrialFailed(RuntimeError):
     records its trial as FAIL without logging a traceback of it."""
 
 
+STOPPING_ERRORS: tuple[type[Exception], ...] = (
+    ConfigError, StoreNotWritableError, InvalidRecordError, FileNotFoundError)
+"""Errors of a trial or grid cell that stop the command as they are: their message, which
+names the setting, record, store or missing file, is what the command prints (in one
+line)."""
+
+
+class UnexpectedError(Exception):
+    """An unexpected error (a bug, its ``__cause__``) stopped a trial or a grid cell: the
+    command prints its traceback, once, then this error's message (what it stopped, and
+    that the same command resumes), and exits 1, rather than meet the bug again in every
+    later trial or cell."""
+
+
+class TrialCrashed(UnexpectedError):
+    """An unexpected error stopped ``trial`` of study ``study``; ``queued``: whether its
+    parameters were queued again (as a Ctrl-C's are: the study runs them once the bug is
+    fixed)."""
+
+    def __init__(self, study: str, trial: int) -> None:
+        super().__init__(study, trial)
+        self.study = study
+        self.trial = trial
+        self.queued = False
+
+    def __str__(self) -> str:
+        cause = self.__cause__
+        queued = "its parameters are queued again; " if self.queued else ""
+        return (f"trial {self.trial} of study {self.study} stopped with "
+                f"{type(cause).__name__}: {cause}\n{queued}once the error is fixed the same "
+                "command resumes the study")
+
+
 def failed_run(outcome: RunOutcome) -> str:
     """Why a run (a :class:`~harness.experiments.runner.RunOutcome`) gave no score, for the
     line of the trial or grid cell it failed: its record's status and error (a failed
@@ -405,6 +438,10 @@ class Tuner:
                 self.log(f"[tune] trial {trial.number}: failed after "
                          f"{time.perf_counter() - started:.0f}s with {overrides}: {error}")
             raise
+        except STOPPING_ERRORS:
+            raise
+        except Exception as error:  # a bug: the command stops with its traceback
+            raise TrialCrashed(self.name, trial.number) from error
         trial.set_user_attr("overrides", overrides)
         trial.set_user_attr("scores", scores)
         trial.set_user_attr("processes", accelerator.num_processes)
@@ -454,15 +491,20 @@ class Tuner:
         retry callback does for a dead worker's trial, and raises TuningInterrupted: the
         trial says nothing about its parameters, and one worker alone must repeat its
         study, so the next trial of the study runs them rather than drawing new ones.
-        The objective reports a failed run itself, and the Ctrl-C is reported by the
-        command: Optuna logs neither (see quiet_reported_failures)."""
+        An unexpected error other than a RuntimeError (a bug: TrialCrashed) queues its
+        parameters again alike and stops the study, its traceback printed by the command.
+        The objective reports a failed run itself, and the Ctrl-C and a bug are reported
+        by the command: Optuna logs none of them (see quiet_reported_failures)."""
         self._running = None
         self._interrupted = False
         try:
-            with quiet_reported_failures():
+            with quiet_reported_failures(also=(TrialCrashed, *STOPPING_ERRORS)):
                 study.optimize(self._noting_interrupts, n_trials=1, catch=(RuntimeError,))
         except KeyboardInterrupt:
             raise TuningInterrupted(self.name, self._retry_interrupted(study)) from None
+        except TrialCrashed as crashed:
+            crashed.queued = self._retry_interrupted(study) is not None
+            raise
         except Exception:
             if not self._interrupted:
                 raise
