@@ -115,8 +115,11 @@ REPORTED_FAILURES: tuple[type[BaseException], ...] = (
 """Errors of a trial that the harness reports itself (the commands print a ConfigError, a
 StoreNotWritableError or an InvalidRecordError (a record in the store that does not load,
 named by its file) as their one-line error, and say what Ctrl-C left): Optuna's
-warning about such a trial, and its traceback, would repeat them. Any other error (an
-unexpected exception: a bug) keeps Optuna's warning and traceback."""
+warning about such a trial, and its traceback, would repeat them. The tuner and the grid
+add the errors they have the command report (:data:`STOPPING_ERRORS`, and a bug's
+:class:`UnexpectedError`, whose traceback the command prints); any other error keeps
+Optuna's warning and traceback (a tuning trial's unexpected RuntimeError, which fails the
+trial and lets the study go on)."""
 
 
 class _QuietReportedFailures(logging.Filter):
