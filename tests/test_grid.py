@@ -206,10 +206,17 @@ def _env(**extra: str) -> dict[str, str]:
             "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **extra}
 
 
+def default_sigint() -> None:
+    """In a child before it starts: SIGINT at its default, so that Python turns it into
+    KeyboardInterrupt as in a terminal.  A job a non-interactive shell starts in the
+    background (``pytest ... &``) inherits SIGINT ignored, and its children with it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _harness(*args: str, **env: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "harness.cli", *args], cwd=REPO,
                             env=_env(**env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+                            text=True, preexec_fn=default_sigint)
 
 
 def _records(root: Path) -> dict[str, list[dict]]:

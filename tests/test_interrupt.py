@@ -20,7 +20,7 @@ import pytest
 from harness.experiments.storage import open_storage
 from harness.experiments.store import InvalidRecordError
 from harness.experiments.tuning import TrialFailed, quiet_reported_failures
-from tests.test_grid import REPO, _env, _records, grid_suite
+from tests.test_grid import REPO, _env, _records, default_sigint, grid_suite
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 
@@ -32,7 +32,7 @@ def _started(*args: str) -> subprocess.Popen:
     signals the whole group, children included (see _ctrl_c)."""
     return subprocess.Popen([sys.executable, "-m", "harness.cli", *args], cwd=REPO,
                             env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True, preexec_fn=default_sigint)
 
 
 def _ctrl_c_once_training(job: subprocess.Popen, bar: str, timeout: float = 120) -> str:
