@@ -49,7 +49,7 @@ def few_timed_rows(monkeypatch) -> None:
 
 def test_kd_on_real_cola_with_the_offline_teacher(tmp_path, cache_dir, few_timed_rows):
     """glue-cpu's kd: the 4L-192 student from the general TinyBERT (a few general steps on a
-    sample of the real corpus: the shared general English text and the tasks' sentences),
+    sample of the real corpus: the shared general English text and CoLA's sentences),
     mean pooling as the MiniLM checkpoint declares, on the original GLUE CoLA."""
     suite = load_suite("glue-cpu", [
         *COLA_TEACHER, *CORPUS, "training.max_steps=6",
