@@ -39,9 +39,11 @@ class Architecture:
     scores: str | None = None
     """Why attention scores cannot be captured from it (None: they can)."""
     vocabulary: str = "WordPiece"
-    """Its tokenizer's kind: word-level augmenters read WordPiece's ``##`` continuations."""
+    """Its tokenizer's kind (descriptive: word-level code reads a tokenizer's own word-start
+    convention, :mod:`harness.assets.word_pieces`)."""
     mask_token: str = "[MASK]"
-    """Its tokenizer's mask token, as written in text."""
+    """Its tokenizer's mask token, as written in text (descriptive: code takes a
+    tokenizer's own ``mask_token``)."""
 
 
 ARCHITECTURES: dict[str, Architecture] = {arch.model_type: arch for arch in (

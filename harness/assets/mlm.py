@@ -29,6 +29,7 @@ from torch import nn
 from transformers import AutoModel, AutoModelForMaskedLM, PreTrainedTokenizerBase
 
 from harness.assets.checkpoints import Checkpoint, load_tokenizer, reading
+from harness.assets.word_pieces import piece_convention
 from harness.common.cache import CACHE_VERSION, ArtifactCache, content_hash
 from harness.common.progress import progress_bar
 from harness.data.corpus import sentences_fingerprint
@@ -124,13 +125,22 @@ def _checkpoint_head(model: nn.Module) -> nn.Module | None:
 
 def banned_candidate_ids(tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
     """Vocabulary mask of ids that are never word candidates: special and bracketed tokens
-    (``[CLS]``, ``[unused12]``...) and word-piece continuations (``##ing``)."""
+    (``[CLS]``, ``[unused12]``, ``<mask>``...) and pieces that do not start a word in the
+    tokenizer's convention (:mod:`harness.assets.word_pieces`): WordPiece continuations
+    (``##ing``); for byte-level BPE and SentencePiece every piece without the word-start
+    marker (``Ġ``, ``▁``), the bare marker, and byte-level pieces that are part of a
+    character (they decode to U+FFFD)."""
+    convention = piece_convention(tokenizer)
     vocab = tokenizer.get_vocab()
     banned = torch.zeros(max(len(tokenizer), max(vocab.values()) + 1), dtype=torch.bool)
     for token, index in vocab.items():
-        if token.startswith("##") or (token.startswith("[") and token.endswith("]")) or (
+        if not convention.starts_word(token) or (
+                token.startswith("[") and token.endswith("]")) or (
                 token.startswith("<") and token.endswith(">")):
             banned[index] = True
+        elif convention.kind == "word_start":
+            surface = tokenizer.convert_tokens_to_string([token]).strip()
+            banned[index] = not surface or "\ufffd" in surface
     banned[list(tokenizer.all_special_ids)] = True
     return banned
 
@@ -194,7 +204,8 @@ class MaskedLM:
               all_positions: bool = False) -> torch.Tensor:
         """The ``k`` most likely candidate ids ``[batch, k]`` at each row's masked position.
 
-        Special/bracketed tokens and ``##`` pieces are never returned; ``exclude_ids``
+        Special/bracketed tokens and pieces that do not start a word
+        (:func:`banned_candidate_ids`) are never returned; ``exclude_ids``
         (``[batch]`` or ``[batch, n]``, negative entries ignored) removes more ids per row,
         e.g. the masked word itself.  ``all_positions``: see :meth:`logits_at`.
         """

@@ -11,7 +11,9 @@ teacher's prediction); ``distill_loss: soft_ce`` swaps in the soft cross-entropy
 compared against.  Gold labels only exist for the original rows: on augmented data the
 gold term averages over those (alpha 0, the default, is the paper's distillation alone).
 
-Augmentation (the paper's Section 3): per word, X ~ U[0, 1]; X < p_mask -> [MASK]; else
+Augmentation (the paper's Section 3): per word, X ~ U[0, 1]; X < p_mask -> the teacher's
+mask token ([MASK]; RoBERTa's <mask>: the teacher reads it as its own mask token, the
+student's word vocabulary as its [MASK] word); else
 X < p_mask + p_pos -> a word with the same POS tag, drawn from the training corpus's
 unigram distribution of that tag; then, with probability p_ng, the whole sentence becomes
 one of its n-grams, n uniform in 1..5.  n_iter samples per example; for pairs, each sample
@@ -35,7 +37,6 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 from harness.api import (
-    ARCHITECTURES,
     ArtifactCache,
     AugmentContext,
     LossTerm,
@@ -157,26 +158,40 @@ class BiLSTMClassifier(nn.Module):
 
 
 class WordEncoder:
-    """Texts -> word ids (``words_a`` and, for pairs, ``words_b``)."""
+    """Texts -> word ids (``words_a`` and, for pairs, ``words_b``); ``mask_token`` (the
+    teacher's, which augmented copies carry) is read as the ``[MASK]`` word."""
 
-    def __init__(self, vocabulary: WordVocabulary, max_words: int) -> None:
+    def __init__(self, vocabulary: WordVocabulary, max_words: int,
+                 mask_token: str = MASK) -> None:
         self.vocabulary = vocabulary
         self.max_words = max_words
+        self.mask_token = mask_token
 
     def describe(self) -> dict[str, Any]:
+        """Its identity (records, memoised encodings, the exported config); the mask token
+        only where it is not ``[MASK]``, so BERT-family students keep theirs."""
         return {"kind": "words", "tokenizer": "spacy-en", "lowercase": True,
                 "vocabulary_size": len(self.vocabulary),
                 "vocabulary_fingerprint": self.vocabulary.fingerprint,
-                "max_words": self.max_words}
+                "max_words": self.max_words,
+                **({"mask_token": self.mask_token} if self.mask_token != MASK else {})}
 
     def encode(self, texts_a: Sequence[str], texts_b: Sequence[str] | None
                ) -> dict[str, list[np.ndarray]]:
         features = {"words_a": [self.vocabulary.ids(words, self.max_words)
-                                for words in tokenize(texts_a)]}
+                                for words in tokenize(texts_a, mask_token=self.mask_token)]}
         if texts_b is not None:
             features["words_b"] = [self.vocabulary.ids(words, self.max_words)
-                                   for words in tokenize(texts_b)]
+                                   for words in tokenize(texts_b, mask_token=self.mask_token)]
         return features
+
+
+def teacher_mask_token(tokenizer: Any) -> str:
+    """What augmentation writes for a masked word: the teacher tokenizer's mask token
+    (``[MASK]`` for BERT, ELECTRA, DistilBERT and DeBERTa-v2, ``<mask>`` for RoBERTa), so
+    the teacher labels the copy with the word masked as it was pre-trained to read it;
+    ``[MASK]`` for a tokenizer without one."""
+    return getattr(tokenizer, "mask_token", None) or MASK
 
 
 def _bilstm_shape(context: StudentContext) -> BiLSTMStudentConfig:
@@ -256,13 +271,16 @@ class AugmentationRates:
     p_pos: float
     p_ng: float
     max_ngram: int
+    mask: str = MASK
+    """What a masked word is written as (:func:`teacher_mask_token`)."""
 
 
 class AugmentedSentence(NamedTuple):
     """One synthetic copy of a sentence (:func:`augment_words`)."""
 
     words: list[str]
-    """The copy's words: a kept word as the source wrote it, ``[MASK]``, or a drawn word."""
+    """The copy's words: a kept word as the source wrote it, the mask token, or a drawn
+    word."""
     operations: list[int]
     """Per source word: KEEP, MASKED or POS_SWAP (for tests and statistics)."""
     ngram: int | None
@@ -300,7 +318,7 @@ def augment_words(tagged: TaggedText, rng: np.random.Generator, rates: Augmentat
     words, operations = [], []
     for token, draw in zip(tagged, draws, strict=True):
         if draw < rates.p_mask:
-            words.append(MASK)
+            words.append(rates.mask)
             operations.append(MASKED)
         elif draw < rates.p_mask + rates.p_pos:
             drawn = tags.sample(token.tag, rng, avoid=token.word)
@@ -334,16 +352,21 @@ class TangAugmenter:
     """The paper's augmentation over a task's training examples (see the module doc)."""
 
     def __init__(self, params: AugmentationParams, cache: ArtifactCache,
-                 log=print) -> None:
+                 log=print, mask_token: str = MASK) -> None:
         self.params = params
         self.cache = cache
         self.log = log
+        self.mask_token = mask_token
+        """What a masked word is written as: the teacher's mask token."""
         self._tags: list[tuple[str, str]] = []
 
     def describe(self) -> dict[str, Any]:
+        """What determines the copies (their cache key); the mask token only where it is
+        not ``[MASK]``, so a BERT-family teacher's copies keep their key."""
         return {"method": "tang2019", "version": AUGMENTATION_VERSION,
                 "source": f"spaCy POS ({self.params.pos_model})",
-                **self.params.model_dump(), "tagger": model_identity(self.params.pos_model)}
+                **self.params.model_dump(), "tagger": model_identity(self.params.pos_model),
+                **({"mask_token": self.mask_token} if self.mask_token != MASK else {})}
 
     def augment(self, examples: Sequence[tuple[str, ...]], seed: int,
                 progress: bool = True) -> list[tuple[int, tuple[str, ...]]]:
@@ -356,7 +379,7 @@ class TangAugmenter:
         self._tags = [("pos", pos_key(texts, self.params.pos_model))]
         by_example = [tagged[i * fields:(i + 1) * fields] for i in range(len(examples))]
         return augment_examples(by_example, TagVocabulary(tagged), self.params, seed,
-                                progress=progress)
+                                progress=progress, mask_token=self.mask_token)
 
     def made_from(self) -> list[tuple[str, str]]:
         """The cached POS tags its last :meth:`augment` read: the copies record them, and
@@ -366,15 +389,16 @@ class TangAugmenter:
 
 
 def augment_examples(tagged_examples: Sequence[Sequence[TaggedText]], tags: TagVocabulary,
-                     params: AugmentationParams, seed: int, progress: bool = False
-                     ) -> list[tuple[int, tuple[str, ...]]]:
+                     params: AugmentationParams, seed: int, progress: bool = False,
+                     mask_token: str = MASK) -> list[tuple[int, tuple[str, ...]]]:
     """``n_iter`` synthetic copies of every example: (source row, texts).
 
     Each example draws from its own generator, seeded by (seed, row), so a copy does not
     depend on the other examples.  With ``dedupe``, copies equal to the original or to an
     earlier copy of the same example are dropped (they add nothing but cost).
     """
-    rates = AugmentationRates(params.p_mask, params.p_pos, params.p_ng, params.max_ngram)
+    rates = AugmentationRates(params.p_mask, params.p_pos, params.p_ng, params.max_ngram,
+                              mask_token)
     is_pair = bool(tagged_examples) and len(tagged_examples[0]) == 2
     n_iter = params.n_iter if params.n_iter is not None else (10 if is_pair else 20)
     sides_choice = {"first": (0,), "second": (1,), "both": (0, 1)}
@@ -481,8 +505,10 @@ class BiLSTMSoft(Method):
                         train_texts: Sequence[tuple[str, ...]]) -> WordEncoder:
         shape = _bilstm_shape(context)
         texts = [text for fields in train_texts for text in fields]
-        return WordEncoder(WordVocabulary.build(tokenize(texts), shape.min_count),
-                           shape.max_words)
+        mask = teacher_mask_token(context.assets.tokenizer if context.assets else None)
+        return WordEncoder(WordVocabulary.build(tokenize(texts, mask_token=mask),
+                                                shape.min_count),
+                           shape.max_words, mask)
 
     def build_student(self, context: StudentContext) -> nn.Module:
         shape = _bilstm_shape(context)
@@ -529,15 +555,11 @@ class BiLSTMSoft(Method):
             return pos_model_problem(self.params.augmentation.pos_model)
         return None
 
-    def architecture_problem(self, teacher_config) -> str | None:
-        arch = ARCHITECTURES.get(teacher_config.model_type)
-        if self.params.augment and arch is not None and arch.mask_token != MASK:
-            return (f"its augmentation writes {MASK} into the text the teacher labels, and "
-                    f"{arch.name}'s mask token is {arch.mask_token}: set params.augment: false")
-        return None
-
     def augmenter(self, context: AugmentContext) -> TangAugmenter:
-        return TangAugmenter(self.params.augmentation, context.cache, context.log)
+        """Copies written with the teacher's mask token, which the student's
+        :class:`WordEncoder` reads as its ``[MASK]`` word."""
+        return TangAugmenter(self.params.augmentation, context.cache, context.log,
+                             teacher_mask_token(context.tokenizer))
 
     # -- losses -----------------------------------------------------------------------
     def loss_distill(self, inputs: StepInputs) -> torch.Tensor:

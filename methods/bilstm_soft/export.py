@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from harness.api import TaskSpec
-from methods.bilstm_soft.words import WordVocabulary
+from methods.bilstm_soft.words import MASK, WordVocabulary
 
 if TYPE_CHECKING:
     from methods.bilstm_soft import BiLSTMClassifier, WordEncoder
@@ -94,7 +94,8 @@ def load_bilstm(folder: Path) -> ExportedBiLSTM:
                              config["hidden_size"], config["fc_size"], config["num_labels"],
                              config["is_pair"])
     model.load_state_dict(load_file(str(folder / WEIGHTS_FILE)))
-    encoder = WordEncoder(vocabulary, config["tokenizer"]["max_words"])
+    encoder = WordEncoder(vocabulary, config["tokenizer"]["max_words"],
+                          config["tokenizer"].get("mask_token", MASK))
     if encoder.describe() != config["tokenizer"]:
         raise ValueError(f"{folder}: the vocabulary does not match the one the student was "
                          f"trained with ({config['tokenizer']})")

@@ -3,8 +3,10 @@ training texts, and embedding tables initialised from word vectors (GloVe).
 
 The tokenizer is spaCy's rule-based English tokenizer (no model needed), the one its
 English pipelines use, so words split here exactly as the POS tagger of
-:mod:`methods.bilstm_soft.pos` splits them; ``[MASK]`` stays one token.  Words are
-lower-cased (GloVe 6B is uncased; the special tokens keep their case).
+:mod:`methods.bilstm_soft.pos` splits them; the mask token that augmentation writes (the
+teacher's, ``[MASK]`` or RoBERTa's ``<mask>``) stays one token and is read as the
+vocabulary's ``[MASK]`` word.  Words are lower-cased (GloVe 6B is uncased; the special
+tokens keep their case).
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from harness.assets.glove import GloveVectors
 
 PAD, UNK, MASK = "[PAD]", "[UNK]", "[MASK]"
 SPECIALS = (PAD, UNK, MASK)
-"""Rows 0, 1, 2 of every vocabulary: padding (zero vector), unknown words, the mask
-token that augmentation writes into texts."""
+"""Rows 0, 1, 2 of every vocabulary: padding (zero vector), unknown words, the masked
+word (what the teacher's mask token in an augmented text is read as)."""
 
 
 SHIPPED_TOKENIZER = {"spacy": "3.8"}
@@ -45,22 +47,24 @@ def tokenizer_run_identity() -> dict[str, str]:
     return {} if identity == SHIPPED_TOKENIZER else identity
 
 
-@functools.lru_cache(maxsize=1)
-def _spacy_tokenizer():
+@functools.lru_cache(maxsize=4)
+def _spacy_tokenizer(mask_token: str = MASK):
     try:
         import spacy
         from spacy.symbols import ORTH
     except ImportError:
         raise ImportError("word-level students tokenise with spaCy: pip install spacy") from None
     tokenizer = spacy.blank("en").tokenizer
-    tokenizer.add_special_case(MASK, [{ORTH: MASK}])
+    tokenizer.add_special_case(mask_token, [{ORTH: mask_token}])
     return tokenizer
 
 
-def tokenize(texts: Iterable[str], batch_size: int = 1000) -> list[list[str]]:
-    """Lower-cased words of each text (``[MASK]`` kept as written); spaces dropped."""
-    tokenizer = _spacy_tokenizer()
-    return [[token.text if token.text == MASK else token.lower_
+def tokenize(texts: Iterable[str], batch_size: int = 1000,
+             mask_token: str = MASK) -> list[list[str]]:
+    """Lower-cased words of each text, ``mask_token`` (the teacher's mask token, which
+    augmented copies carry) one word read as ``[MASK]``; spaces dropped."""
+    tokenizer = _spacy_tokenizer(mask_token)
+    return [[MASK if token.text == mask_token else token.lower_
              for token in doc if not token.is_space]
             for doc in tokenizer.pipe(texts, batch_size=batch_size)]
 

@@ -46,7 +46,6 @@ from pydantic import Field
 from torch import nn
 
 from harness.api import (
-    ARCHITECTURES,
     AugmentContext,
     ConfigError,
     LossTerm,
@@ -233,16 +232,6 @@ class TinyBERT(Method):
         used the corpus only measures it, but which of the two applies is known only once
         the checkpoint's weights are read, which planning a run id does not do."""
         return self.augments and self.params.augmentation.candidates == "mlm"
-
-    def architecture_problem(self, teacher_config) -> str | None:
-        if not self.augments:
-            return None
-        arch = ARCHITECTURES.get(teacher_config.model_type)
-        if arch is not None and arch.vocabulary != "WordPiece":
-            return (f"its augmentation reads words from WordPiece pieces (## continuations), "
-                    f"and {arch.name}'s tokenizer is {arch.vocabulary}: set params.augment: "
-                    "false (the paper's w/o DA)")
-        return None
 
     def augmenter(self, context: AugmentContext) -> ContextualAugmenter | None:
         if not self.augments:

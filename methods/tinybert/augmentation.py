@@ -2,9 +2,9 @@
 
 Per example, per word w_i of a sentence (the tokenizer's basic tokenisation: lower-cased
 for an uncased vocabulary, punctuation split off): if w_i is a single word piece, it is
-masked and its candidates are the K most likely words of a masked-LM head (no ``##``
-pieces, no special tokens, not w_i itself); otherwise its candidates are its K nearest
-GloVe neighbours (cosine).  Each of the N_a copies replaces each w_i by a uniformly drawn
+masked and its candidates are the K most likely words of a masked-LM head (only pieces
+that start a word, no special tokens, not w_i itself); otherwise its candidates are its K
+nearest GloVe neighbours (cosine).  Each of the N_a copies replaces each w_i by a uniformly drawn
 candidate with probability p_t (no candidates: w_i stays).  Paper: p_t 0.4, N_a 20, K 15.
 By default every word may be replaced; ``words="authors"`` replaces, as the authors'
 script does, only words of letters a-z that are not stop words.
@@ -28,11 +28,23 @@ never touched: the caller takes them from the source rows.  An augmented field i
 words joined by spaces (``"it's great!"`` -> ``"it ' s great !"`` for an uncased
 vocabulary), which tokenises to the same word pieces as the original; fields not
 augmented (the second sentence of a pair with ``fields="first"``) are returned unchanged.
+
+Any fast tokenizer's pieces are read by their word-start convention
+(:mod:`harness.assets.word_pieces`).  WordPiece (BERT, ELECTRA, DistilBERT) works as
+above.  For byte-level BPE (RoBERTa) and SentencePiece (DeBERTa-v2/v3), whose pieces carry
+the space before a word (``Ġgreat``, ``▁great``), the words are the tokenizer's own words
+of the text (``word_ids()``, split between punctuation and other characters) as the source
+wrote them (case kept); masked-LM candidates are pieces with the word-start marker, written
+without it, and only a single-piece word whose piece has the marker gets them (RoBERTa's
+first word and words after punctuation get GloVe's, looked up lower-cased); a copy is the
+source text with the replaced words' characters rewritten, so its spacing and unreplaced
+words stay as written and tokenise as in the source.
 """
 
 from __future__ import annotations
 
 import time
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +63,7 @@ from harness.api import (
 from harness.assets.checkpoints import Checkpoint
 from harness.assets.glove import GloveVectors
 from harness.assets.mlm import MaskedLM, MLMHeadConfig, load_masked_lm
+from harness.assets.word_pieces import piece_convention
 
 ALGORITHM_VERSION = 1
 """Bumped when the same parameters make other copies: it keys the cached copies. A bump
@@ -121,6 +134,13 @@ class _Sentence:
     pieces: list[list[int]]
     eligible: list[bool]
     """Whether each word may be replaced (``AugmentParams.words``)."""
+    spans: list[tuple[int, int]] | None = None
+    """Byte-level BPE and SentencePiece: each word's characters in the source text (a copy
+    is the source with replaced words' spans rewritten); None for WordPiece (a copy is
+    the words joined by spaces)."""
+    starts: list[bool] | None = None
+    """Byte-level BPE and SentencePiece: whether each word's first piece carries the
+    word-start marker (only such a single-piece word gets masked-LM candidates)."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +151,18 @@ class WordCandidates:
     source: Literal["mlm", "glove", "none"]
     """"none": a word that is never replaced (``AugmentParams.words``)."""
     candidates: tuple[str, ...]
+
+
+def _rewrite(text: str, spans: Sequence[tuple[int, int]], words: Sequence[str]) -> str:
+    """``text`` with each span's characters replaced by its word (the source's spacing and
+    every unreplaced word kept as written)."""
+    parts, at = [], 0
+    for (start, end), word in zip(spans, words, strict=True):
+        parts.append(text[at:start])
+        parts.append(word)
+        at = end
+    parts.append(text[at:])
+    return "".join(parts)
 
 
 class ContextualAugmenter:
@@ -146,6 +178,10 @@ class ContextualAugmenter:
         self.glove = glove
         self.masked_lm = masked_lm if params.candidates == "mlm" else None
         self.checkpoint = checkpoint
+        self.convention = piece_convention(tokenizer)
+        if self.convention.kind == "word_start" and not tokenizer.is_fast:
+            raise TypeError(f"{type(tokenizer).__name__}: words are read from a fast "
+                            "tokenizer's offsets; load the fast one")
         self._sentences: dict[str, _Sentence] = {}
         self._mlm_memo: dict[tuple[str, int], tuple[str, ...]] = {}
         self._tokens: list[str] | None = None
@@ -153,9 +189,16 @@ class ContextualAugmenter:
         self.stats: dict[str, float] = {}
 
     def _token_strings(self, ids: Sequence[int]) -> tuple[str, ...]:
-        """Token strings shared across candidate lists (one str object per vocabulary id)."""
+        """Candidate words of vocabulary ids, shared across candidate lists (one str object
+        per id): the WordPiece token itself (a whole word: ``##`` pieces are never
+        candidates), or a word-start piece decoded without its marker (``Ġgreat``,
+        ``▁great`` -> ``great``)."""
         if self._tokens is None:
-            self._tokens = self.tokenizer.convert_ids_to_tokens(list(range(len(self.tokenizer))))
+            tokens = self.tokenizer.convert_ids_to_tokens(list(range(len(self.tokenizer))))
+            if self.convention.kind == "word_start":
+                tokens = [self.tokenizer.convert_tokens_to_string([token]).strip()
+                          for token in tokens]
+            self._tokens = tokens
         return tuple(self._tokens[i] for i in ids)
 
     # ------------------------------------------------------------------ description
@@ -185,7 +228,12 @@ class ContextualAugmenter:
     # ------------------------------------------------------------------ words
 
     def words(self, text: str) -> list[str]:
-        """The tokenizer's basic tokenisation (normaliser + pre-tokeniser) of ``text``."""
+        """The words of ``text``.  WordPiece: the tokenizer's basic tokenisation
+        (normaliser + pre-tokeniser: lower-cased for an uncased vocabulary, punctuation
+        split off).  Byte-level BPE and SentencePiece: the source's own characters of each
+        word :meth:`_surface_sentence` finds."""
+        if self.convention.kind == "word_start":
+            return self._surface_sentence(text).words
         backend = getattr(self.tokenizer, "backend_tokenizer", None)
         if backend is not None:
             normalised = backend.normalizer.normalize_str(text) if backend.normalizer else text
@@ -198,8 +246,59 @@ class ContextualAugmenter:
         raise TypeError(f"{type(self.tokenizer).__name__} has neither a fast backend nor a "
                         f"basic tokenizer to split words with")
 
+    def _surface_sentence(self, text: str) -> _Sentence:
+        """Words of ``text`` for a tokenizer that marks word starts (byte-level BPE,
+        SentencePiece): its pieces of the whole text, grouped by the fast tokenizer's
+        ``word_ids()`` (its pre-tokeniser's words: SentencePiece's are whitespace-separated)
+        and split further between punctuation and other characters, as WordPiece's basic
+        tokenisation splits them ("happy," -> "happy", ","; RoBERTa's pre-tokeniser
+        already does).  A piece with no characters of its own (a bare marker) joins the
+        next.  Each word keeps its pieces as they are in the whole text, so the masked
+        LM reads the text as the teacher does."""
+        encoding = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        ids, offsets = encoding["input_ids"], encoding["offset_mapping"]
+        tokens = encoding.tokens()
+        word_ids = encoding.word_ids()
+        groups: list[list[int]] = []
+        last_word: int | None = None
+        last_punctuation: bool | None = None
+        for index, (start, end) in enumerate(offsets):
+            surface = text[start:end].strip()
+            punctuation = (all(unicodedata.category(c).startswith("P") for c in surface)
+                           if surface else None)
+            new = (not groups or word_ids[index] != last_word or (
+                punctuation is not None and last_punctuation is not None
+                and punctuation != last_punctuation))
+            if new:
+                groups.append([])
+                last_punctuation = None
+            groups[-1].append(index)
+            last_word = word_ids[index]
+            if punctuation is not None:
+                last_punctuation = punctuation
+        words, pieces, spans, starts = [], [], [], []
+        for group in groups:
+            start = min(offsets[i][0] for i in group)
+            end = max(offsets[i][1] for i in group)
+            while start < end and text[start].isspace():
+                start += 1
+            while end > start and text[end - 1].isspace():
+                end -= 1
+            if start == end:  # only markers: nothing to replace
+                continue
+            words.append(text[start:end])
+            pieces.append([ids[i] for i in group])
+            spans.append((start, end))
+            starts.append(self.convention.starts_word(tokens[group[0]]))
+        eligible = ([authors_eligible(word) for word in words]
+                    if self.params.words == "authors" else [True] * len(words))
+        return _Sentence(words, pieces, eligible, spans, starts)
+
     def _sentence(self, text: str) -> _Sentence:
         found = self._sentences.get(text)
+        if found is None and self.convention.kind == "word_start":
+            found = self._surface_sentence(text)
+            self._sentences[text] = found
         if found is None:
             words = self.words(text)
             pieces = self.tokenizer(words, add_special_tokens=False)["input_ids"] if words else []
@@ -210,7 +309,11 @@ class ContextualAugmenter:
         return found
 
     def _uses_mlm(self, sentence: _Sentence, position: int) -> bool:
-        return self.masked_lm is not None and len(sentence.pieces[position]) == 1
+        """A word of one piece gets masked-LM candidates (which are word-start pieces);
+        with a word-start marker, only when its piece carries the marker (the first word
+        of a byte-level BPE text, or one after punctuation, gets GloVe's)."""
+        return self.masked_lm is not None and len(sentence.pieces[position]) == 1 and (
+            sentence.starts is None or sentence.starts[position])
 
     def _masked_sequence(self, sentence: _Sentence, position: int) -> tuple[list[int], int]:
         """``[CLS] pieces [SEP]`` with the word at ``position`` masked, cut to a window of
@@ -328,13 +431,15 @@ class ContextualAugmenter:
             fields = list(example)
             for field, (replace, choice) in zip(self._fields(example), draws, strict=True):
                 text = example[field]
-                words = list(self._sentence(text).words)
+                sentence = self._sentence(text)
+                words = list(sentence.words)
                 for position in np.flatnonzero(replace[copy]):
                     options = candidates(text, int(position))
                     if options:
                         pick = min(int(choice[copy, position] * len(options)), len(options) - 1)
                         words[position] = options[pick]
-                fields[field] = " ".join(words)
+                fields[field] = (" ".join(words) if sentence.spans is None
+                                 else _rewrite(text, sentence.spans, words))
             out.append((row, tuple(fields)))
         return out
 
@@ -454,8 +559,7 @@ def augment_per_word_loop(augmenter: ContextualAugmenter, examples: Sequence[Seq
                                           params.top_k,
                                           torch.tensor([sentence.pieces[position][0]]),
                                           token_type_ids=types, all_positions=True)
-                    found.append(tuple(augmenter.tokenizer.convert_ids_to_tokens(
-                        top[0].tolist())))
+                    found.append(augmenter._token_strings(top[0].tolist()))
                     mlm_tokens += len(ids)
                     mlm_seconds += time.perf_counter() - clock
                 else:
