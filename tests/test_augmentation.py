@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ from harness.api.registry import instantiate
 from harness.api.suites import load_suite
 from harness.assets.checkpoints import Checkpoint, resolve_checkpoint
 from harness.assets.glove import GloveVectors
-from harness.assets.mlm import HEAD_KIND, MLMHeadConfig, load_masked_lm
+from harness.assets.mlm import HEAD_KIND, MaskedLM, MLMHeadConfig, load_masked_lm
 from harness.common.cache import ArtifactCache, content_hash
 from harness.config.schema import MethodRecipe
 from harness.experiments.runner import SuiteRunner
@@ -315,3 +316,59 @@ def test_copies_are_made_again_when_their_fitted_head_is_fitted_again_otherwise(
                f"{HEAD_KIND}/{head[:16]})" in line for line in lines), lines
     recorded = json.loads((cache / "augmented" / text / "key.json").read_text())["made_from"]
     assert recorded == {f"{HEAD_KIND}/{head}": ArtifactCache(cache).files_digest(HEAD_KIND, head)}
+
+
+# -- tokenizers that mark word starts: byte-level BPE (RoBERTa), SentencePiece (DeBERTa-v2) --
+SOURCE = "The cat's happy, (very) sad! walks"
+SOURCE_WORDS = ["The", "cat", "'", "s", "happy", ",", "(", "very", ")", "sad", "!", "walks"]
+
+
+@pytest.fixture(scope="module")
+def marker_tokenizers(tmp_path_factory) -> dict:
+    """The architecture tests' offline tokenizers of those kinds."""
+    from tests.test_architectures import _tokenizer, sentencepiece_tokenizer
+
+    return {"bpe": _tokenizer("roberta", tmp_path_factory.mktemp("bpe")),
+            "sentencepiece": sentencepiece_tokenizer()}
+
+
+def tiny_masked_lm(tokenizer) -> MaskedLM:
+    from transformers import BertConfig, BertForMaskedLM
+
+    torch.manual_seed(0)
+    model = BertForMaskedLM(BertConfig(vocab_size=len(tokenizer), hidden_size=16,
+                                       num_hidden_layers=1, num_attention_heads=2,
+                                       intermediate_size=32)).eval()
+    return MaskedLM(model.bert, model.cls, tokenizer, "checkpoint_head", {})
+
+
+@pytest.mark.parametrize("kind", ["bpe", "sentencepiece"])
+def test_word_start_tokenizers_split_words_and_filter_candidates(kind, marker_tokenizers,
+                                                                glove_file) -> None:
+    """Words are the source's own characters (punctuation split off, case kept); masked-LM
+    candidates are word-start pieces written without their marker, and only a one-piece
+    word whose piece starts a word gets them; copies keep the source's spacing."""
+    tokenizer = marker_tokenizers[kind]
+    marker = {"bpe": "\u0120", "sentencepiece": "\u2581"}[kind]
+    masked_lm = tiny_masked_lm(tokenizer)
+    vocab = tokenizer.get_vocab()
+    allowed = {token for token, index in vocab.items() if not masked_lm.banned[index]}
+    assert allowed and all(token.startswith(marker) and len(token) > 1 for token in allowed)
+    assert f"{marker}cat" in allowed and f"{marker}sad" in allowed
+    assert "s" in vocab and "s" not in allowed  # a piece without the marker never stands alone
+
+    made = augmenter(tokenizer, masked_lm, glove_file, candidates="mlm", top_k=5,
+                     copies=40, p_replace=0.5)
+    assert made.words(SOURCE) == SOURCE_WORDS
+    found = {c.word: c for c in made.word_candidates(SOURCE)}
+    assert found["sad"].source == "mlm" and found["cat"].source == "mlm"
+    assert found["The"].source == "glove"  # several pieces (and no marker on BPE's first word)
+    words = {tokenizer.convert_tokens_to_string([token]).strip() for token in allowed}
+    for candidates in found.values():
+        if candidates.source == "mlm":
+            assert len(candidates.candidates) == 5
+            assert set(candidates.candidates) <= words - {candidates.word}
+    copies = [fields[0] for _, fields in made.augment([(SOURCE,)], seed=0, progress=False)]
+    shape = re.compile(r"(\S+) (\w+)'(\w+) (\w+), \((\w+)\) (\w+)! (\w+)")
+    assert all(shape.fullmatch(copy) for copy in copies), copies
+    assert len(set(copies)) > 10

@@ -32,6 +32,8 @@ from methods.bilstm_soft import (
     AugmentationRates,
     BiLSTMClassifier,
     TagVocabulary,
+    TangAugmenter,
+    WordEncoder,
     augment_examples,
     augment_words,
     render,
@@ -274,6 +276,34 @@ def test_word_vocabulary_and_tokenizer():
     assert vocabulary.ids(["a", "b", "c"], max_words=2).tolist() == [4, 3]
     rare = WordVocabulary.build([["b", "a", "b"]], min_count=2)
     assert rare.words == [*SPECIALS, "b"]
+
+
+def test_copies_carry_the_teachers_mask_token_that_the_student_reads_as_its_mask_word(
+        tmp_path):
+    """A RoBERTa teacher reads ``<mask>`` where a word was masked, the student its [MASK]
+    word; a BERT teacher's augmenter and encoder describe themselves as before."""
+    from methods.bilstm_soft import teacher_mask_token
+    from tests.test_architectures import _tokenizer
+
+    roberta = _tokenizer("roberta", tmp_path / "bpe")
+    mask = teacher_mask_token(roberta)
+    assert mask == "<mask>"
+    masked = AugmentationParams(p_mask=1.0, p_pos=0.0, p_ng=0.0, n_iter=1)
+    [(_, (text,))] = augment_examples([[CORPUS[0]]], tags(), masked, seed=0, mask_token=mask)
+    assert text == "<mask> <mask> <mask> <mask>"
+    assert roberta(text)["input_ids"].count(roberta.mask_token_id) == 4
+    vocabulary = WordVocabulary.build([["the", "cat"]])
+    encoder = WordEncoder(vocabulary, 16, mask)
+    read = encoder.encode([text, "the <mask>."], None)["words_a"]
+    assert read[0].tolist() == [2, 2, 2, 2]
+    assert read[1].tolist() == [vocabulary.index["the"], 2, 1]
+    assert encoder.describe()["mask_token"] == "<mask>"
+    augmenter = TangAugmenter(AugmentationParams(), ArtifactCache(tmp_path), mask_token=mask)
+    assert augmenter.describe()["mask_token"] == "<mask>"
+    bert = TangAugmenter(AugmentationParams(), ArtifactCache(tmp_path),
+                         mask_token=teacher_mask_token(None))
+    assert "mask_token" not in bert.describe()
+    assert "mask_token" not in WordEncoder(vocabulary, 16).describe()
 
 
 def test_embeddings_start_from_glove_and_oov_words_are_random():
