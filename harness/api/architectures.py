@@ -38,12 +38,6 @@ class Architecture:
     pooler`` trains that head."""
     scores: str | None = None
     """Why attention scores cannot be captured from it (None: they can)."""
-    vocabulary: str = "WordPiece"
-    """Its tokenizer's kind (descriptive: word-level code reads a tokenizer's own word-start
-    convention, :mod:`harness.assets.word_pieces`)."""
-    mask_token: str = "[MASK]"
-    """Its tokenizer's mask token, as written in text (descriptive: code takes a
-    tokenizer's own ``mask_token``)."""
 
 
 ARCHITECTURES: dict[str, Architecture] = {arch.model_type: arch for arch in (
@@ -52,8 +46,7 @@ ARCHITECTURES: dict[str, Architecture] = {arch.model_type: arch for arch in (
                  "prediction), then the classifier"),
     Architecture("roberta", "RoBERTa",
                  own_head="RobertaClassificationHead: dense + tanh over `<s>`, then the output "
-                 "projection (no pre-trained pooler)",
-                 vocabulary="byte-level BPE", mask_token="<mask>"),
+                 "projection (no pre-trained pooler)"),
     Architecture("electra", "ELECTRA",
                  own_head="ElectraClassificationHead: dense + GELU over [CLS], then the "
                  "output projection"),
@@ -64,8 +57,7 @@ ARCHITECTURES: dict[str, Architecture] = {arch.model_type: arch for arch in (
                  "position-to-content terms to QK^T inside DisentangledSelfAttention, which "
                  "does not go through transformers' AttentionInterface, so its pre-softmax "
                  "scores (and queries, keys, values) cannot be captured without forking its "
-                 "modelling code",
-                 vocabulary="SentencePiece"),
+                 "modelling code"),
     Architecture("distilbert", "DistilBERT", layers="n_layers", hidden="dim", heads="n_heads",
                  intermediate="hidden_dim",
                  own_head="pre_classifier (dense + ReLU over [CLS]), then the classifier"),
