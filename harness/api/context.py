@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
@@ -90,7 +90,6 @@ class StudentEncoder(Protocol):
                ) -> dict[str, list[Any]]: ...
 
 
-@runtime_checkable
 class Augmenter(Protocol):
     """Makes synthetic copies of training examples; the runner caches them by
     :meth:`describe` and the task data, labels them with the fine-tuned teacher, and

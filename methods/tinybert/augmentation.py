@@ -178,10 +178,8 @@ class ContextualAugmenter:
         self.glove = glove
         self.masked_lm = masked_lm if params.candidates == "mlm" else None
         self.checkpoint = checkpoint
+        # "word_start" is read from a fast backend only, whose offsets give the words
         self.convention = piece_convention(tokenizer)
-        if self.convention.kind == "word_start" and not tokenizer.is_fast:
-            raise TypeError(f"{type(tokenizer).__name__}: words are read from a fast "
-                            "tokenizer's offsets; load the fast one")
         self._sentences: dict[str, _Sentence] = {}
         self._mlm_memo: dict[tuple[str, int], tuple[str, ...]] = {}
         self._tokens: list[str] | None = None
@@ -233,7 +231,7 @@ class ContextualAugmenter:
         split off).  Byte-level BPE and SentencePiece: the source's own characters of each
         word :meth:`_surface_sentence` finds."""
         if self.convention.kind == "word_start":
-            return self._surface_sentence(text).words
+            return list(self._sentence(text).words)
         backend = getattr(self.tokenizer, "backend_tokenizer", None)
         if backend is not None:
             normalised = backend.normalizer.normalize_str(text) if backend.normalizer else text
