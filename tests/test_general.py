@@ -404,11 +404,10 @@ class UntracedByProtocolKD(VanillaKD):
 
 def test_an_augmenter_without_made_from_is_refused_when_the_plugin_loads_or_builds_it(
         tmp_path, tiny_suite_file):
-    """Augmenter.made_from was optional (read through getattr): a plugin whose augmenter
-    lacked it had its copies trusted after their sources were rebuilt.  It is part of the
-    protocol: a plugin whose augmenter() is annotated with a class lacking it is not
-    registered; one annotated with the protocol is refused when the runner builds it,
-    before any copy is made."""
+    """Augmenter.made_from is part of the protocol (without it, copies would be trusted
+    after their sources were rebuilt): a plugin whose augmenter() is annotated with a class
+    lacking it is not registered; one annotated with the protocol is refused when the
+    runner builds it, before any copy is made."""
     with pytest.raises(TypeError, match=r"test_general\.py: UntracedKD\.augmenter\(\): "
                        r"augmenter (tests\.)?test_general\.UntracedAugmenter lacks "
                        r"made_from\(\) of the Augmenter protocol"):

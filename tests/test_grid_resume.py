@@ -110,11 +110,10 @@ def test_a_cell_stopped_without_a_record_runs_when_the_grid_restarts(
                          ids=["runtime-error", "type-error", "teacher"])
 def test_a_bug_stops_the_grid_with_one_traceback_a_cells_failure_does_not(
         tmp_path, tiny_data_dir, tiny_teacher_dir, monkeypatch, error):
-    """An unexpected error in a cell (a RuntimeError too) stopped the grid with Optuna's
-    traceback and the command's, or was a failed cell with Optuna's traceback while the
-    grid went on; now it stops the grid with one traceback, exit 1, the cell unrecorded.
-    A teacher that cannot be made (every cell of its task meets the same error) fails
-    each cell in one line, and the grid goes on."""
+    """An unexpected error in a cell (a RuntimeError too) stops the grid with one traceback
+    (Optuna logs nothing), exit 1, the cell unrecorded.  A teacher that cannot be made
+    (every cell of its task meets the same error) fails each cell in one line, and the grid
+    goes on."""
     path = _suite(tmp_path, tiny_data_dir, tiny_teacher_dir, seeds=[1, 2])
     results = path.parent / "results"
     results.mkdir()

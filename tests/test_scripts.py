@@ -28,7 +28,7 @@ def _load(name: str) -> ModuleType:
 
 
 def test_tensorboard_tags_help_describes_it_rather_than_reading_a_folder_named_help(capsys):
-    """`--help` was taken for a run folder: "--help: no such folder" and exit 1."""
+    """`--help` prints the usage and an example, exit 0; it is not read as a run folder."""
     with pytest.raises(SystemExit) as done:
         _load("tensorboard_tags").main(["--help"])
     assert done.value.code == 0

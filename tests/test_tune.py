@@ -341,9 +341,9 @@ def test_a_study_whose_every_trial_fails_stops_and_says_so(tmp_path, suite_file)
 
 def test_a_bug_in_a_trial_stops_the_study_with_one_traceback_and_queues_it_again(
         tmp_path, suite_file, monkeypatch):
-    """An unexpected error other than a RuntimeError printed Optuna's traceback and then
-    the command's; now the command prints its traceback once and exits 1, and the trial's
-    parameters are queued again, as a Ctrl-C's are, for the study to run once it is fixed."""
+    """An unexpected error other than a RuntimeError: the command prints its traceback
+    once (Optuna logs nothing) and exits 1, and the trial's parameters are queued again,
+    as a Ctrl-C's are, for the study to run once it is fixed."""
     results = tmp_path / "results"
     results.mkdir()
 
