@@ -94,7 +94,9 @@ class Augmenter(Protocol):
     """Makes synthetic copies of training examples; the runner caches them by
     :meth:`describe` and the task data, labels them with the fine-tuned teacher, and
     never takes a gold label from them.  Every method is required
-    (:func:`augmenter_problem`): a plugin whose augmenter lacks one is not loaded."""
+    (:func:`augmenter_problem`): a plugin whose ``augmenter()`` is annotated with a class
+    lacking one is not loaded, and an augmenter built without one is refused before it
+    makes a copy."""
 
     def describe(self) -> dict[str, Any]: ...
 
