@@ -372,3 +372,28 @@ def test_word_start_tokenizers_split_words_and_filter_candidates(kind, marker_to
     shape = re.compile(r"(\S+) (\w+)'(\w+) (\w+), \((\w+)\) (\w+)! (\w+)")
     assert all(shape.fullmatch(copy) for copy in copies), copies
     assert len(set(copies)) > 10
+
+
+def test_a_masked_lm_read_for_its_logits_needs_no_word_convention() -> None:
+    """DistilBERT reads a teacher's masked-LM head for its vocabulary distributions alone:
+    a tokenizer whose pieces follow none of the word-start conventions (a word-level
+    vocabulary here) loads and evaluates; only asking for word candidates is refused."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+    from transformers import PreTrainedTokenizerFast
+
+    from harness.assets.mlm import evaluate_head
+
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "down", "."]
+    backend = Tokenizer(WordLevel({word: i for i, word in enumerate(words)}, unk_token="[UNK]"))
+    backend.pre_tokenizer = Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="[PAD]",
+                                        unk_token="[UNK]", cls_token="[CLS]",
+                                        sep_token="[SEP]", mask_token="[MASK]")
+    masked_lm = tiny_masked_lm(tokenizer)
+    result = evaluate_head(masked_lm, ["the cat sat down .", "the cat sat ."],
+                           MLMHeadConfig(recall_k=2))
+    assert result["eval_tokens"] >= 2 and result["chance_recall_at_k"] == 2 / len(words)
+    with pytest.raises(TypeError, match="word boundaries are unknown"):
+        masked_lm.top_k(torch.tensor([[2, 5, 4, 3]]), None, torch.tensor([2]), 2)

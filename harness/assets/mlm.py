@@ -15,6 +15,7 @@ the hash of the checkpoint's identity, the corpus and the fit configuration.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -123,6 +124,11 @@ def _checkpoint_head(model: nn.Module) -> nn.Module | None:
     return None
 
 
+def vocabulary_size(tokenizer: PreTrainedTokenizerBase) -> int:
+    """Ids the tokenizer can give: its length, or past it its highest vocabulary id."""
+    return max(len(tokenizer), max(tokenizer.get_vocab().values()) + 1)
+
+
 def banned_candidate_ids(tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
     """Vocabulary mask of ids that are never word candidates: special and bracketed tokens
     (``[CLS]``, ``[unused12]``, ``<mask>``...) and pieces that do not start a word in the
@@ -132,7 +138,7 @@ def banned_candidate_ids(tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
     character (they decode to U+FFFD)."""
     convention = piece_convention(tokenizer)
     vocab = tokenizer.get_vocab()
-    banned = torch.zeros(max(len(tokenizer), max(vocab.values()) + 1), dtype=torch.bool)
+    banned = torch.zeros(vocabulary_size(tokenizer), dtype=torch.bool)
     for token, index in vocab.items():
         if not convention.starts_word(token) or (
                 token.startswith("[") and token.endswith("]")) or (
@@ -158,9 +164,15 @@ class MaskedLM:
         self.summary = summary
         self.key = key
         self.from_cache = from_cache
-        self.banned = banned_candidate_ids(tokenizer)
         self.forwards = 0
         """Encoder forward passes run by :meth:`top_k` (for benchmarks)."""
+
+    @functools.cached_property
+    def banned(self) -> torch.Tensor:
+        """:func:`banned_candidate_ids` of the tokenizer, made when :meth:`top_k` first
+        asks: a head read for its logits alone (DistilBERT's teacher head) needs no word
+        convention of its tokenizer."""
+        return banned_candidate_ids(self.tokenizer)
 
     @property
     def device(self) -> torch.device:
@@ -492,7 +504,7 @@ def evaluate_head(masked_lm: MaskedLM, sentences: Sequence[str], config: MLMHead
     tokenizer = masked_lm.tokenizer
     encoded = tokenizer(list(sentences), truncation=True,
                         max_length=config.max_length)["input_ids"]
-    vocab = int(masked_lm.banned.shape[0])
+    vocab = vocabulary_size(tokenizer)
     special = _special_mask(tokenizer, vocab)
     generator = torch.Generator().manual_seed(config.seed + 1)
     k = config.recall_k
