@@ -459,14 +459,7 @@ def _read_table(spec: TaskSpec, path: Path, raw: bytes) -> _Table:
 
 def _first_line(content: str) -> str | None:
     """The first line that is not blank (whitespace at most), without its line end."""
-    start = 0
-    while start <= len(content):
-        end = content.find("\n", start)
-        end = len(content) if end < 0 else end
-        if content[start:end].strip():
-            return content[start:end].rstrip("\r")
-        start = end + 1
-    return None
+    return next((line.rstrip("\r") for line in content.split("\n") if line.strip()), None)
 
 
 _UNQUOTED_SUFFIXES = frozenset({".parquet", ".jsonl", ".json"})
