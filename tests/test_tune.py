@@ -5,7 +5,6 @@ a worker killed inside a tuning trial, whose trial another worker retries."""
 from __future__ import annotations
 
 import json
-import logging
 import shutil
 import signal
 import time
@@ -32,6 +31,7 @@ from harness.experiments.tuning import (
     tuned_path,
 )
 from methods.kd import VanillaKD
+from tests.conftest import optuna_warnings
 from tests.records import run_record
 from tests.test_grid import (
     _check_every_cell_once,
@@ -351,18 +351,11 @@ def test_a_bug_in_a_trial_stops_the_study_with_one_traceback_and_queues_it_again
         raise TypeError("a bug")
 
     monkeypatch.setattr(SuiteRunner, "run_one", buggy)
-    optuna_warnings: list[logging.LogRecord] = []
-    handler = logging.Handler()
-    handler.emit = optuna_warnings.append  # type: ignore[method-assign]
-    logging.getLogger("optuna").addHandler(handler)
-    try:
+    with optuna_warnings() as warned:
         tune = CliRunner().invoke(app, [
             "tune", "--method", "kd", "--task", "stsb", "--trials", "2", "--suite",
             str(suite_file), "--results", str(results), "--cache-dir", str(tmp_path / "cache")])
-    finally:
-        logging.getLogger("optuna").removeHandler(handler)
-    assert [record.getMessage() for record in optuna_warnings
-            if record.levelno >= logging.WARNING] == []
+    assert warned == []
     assert tune.exit_code == 1, tune.output
     assert tune.output.count("Traceback") == 1 and "TypeError: a bug" in tune.output
     storage = open_storage(f"sqlite:///{results / 'optuna.db'}")
