@@ -190,13 +190,10 @@ class ArtifactCache:
             # this name (a synced or merged cache) holds another teacher's or task's files.
             return [f"it holds the entry of another key ({str(written_for)[:16]})"]
         made_from = description.get("made_from")
-        for source, digest in (made_from.items() if isinstance(made_from, dict) else ()):
-            source_kind, _, source_key = str(source).partition("/")
-            now = self.files_digest(source_kind, source_key)
-            if digest is not None and now is not None and now != digest:
-                # The source was rebuilt (damaged, deleted) with other contents: a teacher
-                # fine-tuned again on another thread count has other weights.
-                return [f"it was made from another build of {source_kind}/{source_key[:16]}"]
+        if isinstance(made_from, dict) and (changed := self.changed_source(made_from)):
+            # The source was rebuilt (damaged, deleted) with other contents: a teacher
+            # fine-tuned again on another thread count has other weights.
+            return [f"it was made from {changed}"]
         if recorded is None:
             return _readable_problems(entry) or None
         if not _is_manifest(recorded):
@@ -212,6 +209,28 @@ class ArtifactCache:
             elif file_digest(path) != expected["sha256"]:
                 problems.append(f"{name} was altered (its checksum differs)")
         return problems
+
+    def source_digests(self, made_from: Iterable[tuple[str, str]]) -> dict[str, str | None]:
+        """``kind/key`` -> :meth:`files_digest` of each entry (kind, key): what something
+        made from them records, for :meth:`changed_source` to compare later."""
+        return {f"{kind}/{key}": self.files_digest(kind, key) for kind, key in made_from}
+
+    def changed_source(self, recorded: dict[str, str | None], removed: bool = False
+                       ) -> str | None:
+        """The first source of ``recorded`` (:meth:`source_digests` when it was used) that
+        now holds another build, as "another build of kind/key"; None when each is the
+        same.  A source recorded without a digest (written before checksums) is taken as
+        it is; one no longer cached counts as changed only with ``removed``, which also
+        says which of the two it is."""
+        for source, digest in recorded.items():
+            kind, _, key = str(source).partition("/")
+            now = self.files_digest(kind, key)
+            if digest is None or now == digest or (now is None and not removed):
+                continue
+            state = ("since rebuilt with other contents" if now is not None
+                     else "no longer cached")
+            return f"another build of {kind}/{key[:16]}" + (f" ({state})" if removed else "")
+        return None
 
     def files_digest(self, kind: str, key: str) -> str | None:
         """A digest of the files entry ``kind/key`` recorded when it was written, but its
@@ -290,8 +309,7 @@ class ArtifactCache:
         reproduces: a kept student).  ``made_from``: the entries (kind, key) this one is
         computed from; their files' digests are recorded, and the entry counts as damaged
         once one of them is rebuilt with other contents."""
-        sources = {f"{source_kind}/{source_key}": self.files_digest(source_kind, source_key)
-                   for source_kind, source_key in made_from}
+        sources = self.source_digests(made_from)
         final = self.path(kind, key)
         final.parent.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=final.parent))

@@ -102,26 +102,17 @@ class StageCheckpoint:
 
     def sources(self) -> dict[str, str | None]:
         """``kind/key`` -> digest of the files of each entry :attr:`made_from` names."""
-        if self.cache is None:
-            return {}
-        return {f"{kind}/{key}": self.cache.files_digest(kind, key)
-                for kind, key in self.made_from()}
+        return self.cache.source_digests(self.made_from()) if self.cache is not None else {}
 
     def changed_source(self, recorded: dict[str, str | None]) -> str | None:
         """Why a state that recorded ``recorded`` (:meth:`sources` when it was saved) was
-        made from entries other than the cache's now, naming the first such entry; None
-        when each is the same build.  An entry that recorded no digest (written before
-        checksums) is taken as it is; one removed since counts as changed: it is made
-        again, perhaps with other contents, when the stage reads it."""
+        made from entries other than the cache's now; None when each is the same build.
+        One removed since counts as changed: it is made again, perhaps with other
+        contents, when the stage reads it."""
         if self.cache is None:
             return None
-        for source, digest in recorded.items():
-            kind, _, key = str(source).partition("/")
-            now = self.cache.files_digest(kind, key)
-            if digest is not None and now != digest:
-                state = "since rebuilt with other contents" if now else "no longer cached"
-                return f"it was saved from another build of {kind}/{key[:16]} ({state})"
-        return None
+        changed = self.cache.changed_source(recorded, removed=True)
+        return f"it was saved from {changed}" if changed else None
 
 
 def _save_progress(checkpoint: StageCheckpoint, state: dict[str, Any]) -> None:
