@@ -370,7 +370,7 @@ def test_grid_dry_run_then_run_killed_and_resumed(tmp_path, tiny_data_dir, tiny_
     assert dry.output.count(" todo ") == 4
     # nothing in the store to time the cells by: said so, not "0s of one worker"
     assert (f"estimated cost of the cells to run: cannot be estimated: the results store "
-            f"({results}) has no finished run to time them by") in dry.output
+            f"({results}) has no earlier record of their task and student") in dry.output
     assert "of one worker" not in dry.output
     assert not (results / "tiny").exists()  # nothing ran
 

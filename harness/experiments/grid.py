@@ -252,8 +252,6 @@ class Grid:
         self._estimates: dict[GridCell, float | None] = {}
         self._run_ids: dict[GridCell, str | None] = {}
         self._recorded: set[GridCell] = set()
-        self._timed_records = 0
-        """The store's records that time a run (see :class:`CostModel`), as last planned."""
 
     # -- tuning ---------------------------------------------------------------------------
     @property
@@ -296,7 +294,6 @@ class Grid:
     # -- planning -------------------------------------------------------------------------
     def plan(self) -> list[PlannedCell]:
         costs = CostModel.from_store(self.results)
-        self._timed_records = len(costs.records)
         planned = []
         for cell in self.cells:
             overrides = self.tuned_overrides(cell)
@@ -427,9 +424,8 @@ class Grid:
         if not todo:
             lines.append("estimated cost of the cells to run: none, nothing to run")
         elif not known:
-            why = (f"the results store ({self.results}) has no finished run to time them by"
-                   if not self._timed_records else no_record)
-            lines.append(f"estimated cost of the cells to run: cannot be estimated: {why}")
+            lines.append(f"estimated cost of the cells to run: cannot be estimated: the "
+                         f"results store ({self.results}) has {no_record}")
         else:
             lines.append(f"estimated cost of the cells to run: {_duration(sum(known))} of "
                          f"one worker" + (f" for {len(known)} of the {len(todo)} cells "
@@ -592,7 +588,7 @@ class Grid:
                 trial_cell: list[GridCell] = []
                 # Every way a cell stops is reported by the harness (see _objective), so
                 # Optuna logs none of them; only a cell's own failure lets the grid go on.
-                with quiet_reported_failures(also=(GridCellError, *STOPPING_ERRORS)):
+                with quiet_reported_failures():
                     study.optimize(functools.partial(self._objective, ran=trial_cell),
                                    n_trials=1, catch=(TrialFailed,))
                 if trial_cell:

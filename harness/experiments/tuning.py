@@ -111,15 +111,12 @@ def failed_run(outcome: RunOutcome) -> str:
 
 
 REPORTED_FAILURES: tuple[type[BaseException], ...] = (
-    KeyboardInterrupt, TrialFailed, ConfigError, StoreNotWritableError, InvalidRecordError)
-"""Errors of a trial that the harness reports itself (the commands print a ConfigError, a
-StoreNotWritableError or an InvalidRecordError (a record in the store that does not load,
-named by its file) as their one-line error, and say what Ctrl-C left): Optuna's
-warning about such a trial, and its traceback, would repeat them. The tuner and the grid
-add the errors they have the command report (:data:`STOPPING_ERRORS`, and a bug's
-:class:`UnexpectedError`, whose traceback the command prints); any other error keeps
-Optuna's warning and traceback (a tuning trial's unexpected RuntimeError, which fails the
-trial and lets the study go on)."""
+    KeyboardInterrupt, TrialFailed, UnexpectedError, *STOPPING_ERRORS)
+"""Errors of a trial or grid cell that the harness reports itself: the command says what
+Ctrl-C left, prints a failed cell's line, a bug's traceback (once) and a stopping error's
+message: Optuna's warning about such a trial, and its traceback, would repeat them.  Any
+other error keeps Optuna's warning and traceback (a tuning trial's unexpected
+RuntimeError, which fails the trial and lets the study go on)."""
 
 
 class _QuietReportedFailures(logging.Filter):
@@ -127,15 +124,14 @@ class _QuietReportedFailures(logging.Filter):
     :data:`REPORTED_FAILURES`: "Trial N failed with parameters ... because of the following
     error" (with the traceback), then "Trial N failed with value None"."""
 
-    def __init__(self, reported: tuple[type[BaseException], ...] = REPORTED_FAILURES) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self._reported = reported
         self._dropped: set[str] = set()  # "Trial N" of each trial whose warning was dropped
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         error = record.exc_info[0] if record.exc_info else None
-        if error is not None and issubclass(error, self._reported):
+        if error is not None and issubclass(error, REPORTED_FAILURES):
             self._dropped.add(message.partition(" failed ")[0])
             return False
         trial, found, _ = message.partition(" failed with value ")
@@ -143,12 +139,11 @@ class _QuietReportedFailures(logging.Filter):
 
 
 @contextlib.contextmanager
-def quiet_reported_failures(also: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
+def quiet_reported_failures() -> Iterator[None]:
     """While the trials it wraps run, Optuna logs no warning about a trial that failed with
-    one of :data:`REPORTED_FAILURES`, or of ``also`` (errors the caller reports itself);
-    their states are Optuna's own (FAIL)."""
+    one of :data:`REPORTED_FAILURES`; their states are Optuna's own (FAIL)."""
     logger = logging.getLogger("optuna.study._optimize")
-    quiet = _QuietReportedFailures(REPORTED_FAILURES + also)
+    quiet = _QuietReportedFailures()
     logger.addFilter(quiet)
     try:
         yield
@@ -501,7 +496,7 @@ class Tuner:
         self._running = None
         self._interrupted = False
         try:
-            with quiet_reported_failures(also=(TrialCrashed, *STOPPING_ERRORS)):
+            with quiet_reported_failures():
                 study.optimize(self._noting_interrupts, n_trials=1, catch=(RuntimeError,))
         except KeyboardInterrupt:
             raise TuningInterrupted(self.name, self._retry_interrupted(study)) from None
