@@ -34,21 +34,23 @@ def hparams(run_dir: Path) -> dict[str, object]:
     return found
 
 
+RUN_DIR = ("a run's folder under --log-dir, by default runs/ beside the results store: "
+           "<suite>/<method>/<task>/<student>-seed<N>-<run id>")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     summary, _, usage = __doc__.partition("\n\n")
     parser = argparse.ArgumentParser(description=summary, epilog=f"example:\n{usage}",
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", type=Path, metavar="RUN_DIR",
-                        help="a run's folder under --log-dir (by default runs/ beside the "
-                        "results store): <suite>/<method>/<task>/<student>-seed<N>-<run id>")
+                        help=RUN_DIR)
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     run_dir = parse_args(argv).run_dir
     if not run_dir.is_dir():
-        sys.exit(f"{run_dir}: no such folder (a run's folder under --log-dir, by default runs/ "
-                 "beside the results store: <suite>/<method>/<task>/<student>-seed<N>-<run id>)")
+        sys.exit(f"{run_dir}: no such folder ({RUN_DIR})")
     scalars = load(run_dir)
     tags = sorted(scalars.Tags()["scalars"])
     if not tags:

@@ -298,19 +298,20 @@ def test_a_record_that_does_not_load_stops_every_process_with_its_message(
     suite_file.write_text(yaml.safe_dump(suite))
     results, cache = tmp_path / "results", tmp_path / "cache"
     target = {"run": ["--method", "kd", "--tasks", "rte", "--seeds", "1"],
-              "grid": [], "tune": ["--method", "kd", "--task", "rte", "--trials", "1"]}[command]
+              "tune": ["--method", "kd", "--task", "rte", "--trials", "1"]}[command]
     args = [command, "--suite", str(suite_file), *target, "--results", str(results),
             "--cache-dir", str(cache)]
-    storage = [] if command == "run" else ["--storage"]
-    done = CliRunner().invoke(app, [*args, *storage, *(
-        [f"sqlite:///{tmp_path / 'first.db'}"] if storage else [])])
+
+    def storage(name: str) -> list[str]:  # a study of its own for each tune
+        return [] if command == "run" else ["--storage", f"sqlite:///{tmp_path / name}"]
+
+    done = CliRunner().invoke(app, [*args, *storage("first.db")])
     assert done.exit_code == 0, done.output
     (record,) = results.glob("**/kd/rte/*.json")
     document = json.loads(record.read_text())
     document["seed"] = 5
     record.write_text(json.dumps(document))
-    output = launch(tmp_path, *args, *storage, *(
-        [f"sqlite:///{tmp_path / 'second.db'}"] if storage else []), fails=True)
+    output = launch(tmp_path, *args, *storage("second.db"), fails=True)
     assert output.count(f"error: {record}: not a valid run record") == 2, output[-6000:]
     assert "unpack" not in output and "Connection closed" not in output, output[-6000:]
 
