@@ -239,6 +239,31 @@ def test_a_damaged_kept_student_that_cannot_be_trained_again_is_named(
     assert not (tmp_path / "out").exists()
 
 
+def test_a_kept_student_exports_where_training_it_needs_an_asset_this_machine_lacks(
+        tmp_path, tiny_data_dir, tiny_teacher_dir, monkeypatch):
+    """Only training needs a method's assets (GloVe vectors, say): on a machine without
+    them a kept student still exports, its card says why the run cannot be trained here,
+    and a student that is not kept is refused with the asset named."""
+    from methods.kd import VanillaKD
+
+    suite_file = _suite_file(tmp_path, tiny_data_dir, tiny_teacher_dir, "mean")
+    runner = SuiteRunner(load_suite(str(suite_file)), tmp_path / "results", tmp_path / "cache",
+                         log=lambda _: None, save_students=True)
+    record = ResultsStore(tmp_path / "results").load(runner.run_one("kd", "rte", 1).path)
+    monkeypatch.setattr(VanillaKD, "missing_assets",
+                        lambda self: "the vectors need the package 'some-vectors'")
+    result = export_run(record.run_id, tmp_path / "out", tmp_path / "results",
+                        tmp_path / "cache", suite=str(suite_file), log=lambda _: None)
+    assert not result.retrained and result.kept_score == record.main_score
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "# This machine cannot train it: methods.kd: the vectors need the package " \
+           "'some-vectors'" in card
+    with pytest.raises(ExportError, match=r"this machine cannot train it: methods.kd: the "
+                                          r"vectors need .*install what it lacks"):
+        export_run(record.run_id, tmp_path / "out2", tmp_path / "results",
+                   tmp_path / "empty-cache", suite=str(suite_file), log=lambda _: None)
+
+
 def test_keeping_students_of_recorded_runs_says_they_were_not_kept(
         tmp_path, tiny_data_dir, tiny_teacher_dir):
     """--save-students on a run that is recorded skips it and keeps nothing: it says so,

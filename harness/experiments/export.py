@@ -35,6 +35,7 @@ from harness.api.context import ExportedStudent
 from harness.api.pooling import CONFIG_KEY
 from harness.api.registry import registry
 from harness.api.suites import load_suite
+from harness.assets.checkpoints import AssetNotFoundError
 from harness.common.cache import (
     DESCRIPTION,
     MARKER,
@@ -315,6 +316,7 @@ def suite_for(record: RunRecord, suite_names: list[str] | None = None,
     names = suite_names or [record.suite, *(name for name in available_suites()
                                             if name != record.suite)]
     tried = []
+    missing: AssetNotFoundError | None = None
     for name in names:
         try:
             suite = load_suite(name, overrides)
@@ -325,13 +327,17 @@ def suite_for(record: RunRecord, suite_names: list[str] | None = None,
             continue
         ids = []
         for precision in AUTO_RESOLUTIONS:
-            planner = RunPlanner(suite, torch.device("cpu"), log=lambda message: None,
-                                 precision=precision)
             try:
+                planner = RunPlanner(suite, torch.device("cpu"), log=lambda message: None,
+                                     precision=precision)
                 _, spec, _ = planner.resolve(record.method, record.task, record.seed,
                                              record_variation(record))
             except (ConfigError, KeyError) as error:  # the method is not one of this suite's
                 tried.append(f"{name} ({str(error).splitlines()[0][:120]})")
+                break
+            except AssetNotFoundError as error:  # training needs it; a kept student does not
+                missing = missing or error
+                tried.append(f"{name} (this machine cannot train it: {error})")
                 break
             if content_hash(spec) == record.run_id:
                 return suite, precision
@@ -339,11 +345,12 @@ def suite_for(record: RunRecord, suite_names: list[str] | None = None,
                 ids.append(content_hash(spec))
         else:
             tried.append(f"{name} (resolves to run id {' or '.join(i[:16] for i in ids)})")
+    reason = ("install what it lacks to train it again" if missing is not None else
+              "the recipe, data or teacher changed since it ran, or it ran with --set "
+              "assignments (pass the same ones), so it cannot be retrained as it was")
     raise ExportError(
         f"no suite here resolves {record.method} / {record.task} / seed {record.seed} to run "
-        f"id {record.run_id[:16]} (tried: {'; '.join(tried) or 'none'}): the recipe, data or "
-        "teacher changed since it ran, or it ran with --set assignments (pass the same ones), "
-        "so it cannot be retrained as it was")
+        f"id {record.run_id[:16]} (tried: {'; '.join(tried) or 'none'}): {reason}") from missing
 
 
 def reproduce_command(record: RunRecord, suite_name: str | None = None,
@@ -395,7 +402,9 @@ def export_run(run_id: str, out_dir: Path, results_dir: Path, cache_dir: Path | 
         chosen, precision = suite_for(record, [suite] if suite else None, overrides)
     except ExportError as error:  # a kept student still exports; retraining it cannot
         unreproducible = error
-        if suite is None and record.suite not in available_suites():
+        if isinstance(error.__cause__, AssetNotFoundError):
+            note = f"This machine cannot train it: {error.__cause__}"
+        elif suite is None and record.suite not in available_suites():
             note = (f"No suite here is named {record.suite}: the run was made from a suite "
                     "file, whose path goes in place of the name (`harness export --suite "
                     "<file>` writes it here).")
