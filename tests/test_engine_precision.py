@@ -38,7 +38,8 @@ def one_step(precision: str) -> list[torch.Tensor]:
                 extra=method.extra_modules(context), config=config, train_split=tiny_split(20),
                 eval_split=None, evaluator=TaskEvaluator(TASK), teacher=TeacherRuntime(),
                 accelerator=Accelerator(), seed=3, log=lambda line: None)
-    return [p.detach() - b for p, b in zip(student.parameters(), before, strict=True)]
+    # .cpu(): on a GPU the engine moved the student there
+    return [p.detach().cpu() - b for p, b in zip(student.parameters(), before, strict=True)]
 
 
 def test_an_fp16_step_updates_the_weights_an_fp32_step_does():
@@ -62,5 +63,8 @@ def test_autocast_refuses_what_it_does_not_know(precision: str):
                                                    ("bf16", torch.bfloat16),
                                                    ("fp16", torch.float16)])
 def test_autocast_settings(precision: str, dtype: torch.dtype):
-    with autocast(Accelerator(), precision):
-        assert torch.nn.Linear(4, 4)(torch.ones(1, 4)).dtype == dtype
+    accelerator = Accelerator()
+    device = accelerator.device  # autocast acts on its device's operations only
+    with autocast(accelerator, precision):
+        assert torch.nn.Linear(4, 4, device=device)(torch.ones(1, 4, device=device)).dtype \
+            == dtype
