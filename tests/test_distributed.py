@@ -229,6 +229,32 @@ def test_run_records_once_and_skips(tmp_path, tiny_suite_file):
     assert {path: path.read_bytes() for path in records(results)} == before
 
 
+def test_a_grid_whose_teacher_cannot_be_made_fails_its_cells_on_every_process(
+        tmp_path, tiny_data_dir, tiny_teacher_dir):
+    """The task's teacher diverges on both processes: process 0 fails each of the task's
+    cells in one line and goes on, and so must the others: one that raised the teacher's
+    error would leave process 0 alone in the next cell's collective."""
+    from tests.conftest import tiny_suite_dict
+
+    suite = tiny_suite_dict(tiny_data_dir, tiny_teacher_dir)
+    suite["teacher"]["training"]["lr"] = 1.0e6
+    suite["grid"] = {"methods": ["kd"], "tasks": ["rte"], "seeds": [1, 2]}
+    suite_file = tmp_path / "grid-suite.yaml"
+    suite_file.write_text(yaml.safe_dump(suite))
+    output = launch(tmp_path, "grid", "--suite", str(suite_file), "--results",
+                    str(tmp_path / "results"), "--cache-dir", str(tmp_path / "cache"),
+                    "--storage", f"sqlite:///{tmp_path / 'optuna.db'}", fails=True)
+    for trial, seed in ((0, 1), (1, 2)):
+        assert output.count(f"[grid] cell {trial} failed: kd / rte / seed {seed}: teacher: "
+                            "the RTE teacher") == 1, output[-6000:]
+    assert "0 of 2 cells complete, 2 failed" in output
+    # Process 0 exits 1 for the failed cells (the launcher then prints its own traceback);
+    # process 1 ends cleanly, without the teacher's error.
+    assert "<NO_OTHER_FAILURES>" in output and "rank      : 1" not in output, output[-6000:]
+    assert "TeacherError" not in output and "Connection closed" not in output
+    assert not records(tmp_path / "results")
+
+
 # -- `harness tune` -------------------------------------------------------------------------
 def _study(results: Path):
     import optuna

@@ -551,6 +551,8 @@ class Grid:
             try:
                 self.runner.run_one(cell.method, cell.task, cell.seed,
                                     self.variation(cell, overrides))
+            except TeacherError:
+                continue  # process 0 fails the cell in one line and sends the next
             except (StoreNotWritableError, InvalidRecordError):
                 # Process 0 stops on the same error (a store it cannot write, a record
                 # that does not load) and tells the others so: take that message before
