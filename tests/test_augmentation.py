@@ -27,6 +27,7 @@ from methods.tinybert.augmentation import (
     AugmentParams,
     ContextualAugmenter,
     augment_per_word_loop,
+    cased_like,
 )
 from tests.conftest import MINILM_DIR, WORDS, refit_mlm_head
 from tests.test_mlm import write_tiny_mlm
@@ -372,6 +373,39 @@ def test_word_start_tokenizers_split_words_and_filter_candidates(kind, marker_to
     shape = re.compile(r"(\S+) (\w+)'(\w+) (\w+), \((\w+)\) (\w+)! (\w+)")
     assert all(shape.fullmatch(copy) for copy in copies), copies
     assert len(set(copies)) > 10
+
+
+@pytest.mark.parametrize("kind", ["bpe", "sentencepiece"])
+def test_a_cased_tokenizers_glove_candidates_take_the_words_case(kind, marker_tokenizers,
+                                                                 glove_file, tokenizer) -> None:
+    """GloVe 6B's words are lower-cased: where the tokenizer keeps case, a capitalised
+    word's candidates are capitalised and a word in capitals gets capitals, in the copies
+    as in the candidate lists, by the batched procedure and the per-word loop alike.  An
+    uncased vocabulary's words are lower-cased already: its candidates and the cache key
+    of its copies are as before."""
+    made = augmenter(marker_tokenizers[kind], None, glove_file, candidates="glove", top_k=5,
+                     copies=30, p_replace=0.6)
+    assert made.keeps_case and made.describe()["glove_case"] == "the word's"
+    text = "The CAT walks"
+    found = {c.word: c.candidates for c in made.word_candidates(text)}
+    lower = GloveVectors(glove_file).nearest(["the", "cat", "walks"], 5)
+    assert found["The"] == tuple(word.capitalize() for word in lower["the"])
+    assert found["CAT"] == tuple(word.upper() for word in lower["cat"])
+    assert found["walks"] == tuple(lower["walks"])
+    copies = made.augment([(text,)], seed=0, progress=False)
+    assert copies == augment_per_word_loop(made, [(text,)], 0, progress=False)
+    firsts = {fields[0].split()[0] for _, fields in copies}
+    seconds = {fields[0].split()[1] for _, fields in copies}
+    assert len(firsts) > 2 and all(word[0].isupper() and word[1:].islower()
+                                   for word in firsts), firsts
+    assert len(seconds) > 2 and all(word.isupper() for word in seconds), seconds
+
+    uncased = augmenter(tokenizer, None, glove_file, candidates="glove", top_k=5)
+    assert not uncased.keeps_case and "glove_case" not in uncased.describe()
+    assert {c.word: c.candidates for c in uncased.word_candidates(text)}["the"] == \
+        tuple(lower["the"])
+    assert cased_like("Paris", "London") == "London"  # a cased vector file's own case
+    assert cased_like("I", "you") == "You" and cased_like("x", "y") == "y"
 
 
 def test_a_masked_lm_read_for_its_logits_needs_no_word_convention() -> None:

@@ -36,9 +36,10 @@ the space before a word (``Ġgreat``, ``▁great``), the words are the tokenizer
 of the text (``word_ids()``, split between punctuation and other characters) as the source
 wrote them (case kept); masked-LM candidates are pieces with the word-start marker, written
 without it, and only a single-piece word whose piece has the marker gets them (RoBERTa's
-first word and words after punctuation get GloVe's, looked up lower-cased); a copy is the
-source text with the replaced words' characters rewritten, so its spacing and unreplaced
-words stay as written and tokenise as in the source.
+first word and words after punctuation get GloVe's, looked up lower-cased and written in
+the word's case: "The" gets "A", not "a"); a copy is the source text with the replaced
+words' characters rewritten, so its spacing and unreplaced words stay as written and
+tokenise as in the source.
 """
 
 from __future__ import annotations
@@ -128,6 +129,20 @@ def authors_eligible(word: str) -> bool:
         lowered not in STOP_WORDS)
 
 
+def cased_like(word: str, candidate: str) -> str:
+    """``candidate`` in ``word``'s case: GloVe 6B's words are lower-cased, so a cased
+    tokenizer's capitalised word gets capitalised candidates ("Paris" -> "London", not
+    "london") and a word in capitals gets capitals.  A candidate with capitals of its own
+    (a cased vector file's) is left as it is."""
+    if not candidate.islower():
+        return candidate
+    if len(word) > 1 and word.isupper():
+        return candidate.upper()
+    if word[:1].isupper():
+        return candidate[:1].upper() + candidate[1:]
+    return candidate
+
+
 @dataclass(frozen=True)
 class _Sentence:
     words: list[str]
@@ -185,6 +200,16 @@ class ContextualAugmenter:
         self._tokens: list[str] | None = None
         self._counts: dict[str, int] = {"mlm_tokens": 0, "mlm_padded_tokens": 0}
         self.stats: dict[str, float] = {}
+        # An uncased vocabulary's words are lower-cased already: its GloVe candidates, and
+        # the cache keys of its copies, are as they were before candidates took the case
+        self.keeps_case = self.words("Paris") == ["Paris"]
+
+    def glove_candidates(self, word: str, neighbours: Sequence[str]) -> tuple[str, ...]:
+        """GloVe's neighbours of ``word`` as candidates, in the word's case where the
+        tokenizer keeps case (:func:`cased_like`)."""
+        if not self.keeps_case:
+            return tuple(neighbours)
+        return tuple(cased_like(word, neighbour) for neighbour in neighbours)
 
     def _token_strings(self, ids: Sequence[int]) -> tuple[str, ...]:
         """Candidate words of vocabulary ids, shared across candidate lists (one str object
@@ -215,6 +240,7 @@ class ContextualAugmenter:
             "glove": self.glove.identity(),
             "checkpoint": self.checkpoint.identity if self.checkpoint is not None else None,
             "params": self.params.model_dump(),
+            **({"glove_case": "the word's"} if self.keeps_case else {}),
         }
 
     def made_from(self) -> list[tuple[str, str]]:
@@ -397,7 +423,8 @@ class ContextualAugmenter:
             elif self._uses_mlm(sentence, i):
                 result.append(WordCandidates(word, "mlm", self._mlm_memo[(text, i)]))
             else:
-                result.append(WordCandidates(word, "glove", tuple(neighbours[word])))
+                result.append(WordCandidates(word, "glove",
+                                             self.glove_candidates(word, neighbours[word])))
         return result
 
     # ------------------------------------------------------------------ augmentation
@@ -484,7 +511,8 @@ class ContextualAugmenter:
                     return ()
                 if self._uses_mlm(sentence, position):
                     return self._mlm_memo[(text, position)]
-                return neighbours[sentence.words[position]]
+                word = sentence.words[position]
+                return self.glove_candidates(word, neighbours[word])
 
             for offset, (example, per_field) in enumerate(zip(chunk, draws, strict=True)):
                 out.extend(self._assemble(start + offset, example, per_field, lookup))
@@ -561,8 +589,8 @@ def augment_per_word_loop(augmenter: ContextualAugmenter, examples: Sequence[Seq
                     mlm_tokens += len(ids)
                     mlm_seconds += time.perf_counter() - clock
                 else:
-                    found.append(tuple(augmenter.glove.nearest([word], params.top_k,
-                                                               memo=False)[word]))
+                    found.append(augmenter.glove_candidates(word, augmenter.glove.nearest(
+                        [word], params.top_k, memo=False)[word]))
                     glove_seconds += time.perf_counter() - clock
             per_field_candidates[text] = found
         draws = augmenter._draw(rng, [example])[0]
