@@ -200,8 +200,8 @@ class ContextualAugmenter:
         self._tokens: list[str] | None = None
         self._counts: dict[str, int] = {"mlm_tokens": 0, "mlm_padded_tokens": 0}
         self.stats: dict[str, float] = {}
-        # An uncased vocabulary's words are lower-cased already: its GloVe candidates, and
-        # the cache keys of its copies, are as they were before candidates took the case
+        # An uncased vocabulary's words are lower-cased already: its candidates are GloVe's
+        # as they are, and its copies' cache key has no glove_case entry
         self.keeps_case = self.words("Paris") == ["Paris"]
 
     def glove_candidates(self, word: str, neighbours: Sequence[str]) -> tuple[str, ...]:
