@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
@@ -36,6 +37,7 @@ from harness.common.cli_options import (
     recipe_overrides,
     split_csv,
 )
+from harness.common.interrupts import catching_ctrl_c, ctrl_c_pressed
 from harness.config.schema import (
     ConfigError,
     SuiteConfig,
@@ -53,6 +55,14 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 data_app = typer.Typer(no_args_is_help=True, help="GLUE data: check a local copy, or fetch one.")
 app.add_typer(data_app, name="data")
 app.add_typer(bench_app, name="bench")
+
+
+@app.callback(help="Benchmark and ablation harness for knowledge distillation on GLUE.")
+def _every_command(context: typer.Context) -> None:
+    # A Ctrl-C that Python swallows still stops training at its next step
+    # (harness.common.interrupts); the handler is the default one again after the command.
+    context.with_resource(catching_ctrl_c())
+
 
 RetryFailedOpt = Annotated[bool, typer.Option(help="re-run configurations that failed")]
 
@@ -88,8 +98,7 @@ def run(
                          log_with=log_with, log_dir=log_dir, log=echo,
                          method_option="--method")
     except (ConfigError, KeyError, FileNotFoundError, RuntimeError, ValueError) as error:
-        fail(error_text(error))
-        return
+        _failed("run", error)
     except KeyboardInterrupt as stopped:
         _interrupted("run", stopped)
     if not done.main_process:  # one table per `accelerate launch`
@@ -156,14 +165,35 @@ def tune(
     except UnexpectedError as error:
         _crashed(error)
     except (ConfigError, KeyError, FileNotFoundError, RuntimeError, ValueError) as error:
-        fail(error_text(error))
-        return
+        _failed("tune", error)
     except KeyboardInterrupt as stopped:
         _interrupted("tune", stopped)
     _print_study(tuner)
     use = _run_params_command(suite, method, task, tuner.name, set_, data_dir, teacher,
                               results, cache_dir)
     echo(f"\nbest parameters: {path}\nuse them: {use}")
+
+
+# What gloo says in a process whose peer left in the middle of a collective.
+PEER_GONE = ("Connection closed by peer", "Connection reset by peer")
+PEER_SIGNAL_WAIT = 3.0  # seconds: the launcher signals its processes one after another
+
+
+def _failed(command: str, error: BaseException) -> NoReturn:
+    """``fail`` with the error's message.  Under `accelerate launch` a collective broken by
+    a process that stopped first is most often a Ctrl-C: the launcher passes it to one
+    process after another, and the first to stop breaks the collective the others are in.
+    Such a process waits a moment for its own Ctrl-C, to report that instead."""
+    if ctrl_c_pressed():  # and then a collective broke, or a swallowed one surfaced
+        _interrupted(command, KeyboardInterrupt())
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and any(
+            text in str(error) for text in PEER_GONE):
+        try:
+            time.sleep(PEER_SIGNAL_WAIT)
+        except KeyboardInterrupt as stopped:
+            _interrupted(command, stopped)
+        fail(f"another process of this launch stopped first (its own lines say why): {error}")
+    fail(error_text(error))
 
 
 def _interrupted(command: str, stopped: KeyboardInterrupt) -> NoReturn:
@@ -289,8 +319,7 @@ def _grid(suite: str, storage: str | None, results: Path, cache_dir: Path | None
     except UnexpectedError as error:
         _crashed(error)
     except (ConfigError, KeyError, FileNotFoundError, RuntimeError, ValueError) as error:
-        fail(error_text(error))
-        return
+        _failed("grid", error)
     except KeyboardInterrupt as stopped:
         _interrupted("grid", stopped)
     if not summary:

@@ -33,10 +33,9 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def launch(tmp_path: Path, *args: str, module: str = "harness.cli",
-           fails: bool = False) -> str:
-    """Run ``python -m module args`` in two processes; its output (fails on an error, or
-    with ``fails`` on its absence)."""
+def launch_command(tmp_path: Path, *args: str, module: str = "harness.cli"
+                   ) -> tuple[list[str], dict[str, str]]:
+    """The command and environment that run ``python -m module args`` in two processes."""
     config = tmp_path / "accelerate.yaml"  # not the user's default accelerate config
     config.write_text(yaml.safe_dump({
         "compute_environment": "LOCAL_MACHINE", "distributed_type": "MULTI_GPU",
@@ -48,6 +47,14 @@ def launch(tmp_path: Path, *args: str, module: str = "harness.cli",
                str(config), "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
                "--mixed_precision", "no", "--dynamo_backend", "no",
                "--main_process_port", str(_free_port()), "-m", module, *args]
+    return command, env
+
+
+def launch(tmp_path: Path, *args: str, module: str = "harness.cli",
+           fails: bool = False) -> str:
+    """Run ``python -m module args`` in two processes; its output (fails on an error, or
+    with ``fails`` on its absence)."""
+    command, env = launch_command(tmp_path, *args, module=module)
     try:
         done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
                               timeout=TIMEOUT)
@@ -253,6 +260,40 @@ def test_a_grid_whose_teacher_cannot_be_made_fails_its_cells_on_every_process(
     assert "<NO_OTHER_FAILURES>" in output and "rank      : 1" not in output, output[-6000:]
     assert "TeacherError" not in output and "Connection closed" not in output
     assert not records(tmp_path / "results")
+
+
+def test_one_ctrl_c_stops_every_process_of_a_launch_and_the_same_launch_resumes(
+        tmp_path, tiny_data_dir, tiny_teacher_dir):
+    """A terminal's Ctrl-C reaches the launcher and both processes: each stops with the
+    harness's one line (the launcher prints its own traceback), the stopped run has no
+    record, and the same launch skips the recorded run and trains the stopped one once."""
+    from tests.test_grid import default_sigint, grid_suite
+    from tests.test_interrupt import _ctrl_c_once_training
+
+    suite_file = grid_suite(tmp_path, tiny_data_dir, tiny_teacher_dir,
+                            {"methods": ["kd"], "tasks": ["stsb"], "seeds": [1, 2]},
+                            training={"epochs": 30, "batch_size": 8, "lr": 1e-3})
+    results = tmp_path / "results"
+    args = ["run", "--suite", str(suite_file), "--method", "kd", "--tasks", "stsb",
+            "--seeds", "1,2", "--results", str(results), "--cache-dir", str(tmp_path / "cache")]
+    command, env = launch_command(tmp_path, *args)
+    job = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                           preexec_fn=default_sigint)
+    output = _ctrl_c_once_training(job, "kd stsb s2 task", timeout=TIMEOUT)
+    assert job.returncode != 0, output[-6000:]
+    assert output.count("[run] interrupted (Ctrl-C): the run in progress is not recorded; "
+                        "the same command skips the recorded runs and trains it "
+                        "again") == 2, output[-6000:]
+    # A Ctrl-C that lands in a callback Python runs on its own is printed as "Exception
+    # ignored" and swallowed; the harness then stops at the next step, as the count says.
+    assert "Connection closed" not in output and "error:" not in output, output[-6000:]
+    [seed_1] = records(results).values()
+    assert seed_1["seed"] == 1 and seed_1["status"] == "finished"
+
+    again = launch(tmp_path, *args)
+    assert again.count("[skip]") == 1 and "[done] kd stsb seed 2" in again, again[-6000:]
+    assert sorted(record["seed"] for record in records(results).values()) == [1, 2]
 
 
 # -- `harness tune` -------------------------------------------------------------------------

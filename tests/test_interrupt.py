@@ -195,3 +195,37 @@ def test_optuna_stays_quiet_about_a_record_that_does_not_load():
         logger.removeHandler(kept)
     assert [trial.state.name for trial in study.trials] == ["FAIL"]
     assert [record.getMessage() for record in kept.records] == []
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_ctrl_c_python_swallows_in_a_callback_still_stops_at_the_next_check():
+    """SIGINT that lands in a weak reference's callback is printed as "Exception ignored"
+    and dropped by Python; while catching_ctrl_c is active it is remembered, and the next
+    check (the training loop makes one every step) raises it.  Outside the block SIGINT is
+    Python's default handler again, and nothing is remembered."""
+    import weakref
+
+    from harness.common.interrupts import (
+        catching_ctrl_c,
+        ctrl_c_pressed,
+        raise_if_interrupted,
+    )
+
+    class Held:
+        pass
+
+    def pressed_meanwhile(_: object) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        sum(range(1000))  # a few instructions: the handler runs here, inside the callback
+
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with catching_ctrl_c():
+        held = Held()
+        reference = weakref.ref(held, pressed_meanwhile)
+        del held  # the callback runs now; its KeyboardInterrupt goes no further
+        assert reference() is None and ctrl_c_pressed()
+        with pytest.raises(KeyboardInterrupt):
+            raise_if_interrupted()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert not ctrl_c_pressed()
+    raise_if_interrupted()

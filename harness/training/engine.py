@@ -36,6 +36,7 @@ from transformers import get_linear_schedule_with_warmup
 
 from harness.api.method import Method, Stage, StepInputs, TeacherView
 from harness.common.cache import ArtifactCache
+from harness.common.interrupts import raise_if_interrupted
 from harness.common.progress import progress_bar
 from harness.config.schema import TrainConfig
 from harness.data.features import (
@@ -303,6 +304,7 @@ def predict_logits(model: nn.Module, split: EncodedSplit, accelerator: Accelerat
     bar = progress_bar(total=len(loader), desc=progress, unit="batch", leave=False,
                        disable=progress is None or not accelerator.is_local_main_process)
     for batch, rows, own in loader:
+        raise_if_interrupted()
         bar.update(1)
         batch = _to_device(batch, accelerator.device)
         with autocast(accelerator, precision):
@@ -459,6 +461,7 @@ def train_stage(
                     torch.cuda.set_rng_state_all(saved["cuda_rng"])
                 saved = None
             for batch_index, (batch, rows, own) in enumerate(batches, start=resume_batch):
+                raise_if_interrupted()  # a Ctrl-C Python swallowed stops the stage here
                 batch = _to_device(batch, accelerator.device)
                 batch = method.prepare_batch(batch, stage, batch_generator)
                 with autocast(accelerator, config.mixed_precision):

@@ -1,0 +1,60 @@
+"""Ctrl-C that is not lost.
+
+Python turns SIGINT into a KeyboardInterrupt wherever the interpreter happens to be.  When
+that is inside a callback the interpreter runs on its own (a weak reference's, an object's
+finaliser), it prints "Exception ignored in ..." and carries on: the command goes on
+training as if nothing was pressed.  Under ``accelerate launch`` that happened to both
+processes of a two-process run in the tests, which then finished the run they were
+stopped in.  While :func:`catching_ctrl_c` is active, SIGINT also sets a flag, and the
+training loop calls :func:`raise_if_interrupted` at every step: a Ctrl-C that was swallowed
+stops the command at its next step."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+
+class _Pressed:
+    """Whether SIGINT arrived while :func:`catching_ctrl_c` was active (one per process:
+    signals are the process's)."""
+
+    value = False
+
+
+def _on_sigint(signum: int, frame: FrameType | None) -> None:
+    _Pressed.value = True
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def catching_ctrl_c() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt as usual and is remembered until the block ends
+    (where SIGINT is Python's default handler and this is the main thread; elsewhere,
+    e.g. under a test runner that installed its own, nothing changes)."""
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    _Pressed.value = False
+    signal.signal(signal.SIGINT, _on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        _Pressed.value = False
+
+
+def ctrl_c_pressed() -> bool:
+    """Whether a Ctrl-C arrived in the active :func:`catching_ctrl_c` block."""
+    return _Pressed.value
+
+
+def raise_if_interrupted() -> None:
+    """A KeyboardInterrupt if a Ctrl-C arrived and was swallowed (see the module's
+    docstring); nothing otherwise."""
+    if _Pressed.value:
+        raise KeyboardInterrupt
