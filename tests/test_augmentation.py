@@ -381,8 +381,8 @@ def test_a_cased_tokenizers_glove_candidates_take_the_words_case(kind, marker_to
     """GloVe 6B's words are lower-cased: where the tokenizer keeps case, a capitalised
     word's candidates are capitalised and a word in capitals gets capitals, in the copies
     as in the candidate lists, by the batched procedure and the per-word loop alike.  An
-    uncased vocabulary's words are lower-cased already: its candidates and the cache key
-    of its copies are as before."""
+    uncased vocabulary's words are lower-cased already: its candidates are GloVe's own,
+    and its copies' description (their cache key) has no glove_case entry."""
     made = augmenter(marker_tokenizers[kind], None, glove_file, candidates="glove", top_k=5,
                      copies=30, p_replace=0.6)
     assert made.keeps_case and made.describe()["glove_case"] == "the word's"

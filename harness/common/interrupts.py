@@ -3,11 +3,11 @@
 Python turns SIGINT into a KeyboardInterrupt wherever the interpreter happens to be.  When
 that is inside a callback the interpreter runs on its own (a weak reference's, an object's
 finaliser), it prints "Exception ignored in ..." and carries on: the command goes on
-training as if nothing was pressed.  Under ``accelerate launch`` that happened to both
-processes of a two-process run in the tests, which then finished the run they were
-stopped in.  While :func:`catching_ctrl_c` is active, SIGINT also sets a flag, and the
-training loop calls :func:`raise_if_interrupted` at every step: a Ctrl-C that was swallowed
-stops the command at its next step."""
+training as if nothing was pressed.  Under ``accelerate launch`` it can happen to every
+process of a run, which then finishes the run it was stopped in and records it.  While
+:func:`catching_ctrl_c` is active, SIGINT also sets a flag, and the training loop calls
+:func:`raise_if_interrupted` at every step: a Ctrl-C that was swallowed stops the command
+at its next step."""
 
 from __future__ import annotations
 
