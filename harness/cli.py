@@ -50,8 +50,7 @@ if TYPE_CHECKING:
     from harness.experiments.tracking import Tracking
     from harness.experiments.tuning import UnexpectedError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Benchmark and ablation harness for knowledge distillation on GLUE.")
+app = typer.Typer(add_completion=False, no_args_is_help=True)
 data_app = typer.Typer(no_args_is_help=True, help="GLUE data: check a local copy, or fetch one.")
 app.add_typer(data_app, name="data")
 app.add_typer(bench_app, name="bench")

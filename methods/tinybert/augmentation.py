@@ -499,20 +499,20 @@ class ContextualAugmenter:
                 self._mlm_candidates(mlm_jobs, progress)
             mlm_seconds += time.perf_counter() - clock
             clock = time.perf_counter()
-            neighbours = self.glove.nearest(glove_needed, self.params.top_k)
+            neighbours = {word: self.glove_candidates(word, found) for word, found in
+                          self.glove.nearest(glove_needed, self.params.top_k).items()}
             glove_seconds += time.perf_counter() - clock
             mlm_words += len(set(mlm_jobs))
             glove_words += len(glove_needed)
 
             def lookup(text: str, position: int,
-                       neighbours: dict[str, list[str]] = neighbours) -> Sequence[str]:
+                       neighbours: dict[str, tuple[str, ...]] = neighbours) -> Sequence[str]:
                 sentence = self._sentence(text)
                 if not sentence.eligible[position]:
                     return ()
                 if self._uses_mlm(sentence, position):
                     return self._mlm_memo[(text, position)]
-                word = sentence.words[position]
-                return self.glove_candidates(word, neighbours[word])
+                return neighbours[sentence.words[position]]
 
             for offset, (example, per_field) in enumerate(zip(chunk, draws, strict=True)):
                 out.extend(self._assemble(start + offset, example, per_field, lookup))
