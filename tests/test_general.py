@@ -289,6 +289,33 @@ def test_general_distillation_on_sentence_pairs_is_its_own_checkpoint(
     assert general["corpus_sequences"] >= corpus.units
 
 
+def test_a_general_checkpoint_written_on_a_gpu_loads_on_a_machine_without_one(
+        tmp_path, monkeypatch):
+    """General distillation is the step worth a GPU; its checkpoint then starts students on
+    CPU machines too.  The files here are written as a GPU's tensors are (storages tagged
+    cuda:0), which torch.load cannot place on a machine without CUDA unless told where."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
+                        num_attention_heads=2, intermediate_size=32)
+    torch.manual_seed(0)
+    trained = BertForSequenceClassification(config)
+    body = {name: value for name, value in trained.state_dict().items()
+            if name.startswith("bert.")}
+    extra = torch.nn.ModuleDict({"proj": torch.nn.Linear(16, 32)})
+    with monkeypatch.context() as patched:
+        patched.setattr(torch.serialization, "location_tag", lambda storage: "cuda:0")
+        torch.save(body, tmp_path / "student_body.pt")
+        torch.save(extra.state_dict(), tmp_path / "extra.pt")
+    torch.manual_seed(1)
+    student = BertForSequenceClassification(config)
+    fresh_extra = torch.nn.ModuleDict({"proj": torch.nn.Linear(16, 32)})
+    SuiteRunner._load_general(student, fresh_extra, tmp_path)
+    for name, value in body.items():
+        assert torch.equal(student.state_dict()[name], value), name
+    assert torch.equal(fresh_extra.proj.weight, extra.proj.weight)
+
+
 def test_loading_the_general_body_copies_it_and_keeps_a_fresh_head(
         tmp_path, tiny_data_dir, tiny_teacher_dir):
     suite = tiny_suite(tmp_path, tiny_data_dir, tiny_teacher_dir)

@@ -699,7 +699,8 @@ class SuiteRunner(RunPlanner):
                     tracker.end_stage(results[-1].steps)
                     student = self.accelerator.unwrap_model(student)
                 prefix = getattr(student, "base_model_prefix", "")
-                body = {name: tensor for name, tensor in student.state_dict().items()
+                # Saved from the CPU: a checkpoint built on a GPU then loads on any machine.
+                body = {name: tensor.cpu() for name, tensor in student.state_dict().items()
                         if not prefix or name.startswith(f"{prefix}.")}
                 summary = {
                     "corpus_sentences": len(corpus),
@@ -718,7 +719,8 @@ class SuiteRunner(RunPlanner):
                                                            "student": context.shape_name},
                                           made_from=method.general_made_from()) as scratch:
                         torch.save(body, scratch / "student_body.pt")
-                        torch.save(self.accelerator.unwrap_model(extra).state_dict(),
+                        torch.save({name: tensor.cpu() for name, tensor in
+                                    self.accelerator.unwrap_model(extra).state_dict().items()},
                                    scratch / "extra.pt")
                         (scratch / "summary.json").write_text(json.dumps(summary, indent=2))
                     for checkpoint in partial.values():
@@ -738,7 +740,7 @@ class SuiteRunner(RunPlanner):
     def _load_general(student: torch.nn.Module, extra: torch.nn.Module, path: Path) -> None:
         """Copy the general student body (and the projections whose shapes match) in; the
         task head stays freshly initialised."""
-        body = torch.load(path / "student_body.pt", weights_only=True)
+        body = torch.load(path / "student_body.pt", map_location="cpu", weights_only=True)
         missing, unexpected = student.load_state_dict(body, strict=False)
         if unexpected:
             raise ValueError(f"general checkpoint {path} does not fit this student: "
@@ -747,7 +749,7 @@ class SuiteRunner(RunPlanner):
         body_missing = [name for name in missing if prefix and name.startswith(f"{prefix}.")]
         if body_missing:
             raise ValueError(f"general checkpoint {path} lacks {body_missing[:5]}")
-        saved_extra = torch.load(path / "extra.pt", weights_only=True)
+        saved_extra = torch.load(path / "extra.pt", map_location="cpu", weights_only=True)
         own = extra.state_dict()
         extra.load_state_dict({name: value for name, value in saved_extra.items()
                                if name in own and own[name].shape == value.shape}, strict=False)
