@@ -81,10 +81,11 @@ def settings(**changes) -> TrainBenchSettings:
     return TrainBenchSettings(**{**values, **changes})
 
 
-def minimal_for(setup: BenchSetup, config: TrainConfig) -> MinimalLoop:
+def minimal_for(setup: BenchSetup, config: TrainConfig,
+                device: torch.device) -> MinimalLoop:
     return MinimalLoop(copy.deepcopy(setup.teacher), copy.deepcopy(setup.student),
                        copy.deepcopy(setup.extra), setup.mapping, setup.lambdas, setup.weights,
-                       config, torch.device("cpu"), seed=0)
+                       config, device, seed=0)
 
 
 def test_minimal_loop_step_equals_the_harness_engine_step():
@@ -93,9 +94,10 @@ def test_minimal_loop_step_equals_the_harness_engine_step():
     setup = tiny_setup()
     chosen = settings()
     config = stage_config(setup, chosen)
-    minimal = minimal_for(setup, config)
-    interleaver = Interleaver(0, 1, 1, {"minimal": minimal.run}, torch.device("cpu"), seed=0)
-    harness_losses = run_harness(setup, config, interleaver, Accelerator(), seed=0)
+    accelerator = Accelerator()  # both loops on its device, as `harness bench train` runs them
+    minimal = minimal_for(setup, config, accelerator.device)
+    interleaver = Interleaver(0, 1, 1, {"minimal": minimal.run}, accelerator.device, seed=0)
+    harness_losses = run_harness(setup, config, interleaver, accelerator, seed=0)
     minimal.close()
 
     assert len(interleaver.batches) == 1
@@ -113,7 +115,7 @@ def test_minimal_loop_step_equals_the_harness_engine_step():
                                    rtol=1e-5, atol=1e-6, msg=name)
     # The step did train: the student moved away from its copy's starting weights.
     fresh = tiny_setup()
-    assert not torch.equal(setup.student.bert.embeddings.word_embeddings.weight,
+    assert not torch.equal(setup.student.bert.embeddings.word_embeddings.weight.cpu(),
                            fresh.student.bert.embeddings.word_embeddings.weight)
     # and the engine's method is left as it was (no instrumentation behind).
     assert "prepare_batch" not in vars(setup.method)
@@ -177,7 +179,7 @@ def test_textbrewer_side_matches_the_minimal_loop(tmp_path):
         return
     setup = tiny_setup()
     config = stage_config(setup, chosen)
-    minimal = minimal_for(setup, config)
+    minimal = minimal_for(setup, config, torch.device("cpu"))
     batch = minimal_batch(setup)
     minimal.run([batch])
     minimal.close()

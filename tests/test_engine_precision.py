@@ -44,13 +44,16 @@ def one_step(precision: str) -> list[torch.Tensor]:
 
 def test_an_fp16_step_updates_the_weights_an_fp32_step_does():
     """Adam's first update is about lr times the gradient's sign: a gradient that fp16
-    rounded to zero leaves its weight where it was.  Unscaled, a third of them did here."""
+    rounded to zero leaves its weight exactly where it was.  Unscaled, 27% of the weights
+    an fp32 step moves stayed put here.  The test counts those, not every difference: fp16
+    arithmetic can flip the sign of a gradient near zero, and on a GPU it does so for many
+    weights whatever the loss scale."""
     exact = torch.cat([change.flatten() for change in one_step("no")])
     half = torch.cat([change.flatten() for change in one_step("fp16")])
     moved = exact.abs() > LR / 2
     assert moved.sum() > 500
-    differs = (half[moved] - exact[moved]).abs() > LR / 10
-    assert differs.float().mean() < 0.01
+    stayed = half[moved] == 0
+    assert stayed.float().mean() < 0.01
 
 
 @pytest.mark.parametrize("precision", ["auto", "fp32", "bf"])

@@ -39,17 +39,25 @@ folder, task_name, data_dir, remote = sys.argv[1], sys.argv[2], sys.argv[3], sys
 task = get_task(task_name)
 dev = load_task(task_name, data_dir=data_dir).splits["dev"]
 code = {"trust_remote_code": True} if remote else {}
-model = AutoModelForSequenceClassification.from_pretrained(folder, **code).eval()
 tokenizer = AutoTokenizer.from_pretrained(folder, **code)
-logits = []
-with torch.no_grad():
-    for start in range(0, len(dev), 16):
-        rows = dev[start:start + 16]
-        batch = tokenizer(rows["text_a"], rows["text_b"] if task.is_pair else None,
-                          truncation=True, padding=True, return_tensors="pt")
-        logits.append(model(**batch).logits)
-scores = TaskEvaluator(task).score(torch.cat(logits).numpy(), np.asarray(dev["label"]))
-print(json.dumps({"score": scores[task.main_metric], "class": type(model).__name__}))
+
+
+def score(attention):
+    model = AutoModelForSequenceClassification.from_pretrained(
+        folder, attn_implementation=attention, **code).eval()
+    logits = []
+    with torch.no_grad():
+        for start in range(0, len(dev), 16):
+            rows = dev[start:start + 16]
+            batch = tokenizer(rows["text_a"], rows["text_b"] if task.is_pair else None,
+                              truncation=True, padding=True, return_tensors="pt")
+            logits.append(model(**batch).logits)
+    scores = TaskEvaluator(task).score(torch.cat(logits).numpy(), np.asarray(dev["label"]))
+    return scores[task.main_metric], type(model).__name__
+
+
+plain, name = score("sdpa")
+print(json.dumps({"score": plain, "eager_score": score("eager")[0], "class": name}))
 """
 
 
@@ -101,9 +109,13 @@ def test_an_exported_student_scores_the_record_in_a_fresh_process(
         assert config["id2label"] == {"0": "entailment", "1": "not_entailment"}
     remote = pooling != "pooler"
     scored = _score_in_fresh_process(out, task, tiny_data_dir, remote)
-    # float32 logits from other batch compositions differ in the last bits; a Pearson score
-    # moves by ~1e-7 with them, a wrong model by far more
-    assert scored["score"] == pytest.approx(record.main_score, rel=1e-6, abs=1e-6)
+    # The record's score may come from other kernels (a GPU's, another batch composition),
+    # which change float32 logits in their last bits.  This tiny student's STS-B predictions
+    # spread over ~1e-5, so those bits move its Pearson by ~1e-3 (on a GPU: 9.4e-4); the
+    # gap between two attention kernels in the fresh process measures that noise.  A wrong
+    # model misses by points.
+    noise = abs(scored["score"] - scored["eager_score"])
+    assert scored["score"] == pytest.approx(record.main_score, rel=1e-6, abs=max(1e-6, 10 * noise))
     if remote:
         # a mean-pooled head is not a stock BERT: without its code the folder refuses to load
         assert config["model_type"] == "pooled_bert" and scored["class"] == \

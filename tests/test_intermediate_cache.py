@@ -184,20 +184,25 @@ def _live_view_under_bf16_training(precision: str | None) -> TeacherView:
     student, _ = student_for(method)
     runtime = TeacherRuntime(model=tiny_teacher(), precision=precision)
     view = TeacherView()
+    accelerator = Accelerator()  # the stage runs the teacher on its device, as the engine
     with ExitStack() as stack:
-        fill = runtime.open_stage(method, stage, student, tiny_split(), Accelerator(), stack,
+        fill = runtime.open_stage(method, stage, student, tiny_split(), accelerator, stack,
                                   live_logits=False)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            fill(batch_of(tiny_split(), range(6)), view)
+        with torch.autocast(accelerator.device.type, dtype=torch.bfloat16):
+            fill(on_device(batch_of(tiny_split(), range(6)), accelerator.device), view)
     return view
+
+
+def on_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {name: value.to(device) for name, value in batch.items()}
 
 
 def test_live_teacher_computes_in_its_inference_precision_not_the_students():
     reference = _live_view_under_bf16_training(None)  # the stage's autocast: bf16
-    with torch.autocast("cpu", enabled=False):
-        fp32 = _live_view_under_bf16_training("fp32")
-    teacher = tiny_teacher()
-    batch = batch_of(tiny_split(), range(6))
+    fp32 = _live_view_under_bf16_training("fp32")
+    device = Accelerator().device
+    teacher = tiny_teacher().to(device)
+    batch = on_device(batch_of(tiny_split(), range(6)), device)
     with torch.no_grad():
         plain = teacher(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                         token_type_ids=batch["token_type_ids"], output_hidden_states=True)
@@ -229,6 +234,7 @@ def test_cached_rows_equal_the_live_forward_in_fp16_and_the_size_is_known_before
     messages: list[str] = []
     cached = prepare_intermediates(request(tmp_path, log=messages.append), teacher, split,
                                    layers, Accelerator())
+    teacher.cpu()  # it ran on the accelerator's device; the live forward below runs here
     expected = estimate_bytes(split.lengths, layers, TEACHER_HIDDEN, HEADS)
     assert cached.bytes == expected["total"]  # the size reported before writing
     assert len(entries(tmp_path)) == 5  # one per output and layer
