@@ -184,7 +184,7 @@ def _live_view_under_bf16_training(precision: str | None) -> TeacherView:
     student, _ = student_for(method)
     runtime = TeacherRuntime(model=tiny_teacher(), precision=precision)
     view = TeacherView()
-    accelerator = Accelerator()  # the stage runs the teacher on its device, as the engine
+    accelerator = Accelerator()  # the stage puts the teacher on its device, as in a run
     with ExitStack() as stack:
         fill = runtime.open_stage(method, stage, student, tiny_split(), accelerator, stack,
                                   live_logits=False)
