@@ -34,7 +34,7 @@ from harness.teacher.outputs import (
     live_teacher_outputs,
     prepare_intermediates,
 )
-from harness.training.engine import train_stage
+from harness.training.engine import _to_device, train_stage
 
 VOCAB, HEADS, TEACHER_LAYERS, TEACHER_HIDDEN = 60, 4, 4, 32
 TASK = get_task("rte")
@@ -189,12 +189,8 @@ def _live_view_under_bf16_training(precision: str | None) -> TeacherView:
         fill = runtime.open_stage(method, stage, student, tiny_split(), accelerator, stack,
                                   live_logits=False)
         with torch.autocast(accelerator.device.type, dtype=torch.bfloat16):
-            fill(on_device(batch_of(tiny_split(), range(6)), accelerator.device), view)
+            fill(_to_device(batch_of(tiny_split(), range(6)), accelerator.device), view)
     return view
-
-
-def on_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
-    return {name: value.to(device) for name, value in batch.items()}
 
 
 def test_live_teacher_computes_in_its_inference_precision_not_the_students():
@@ -202,7 +198,7 @@ def test_live_teacher_computes_in_its_inference_precision_not_the_students():
     fp32 = _live_view_under_bf16_training("fp32")
     device = Accelerator().device
     teacher = tiny_teacher().to(device)
-    batch = on_device(batch_of(tiny_split(), range(6)), device)
+    batch = _to_device(batch_of(tiny_split(), range(6)), device)
     with torch.no_grad():
         plain = teacher(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                         token_type_ids=batch["token_type_ids"], output_hidden_states=True)
