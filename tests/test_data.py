@@ -449,6 +449,41 @@ def test_another_task_s_glue_file_is_refused(tmp_path: Path, task: str, folder: 
     assert f"the header of {owner}'s files" in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("owner", "owner_folder", "reader", "reader_folder", "rows", "extra"), [
+        ("sst2", "SST-2", "cola", "CoLA", ["sentence\tlabel", "a film \t1", "a dud \t0"],
+         "the cat sat \t1"),
+        ("rte", "RTE", "wnli", "WNLI", ["index\tsentence1\tsentence2\tlabel",
+                                        "0\ta\tb\tnot_entailment", "1\tc\td\tentailment"],
+         "2\te\tf\tentailment"),
+    ])
+def test_one_task_s_file_in_another_task_s_folder_is_refused(
+        tmp_path: Path, owner: str, owner_folder: str, reader: str, reader_folder: str,
+        rows: list[str], extra: str) -> None:
+    """SST-2's files pass as CoLA's (the lowercased variant's layout) and RTE's as
+    WNLI's: a folder filled from the wrong task is caught by being another folder's file,
+    and both tasks are refused until each holds its own."""
+    train = lines(*rows)
+    dev = lines(*rows[:2])
+    write(tmp_path, owner_folder, "train.tsv", train)
+    write(tmp_path, owner_folder, "dev.tsv", dev)
+    copied_train = write(tmp_path, reader_folder, "train.tsv", train)
+    copied_dev = write(tmp_path, reader_folder, "dev.tsv", dev)
+    with pytest.raises(DataFormatError) as info:
+        load_task(reader, data_dir=tmp_path)
+    assert [(error.path, error.line) for error in info.value.errors] \
+        == [(copied_train, None), (copied_dev, None)]
+    assert f"it is {tmp_path / owner_folder / 'train.tsv'} byte for byte" in str(info.value)
+    with pytest.raises(DataFormatError, match=f"{reader_folder}/dev.tsv byte for byte"):
+        load_task(owner, data_dir=tmp_path)
+
+    own = lines(*rows, extra)  # the reader's own rows: one more than the owner's
+    copied_train.write_bytes(own.encode())
+    copied_dev.write_bytes(own.encode())
+    assert load_task(reader, data_dir=tmp_path).splits["train"].num_rows == 3
+    assert load_task(owner, data_dir=tmp_path).splits["train"].num_rows == 2
+
+
 # --------------------------------------------------------------------------- fetch round trip
 
 

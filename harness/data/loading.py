@@ -13,9 +13,10 @@ Every file is checked against its task's schema before a row is returned: the nu
 fields, the columns the layout reads (labels in the task's label set, STS-B scores finite
 and within 0-5, the STS Benchmark's year and id columns, MRPC's ids, CoLA's source and
 judgement marks, ``idx`` / ``index`` numbering the rows), non-empty texts, unique header
-names, UTF-8, and at least one row per split.  A failure is a :class:`DataFormatError`
-naming ``file:line`` (``file: row N`` for parquet), what is wrong and what was expected;
-every problem of a file is listed, not only the first.
+names, UTF-8, at least one row per split, and no training or dev file the same bytes as
+a file in another task's folder (a folder filled from the wrong task).  A failure is a
+:class:`DataFormatError` naming ``file:line`` (``file: row N`` for parquet), what is wrong
+and what was expected; every problem of a file is listed, not only the first.
 
 A run reads the training and dev splits only: a test split's gold labels are hidden, so
 nothing in a run scores, trains on or labels it (``load_task(..., test_splits=False)``).
@@ -714,6 +715,28 @@ def _binary_scores_problem(spec: TaskSpec, labels: Sequence[int | float]) -> str
             f"(RTE's, MRPC's and QNLI's have the same columns)? Use {name}'s own file")
 
 
+def _other_task_copy_problem(spec: TaskSpec, data_dir: Path, path: Path,
+                             raw: bytes) -> str | None:
+    """Why a training or dev file is a file of another task's folder in the same data
+    folder, byte for byte (None: it is not).  SST-2's files read as CoLA's (the lowercased variant's
+    layout is SST-2's: a sentence and a 0/1 label), and RTE's and WNLI's layouts are one:
+    a folder filled from the wrong task passes every format check and trains and scores
+    as the task it sits in.  Which of the two folders is wrong is not for the loader to
+    guess, so both tasks are refused until one holds its own file."""
+    for other in GLUE_TASKS.values():
+        folder = data_dir / other.folder
+        if other.name == spec.name or not folder.is_dir():
+            continue
+        for candidate in sorted(folder.iterdir()):
+            if candidate.is_file() and candidate.stat().st_size == len(raw) \
+                    and candidate.read_bytes() == raw:
+                return (f"it is {candidate} byte for byte, a file of {other.display_name}'s "
+                        f"folder: one of the two tasks holds the other's file, which would "
+                        f"train and score as the task whose folder it is in without a "
+                        f"word; put each task's own files in its folder")
+    return None
+
+
 def _check_index(raw: str, position: int, path: Path, line: int, unit: str) -> None:
     """An ``idx`` / ``index`` field numbers the rows from 0 (GLUE's files and their
     exports): a row whose number is not its position was moved, or a field swapped."""
@@ -800,9 +823,11 @@ def _load_local(
         texts: list[tuple[str, ...]] = []
         labels: list[int | float] = []
         parts: list[_SplitRows] = []
+        raws: list[bytes] = []
         first_row: int | None = 0  # the next shard's first row number (None: unknown)
         for path in paths:
             raw = path.read_bytes()
+            raws.append(raw)
             digest.update(raw)
             try:
                 part = _read_split_file(spec, path, raw, is_test=split in spec.test_splits,
@@ -818,6 +843,12 @@ def _load_local(
             labels += part.labels
             first_row = None if first_row is None else first_row + len(part.labels)
         if len(parts) < len(paths):
+            continue
+        copies = [] if split in spec.test_splits else [
+            DataFormatError(path, None, problem) for path, raw in zip(paths, raws, strict=True)
+            if (problem := _other_task_copy_problem(spec, data_dir, path, raw)) is not None]
+        if copies:
+            failures += copies
             continue
         if split not in spec.test_splits \
                 and (problem := _binary_scores_problem(spec, labels)) is not None:
