@@ -27,6 +27,8 @@ from harness.reporting.report import (
     display_published,
     efficiency_table,
     format_cell,
+    general_builds,
+    general_lines,
     leaderboard,
     other_metrics_above_baseline,
     published_board,
@@ -436,6 +438,46 @@ def test_runs_that_read_different_teachers_are_named(store, tmp_path):
     assert named in (tmp_path / "mixed" / "leaderboard.html").read_text()
     assert f"  {named}" in result.summary
     assert any(line.startswith("WARNING: the runs of a task") for line in result.summary)
+
+
+def test_runs_that_read_different_builds_of_one_general_checkpoint_are_named(store, tmp_path):
+    """Narrow rows start from one general checkpoint (one cache key) to compare their task
+    stages on equal footing; the same general distillation on another CPU family ends with
+    other weights (final loss 2.9106469 against 2.9106429), and the report says which rows
+    read which build. One build in every run is no warning."""
+    records = ResultsStore(store)
+    key = "4a69baef" + "0" * 56
+
+    def started_from(method: str, total: float) -> None:
+        folder = records.record_path("glue-cpu", method, "mrpc", "any").parent
+        for path in folder.glob("*.json"):
+            document = json.loads(path.read_text())
+            document["general_distillation"] = {
+                "key": key, "final_losses": {"hidden": 0.39887, "total": total}}
+            path.write_text(json.dumps(document))
+
+    started_from("kd", 2.9106469)
+    started_from("finetune", 2.9106429)
+    _, found = collect_runs(suite(), store)
+    assert [(build.total_loss, build.runs, build.rows) for build in general_builds(found)[key]] \
+        == [(2.9106429, 3, ("finetune",)), (2.9106469, 3, ("kd",))]
+
+    result = build_report(suite(), store, tmp_path / "builds", figures=False,
+                          log=lambda _: None)
+    named = ("general checkpoint 4a69baef: 2 BUILDS across runs: final loss 2.9106429 in 3 "
+             "runs (finetune); final loss 2.9106469 in 3 runs (kd)")
+    markdown = (tmp_path / "builds" / "leaderboard.md").read_text()
+    assert "**Warning:** runs below that start from one general checkpoint" in markdown
+    assert f"- {named}" in markdown
+    assert named in (tmp_path / "builds" / "leaderboard.html").read_text()
+    assert f"  {named}" in result.summary
+
+    started_from("kd", 2.9106429)  # kd re-run from finetune's build
+    _, found = collect_runs(suite(), store)
+    assert general_lines(general_builds(found)) == []
+    result = build_report(suite(), store, tmp_path / "one", figures=False, log=lambda _: None)
+    assert not any("general checkpoint" in line for line in result.summary)
+    assert "BUILDS" not in (tmp_path / "one" / "leaderboard.md").read_text()
 
 
 def test_the_revision_is_marked_when_the_reports_inputs_differ_from_it(tmp_path):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 import subprocess
 from collections import Counter
 from collections.abc import Callable
@@ -358,6 +359,60 @@ def teacher_lines(groups: dict[str, list[TeacherGroup]]) -> list[str]:
             for task, found in groups.items() if len(found) > 1]
 
 
+GENERAL_WARNING = (
+    "runs below that start from one general checkpoint (one cache key) read different builds "
+    "of it: the key names the recipe, not the weights, and the same general distillation "
+    "run again on another CPU, a GPU or after a change in the arithmetic ends with other "
+    "weights (told apart here by its final losses; a rebuild on the same kind of machine "
+    "usually repeats them to the last bit). A row's seeds, or rows that share a general "
+    "checkpoint to compare their task stages on equal footing, then started from different "
+    "weights. Re-run the runs of one build from the other's cache entry (the cache directory "
+    "carries between machines), or keep one machine family's runs in a store.")
+
+
+@dataclass(frozen=True)
+class GeneralBuild:
+    """The runs that started from one build of a general checkpoint, told apart by the
+    final losses of its distillation: the committed glue-cpu builds made on one AVX2
+    machine type repeat them to the last bit, while a build on a CPU with AVX512 differs
+    from them in the seventh digit (and, over a long random-body distillation, in the
+    third)."""
+
+    key: str
+    total_loss: float | None
+    runs: int
+    rows: tuple[str, ...]
+
+
+def general_builds(records: dict[str, RunRecord]) -> dict[str, list[GeneralBuild]]:
+    """Per general checkpoint key, the builds the records started from."""
+    found: dict[str, dict[str, list[RunRecord]]] = {}
+    for record in records.values():
+        general = record.general_distillation or {}
+        if "key" in general:
+            build = json.dumps(general.get("final_losses") or {}, sort_keys=True)
+            found.setdefault(general["key"], {}).setdefault(build, []).append(record)
+    return {key: [GeneralBuild(key=key, total_loss=json.loads(build).get("total"),
+                               runs=len(group),
+                               rows=tuple(sorted({record.method for record in group})))
+                  for build, group in sorted(builds.items())]
+            for key, builds in sorted(found.items())}
+
+
+def general_lines(builds: dict[str, list[GeneralBuild]]) -> list[str]:
+    """One line per general checkpoint whose runs read more than one build (empty when
+    none did)."""
+    def described(build: GeneralBuild) -> str:
+        loss = ("no final loss recorded" if build.total_loss is None
+                else f"final loss {build.total_loss:.9g}")
+        runs = f"{build.runs} run{'' if build.runs == 1 else 's'}"
+        return f"{loss} in {runs} ({', '.join(build.rows)})"
+
+    return [f"general checkpoint {key[:8]}: {len(found)} BUILDS across runs: "
+            + "; ".join(described(build) for build in found)
+            for key, found in builds.items() if len(found) > 1]
+
+
 LEADERBOARD_BATCHES = (1, 32)
 """The batch sizes of the leaderboard's latency and throughput columns."""
 
@@ -556,6 +611,8 @@ class ReportInputs:
     shares: pd.DataFrame = field(default_factory=pd.DataFrame)
     teachers: dict[str, list[TeacherGroup]] = field(default_factory=dict)
     """Per task, the teachers its runs read (:func:`teacher_groups`)."""
+    general: dict[str, list[GeneralBuild]] = field(default_factory=dict)
+    """Per general checkpoint key, the builds its runs read (:func:`general_builds`)."""
 
 
 @dataclass
@@ -879,6 +936,7 @@ def _header(inputs: ReportInputs, command: str, grid: bool, results: Path) -> di
         "teacher": ", ".join(teacher),
         "teacher_scores": teacher_scores,
         "teacher_warnings": teacher_lines(groups),
+        "general_warnings": general_lines(inputs.general),
         "missing_cells": inputs.runs.attrs.get("missing_cells"),
         "not_current": inputs.runs.attrs.get("not_current", []),
         "data": f"{' / '.join(sorted(folders))} GLUE files; content fingerprints: "
@@ -933,6 +991,9 @@ def _markdown(inputs: ReportInputs, header: dict[str, Any], figure_list: list[tu
     if header["teacher_warnings"]:
         lines += [f"**Warning:** {TEACHER_WARNING}", "",
                   *[f"- {line}" for line in header["teacher_warnings"]], ""]
+    if header["general_warnings"]:
+        lines += [f"**Warning:** {GENERAL_WARNING}", "",
+                  *[f"- {line}" for line in header["general_warnings"]], ""]
     if header["missing_cells"]:
         lines += [f"**Warning:** {header['missing_cells']}: their rows and tasks are left "
                   "out below (`harness grid --dry-run` lists them).", ""]
@@ -1089,7 +1150,8 @@ def _html(inputs: ReportInputs, header: dict[str, Any], figure_list: list[tuple[
         if inputs.orderings else "",
         shares=table(inputs.shares, "shares") if not inputs.shares.empty else "",
         orderings_note=ORDERINGS_NOTE, shares_note=SHARES_NOTE,
-        teacher_warning=TEACHER_WARNING, not_current_warning=NOT_CURRENT_WARNING,
+        teacher_warning=TEACHER_WARNING, general_warning=GENERAL_WARNING,
+        not_current_warning=NOT_CURRENT_WARNING,
         images=images, escape=html.escape)
 
 
@@ -1157,7 +1219,8 @@ def build_report(config: SuiteConfig, results: Path, out: Path, *, grid: bool = 
                           orderings=check_orderings(runs, config.paper_orderings),
                           shares=shares_table(board, grid_shares(config) if grid
                                               else config.paper_shares),
-                          teachers=teacher_groups(records, config.tasks))
+                          teachers=teacher_groups(records, config.tasks),
+                          general=general_builds(records))
     out.mkdir(parents=True, exist_ok=True)
     figure_list = make_figures(inputs, results, out, log) if figures else []
     header = _header(inputs, command, grid, results)
@@ -1195,6 +1258,9 @@ def terminal_summary(inputs: ReportInputs) -> list[str]:
     warnings = teacher_lines(inputs.teachers)
     if warnings:
         lines += [f"WARNING: {TEACHER_WARNING}", *[f"  {line}" for line in warnings], ""]
+    builds = general_lines(inputs.general)
+    if builds:
+        lines += [f"WARNING: {GENERAL_WARNING}", *[f"  {line}" for line in builds], ""]
     not_current = inputs.runs.attrs.get("not_current", [])
     if not_current:
         lines += [f"WARNING: {NOT_CURRENT_WARNING}", *[f"  {line}" for line in not_current],
