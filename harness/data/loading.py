@@ -718,11 +718,11 @@ def _binary_scores_problem(spec: TaskSpec, labels: Sequence[int | float]) -> str
 def _other_task_copy_problem(spec: TaskSpec, data_dir: Path, path: Path,
                              raw: bytes) -> str | None:
     """Why a training or dev file is a file of another task's folder in the same data
-    folder, byte for byte (None: it is not).  SST-2's files read as CoLA's (the lowercased variant's
-    layout is SST-2's: a sentence and a 0/1 label), and RTE's and WNLI's layouts are one:
-    a folder filled from the wrong task passes every format check and trains and scores
-    as the task it sits in.  Which of the two folders is wrong is not for the loader to
-    guess, so both tasks are refused until one holds its own file."""
+    folder, byte for byte (None: it is not).  SST-2's files read as CoLA's (the lowercased
+    variant's layout is SST-2's: a sentence and a 0/1 label), and RTE's and WNLI's layouts
+    are one: a folder filled from the wrong task passes every format check and trains and
+    scores as the task it sits in.  Which of the two folders is wrong is not for the
+    loader to guess, so both tasks are refused until one holds its own file."""
     for other in GLUE_TASKS.values():
         folder = data_dir / other.folder
         if other.name == spec.name or not folder.is_dir():

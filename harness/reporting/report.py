@@ -378,7 +378,6 @@ class GeneralBuild:
     from them in the seventh digit (and, over a long random-body distillation, in the
     third)."""
 
-    key: str
     total_loss: float | None
     runs: int
     rows: tuple[str, ...]
@@ -392,8 +391,7 @@ def general_builds(records: dict[str, RunRecord]) -> dict[str, list[GeneralBuild
         if "key" in general:
             build = json.dumps(general.get("final_losses") or {}, sort_keys=True)
             found.setdefault(general["key"], {}).setdefault(build, []).append(record)
-    return {key: [GeneralBuild(key=key, total_loss=json.loads(build).get("total"),
-                               runs=len(group),
+    return {key: [GeneralBuild(total_loss=json.loads(build).get("total"), runs=len(group),
                                rows=tuple(sorted({record.method for record in group})))
                   for build, group in sorted(builds.items())]
             for key, builds in sorted(found.items())}
