@@ -17,6 +17,8 @@ from harness.bench.efficiency import latest_bench
 from harness.reporting.report import (
     collect_runs,
     efficiency_table,
+    general_builds,
+    general_lines,
     leaderboard,
     teacher_name,
     teacher_parameters,
@@ -98,3 +100,25 @@ def test_readme_leaderboard_is_the_grid_report():
     rewritten = script.rewritten(script.rewritten(readme, script.leaderboard_table()),
                                  script.ablation_table(), script.ABLATION)
     assert rewritten == readme, "README.md's tables are stale: run `make report`"
+
+
+@pytest.mark.integration
+def test_the_narrow_rows_of_the_grid_read_one_build_of_their_general_checkpoint():
+    """kd and finetune on the narrow student start from tinybert's general checkpoint
+    (``init_from: tinybert``) so that the narrow rows compare their task stages from the
+    same weights. The cache key names the recipe, not the weights: a cell re-run on a CPU
+    that builds the checkpoint otherwise lands with another build, which `harness report`
+    names and this refuses."""
+    config = load_suite("glue-cpu")
+    sharing = {"tinybert"} | {method for method in config.methods
+                              if config.recipe(method).init_from == "tinybert"}
+    assert {"kd", "finetune"} <= sharing
+    _, records = collect_runs(config, RESULTS, grid=True)
+    narrow = {run_id: record for run_id, record in records.items()
+              if record.method in sharing}
+    assert len(narrow) == 15 * len(sharing)
+    builds = general_builds(narrow)
+    assert len(builds) == 1, f"the narrow rows read {len(builds)} general checkpoints"
+    [found] = builds.values()
+    assert len(found) == 1, general_lines(builds)
+    assert set(found[0].rows) == sharing
