@@ -373,10 +373,10 @@ GENERAL_WARNING = (
 @dataclass(frozen=True)
 class GeneralBuild:
     """The runs that started from one build of a general checkpoint, told apart by the
-    final losses of its distillation: the committed glue-cpu builds made on one AVX2
-    machine type repeat them to the last bit, while a build on a CPU with AVX512 differs
-    from them in the seventh digit (and, over a long random-body distillation, in the
-    third)."""
+    final losses of its distillation: in the committed glue-cpu records, builds made
+    again on one kind of CPU repeat them to the last bit, while a build on a CPU with
+    AVX512-BF16 differs from one without it in the seventh digit (and, over a long
+    random-body distillation, in the third)."""
 
     total_loss: float | None
     runs: int
