@@ -373,10 +373,10 @@ GENERAL_WARNING = (
 @dataclass(frozen=True)
 class GeneralBuild:
     """The runs that started from one build of a general checkpoint, told apart by the
-    final losses of its distillation: in the committed glue-cpu records, builds made
-    again on one kind of CPU repeat them to the last bit, while a build on a CPU with
-    AVX512-BF16 differs from one without it in the seventh digit (and, over a long
-    random-body distillation, in the third)."""
+    final losses of its distillation: other losses are other weights, and a build made
+    again with the same arithmetic repeats them to the last bit (in the committed glue-cpu
+    records, builds on a CPU with AVX512-BF16 and on one without it differ from the
+    seventh digit on)."""
 
     total_loss: float | None
     runs: int
