@@ -18,6 +18,7 @@ from harness.api.method import TeacherLayers, TeacherView
 from harness.api.registry import instantiate
 from harness.api.students import classifier_config
 from harness.common.cache import ArtifactCache
+from harness.common.devices import batch_to_device
 from harness.config.schema import MethodRecipe, StudentConfig, TrainConfig
 from harness.data.features import EncodedSplit, PaddingCollator
 from harness.data.metrics import TaskEvaluator
@@ -34,7 +35,7 @@ from harness.teacher.outputs import (
     live_teacher_outputs,
     prepare_intermediates,
 )
-from harness.training.engine import _to_device, train_stage
+from harness.training.engine import train_stage
 
 VOCAB, HEADS, TEACHER_LAYERS, TEACHER_HIDDEN = 60, 4, 4, 32
 TASK = get_task("rte")
@@ -189,7 +190,7 @@ def _live_view_under_bf16_training(precision: str | None) -> TeacherView:
         fill = runtime.open_stage(method, stage, student, tiny_split(), accelerator, stack,
                                   live_logits=False)
         with torch.autocast(accelerator.device.type, dtype=torch.bfloat16):
-            fill(_to_device(batch_of(tiny_split(), range(6)), accelerator.device), view)
+            fill(batch_to_device(batch_of(tiny_split(), range(6)), accelerator.device), view)
     return view
 
 
@@ -198,7 +199,7 @@ def test_live_teacher_computes_in_its_inference_precision_not_the_students():
     fp32 = _live_view_under_bf16_training("fp32")
     device = Accelerator().device
     teacher = tiny_teacher().to(device)
-    batch = _to_device(batch_of(tiny_split(), range(6)), device)
+    batch = batch_to_device(batch_of(tiny_split(), range(6)), device)
     with torch.no_grad():
         plain = teacher(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                         token_type_ids=batch["token_type_ids"], output_hidden_states=True)

@@ -44,6 +44,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from harness.common.devices import batch_to_device
 from harness.common.files import write_json_atomic
 from harness.common.flops import count_flops
 from harness.common.precision import auto_precision, native_bf16
@@ -180,7 +181,7 @@ def _bert_inputs(vocab_size: int, type_vocab_size: int | None
         inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
         if type_vocab_size:
             inputs["token_type_ids"] = torch.zeros_like(ids)
-        return {key: value.to(device) for key, value in inputs.items()}
+        return batch_to_device(inputs, device)
     return make
 
 

@@ -48,6 +48,7 @@ from harness.api.method import (
     stage_layers,
 )
 from harness.common.cache import ArtifactCache, content_hash
+from harness.common.devices import batch_to_device
 from harness.data.features import (
     BucketBatchSampler,
     EncodedSplit,
@@ -341,7 +342,7 @@ def _build(request: IntermediateCacheRequest, missing: dict[tuple[str, int], str
                        if build.scores else None)
             stack.enter_context(torch.inference_mode())
             for rows in BucketBatchSampler(lengths, request.batch_size, shuffle=False):
-                batch = {name: value.to(device) for name, value in collate(rows).items()}
+                batch = batch_to_device(collate(rows), device)
                 with _autocast(device, request.precision):
                     found = forward_to_depth(model, batch, build.hidden, build.depth)
                 tensors = {("hidden", n): found[n] for n in build.hidden}

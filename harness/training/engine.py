@@ -36,6 +36,7 @@ from transformers import get_linear_schedule_with_warmup
 
 from harness.api.method import Method, Stage, StepInputs, TeacherView
 from harness.common.cache import ArtifactCache
+from harness.common.devices import batch_to_device
 from harness.common.interrupts import raise_if_interrupted
 from harness.common.progress import progress_bar
 from harness.config.schema import TrainConfig
@@ -256,10 +257,6 @@ def _loader(split: EncodedSplit, sampler: BucketBatchSampler, accelerator: Accel
     return DataLoader(range(len(split)), batch_sampler=sampler, collate_fn=share)
 
 
-def _to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
-    return {name: value.to(device) for name, value in batch.items()}
-
-
 def _average_gradients(parameters: list[nn.Parameter], accelerator: Accelerator) -> None:
     """Average ``parameters``' gradients over the processes (one collective), as DDP does
     for the modules it wraps.  A parameter without a gradient on every process keeps none
@@ -306,7 +303,7 @@ def predict_logits(model: nn.Module, split: EncodedSplit, accelerator: Accelerat
     for batch, rows, own in loader:
         raise_if_interrupted()
         bar.update(1)
-        batch = _to_device(batch, accelerator.device)
+        batch = batch_to_device(batch, accelerator.device)
         with autocast(accelerator, precision):
             logits = forward(batch).logits.float()
         indices = batch["row"]
@@ -462,7 +459,7 @@ def train_stage(
                 saved = None
             for batch_index, (batch, rows, own) in enumerate(batches, start=resume_batch):
                 raise_if_interrupted()  # a Ctrl-C Python swallowed stops the stage here
-                batch = _to_device(batch, accelerator.device)
+                batch = batch_to_device(batch, accelerator.device)
                 batch = method.prepare_batch(batch, stage, batch_generator)
                 with autocast(accelerator, config.mixed_precision):
                     view = TeacherView()
