@@ -253,3 +253,20 @@ def test_a_word2vec_header_after_blank_lines_is_a_header(tmp_path):
     short.write_text("\n4 3\ncat 1 0 0\n")
     with pytest.raises(ValueError, match=r"short.txt:2: the word2vec header announces 4 "):
         GloveVectors(short).vector("cat")
+
+
+@pytest.mark.parametrize("line, field", [
+    ("zebra  0.1 0.2 0.3", 2),  # would read as the word "zebra " and never be looked up
+    ("new  york 0.1 0.2 0.3", 2),
+    ("zebra 0.1  0.2 0.3", 3),
+    (" zebra 0.1 0.2 0.3", 1),
+])
+def test_two_spaces_in_a_row_are_an_error_naming_the_line_not_a_word_with_a_space(
+        tmp_path, line, field):
+    path = write_glove(tmp_path / "spaces.txt", VECTORS)
+    path.write_text(path.read_text() + line + "\n")
+    with pytest.raises(ValueError, match=rf"spaces.txt:{len(VECTORS) + 1}: field {field} is "
+                                         r"empty \(two spaces in a row"):
+        GloveVectors(path).vector("cat")
+    path.write_text(path.read_text().replace(line, "zebra 0.1 0.2 0.3   "))  # closing spaces
+    assert GloveVectors(path).vector("zebra") is not None

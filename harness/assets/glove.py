@@ -13,6 +13,9 @@ line, so that no word is changed or lost silently:
 - Each line is a word and its numbers, all finite, as many as the first line's; the word
   is everything before the last ``dim`` fields, spaces included (840B has words such as
   ``. . .``), so a line *longer* than the first cannot be told from a word with spaces.
+  Fields are separated by single spaces: an empty field (two spaces in a row, a space
+  opening the line) is an error, since it would end the word with a space.  Spaces closing
+  a line are dropped.
 - A first line ``<count> <dim>`` (blank lines before it aside) is a word2vec header: the
   file must then hold ``count`` vectors of ``dim`` numbers.  Blank lines hold no word and
   are passed over.
@@ -308,6 +311,13 @@ def _load_text(path: Path) -> tuple[list[str], np.ndarray]:
             parts = line.rstrip("\r\n").rstrip(" ").split(" ")
             if parts == [""]:
                 continue  # a blank line holds no word
+            if "" in parts:
+                # Two spaces in a row would otherwise glue a space onto the word ("cat "
+                # beside "cat 0.1 ...": a word no text ever looks up) or leave a number out.
+                raise ValueError(
+                    f"{path}:{lineno}: field {parts.index('') + 1} is empty (two spaces in "
+                    f"a row, or a space opening the line); a word and its numbers are "
+                    f"separated by single spaces")
             if dim is None and len(parts) == 2 and all(
                     part.isascii() and part.isdigit() for part in parts):
                 # word2vec's "<count> <dim>", on the first line that is not blank
