@@ -411,6 +411,25 @@ def general_lines(builds: dict[str, list[GeneralBuild]]) -> list[str]:
             for key, found in builds.items() if len(found) > 1]
 
 
+@dataclass(frozen=True)
+class ReportWarning:
+    """A warning of the report's header and the lines naming what it is about."""
+
+    text: str
+    lines: tuple[str, ...]
+
+
+def report_warnings(inputs: ReportInputs) -> list[ReportWarning]:
+    """The header's warnings, in the order every output gives them: tasks whose runs read
+    different teachers, general checkpoints whose runs read different builds, rows that are
+    not the suite as it now reads.  A warning with nothing to name is left out."""
+    found = [ReportWarning(TEACHER_WARNING, tuple(teacher_lines(inputs.teachers))),
+             ReportWarning(GENERAL_WARNING, tuple(general_lines(inputs.general))),
+             ReportWarning(NOT_CURRENT_WARNING,
+                           tuple(inputs.runs.attrs.get("not_current", [])))]
+    return [warning for warning in found if warning.lines]
+
+
 LEADERBOARD_BATCHES = (1, 32)
 """The batch sizes of the leaderboard's latency and throughput columns."""
 
@@ -933,10 +952,8 @@ def _header(inputs: ReportInputs, command: str, grid: bool, results: Path) -> di
         "seeds": sorted(set(runs["seed"])) if len(runs) else [],
         "teacher": ", ".join(teacher),
         "teacher_scores": teacher_scores,
-        "teacher_warnings": teacher_lines(groups),
-        "general_warnings": general_lines(inputs.general),
+        "warnings": report_warnings(inputs),
         "missing_cells": inputs.runs.attrs.get("missing_cells"),
-        "not_current": inputs.runs.attrs.get("not_current", []),
         "data": f"{' / '.join(sorted(folders))} GLUE files; content fingerprints: "
                 + "; ".join(data_lines),
         "bench": (f"{bench['created_at'][:16].replace('T', ' ')} UTC on "
@@ -986,18 +1003,12 @@ def _markdown(inputs: ReportInputs, header: dict[str, Any], figure_list: list[tu
              f"- efficiency: {header['bench']}",
              f"- data: {header['data']}",
              f"- teachers' dev scores: {header['teacher_scores']}", ""]
-    if header["teacher_warnings"]:
-        lines += [f"**Warning:** {TEACHER_WARNING}", "",
-                  *[f"- {line}" for line in header["teacher_warnings"]], ""]
-    if header["general_warnings"]:
-        lines += [f"**Warning:** {GENERAL_WARNING}", "",
-                  *[f"- {line}" for line in header["general_warnings"]], ""]
+    for warning in header["warnings"]:
+        lines += [f"**Warning:** {warning.text}", "", *[f"- {line}" for line in warning.lines],
+                  ""]
     if header["missing_cells"]:
         lines += [f"**Warning:** {header['missing_cells']}: their rows and tasks are left "
                   "out below (`harness grid --dry-run` lists them).", ""]
-    if header["not_current"]:
-        lines += [f"**Warning:** {NOT_CURRENT_WARNING}", "",
-                  *[f"- {line}" for line in header["not_current"]], ""]
     lines += ["## Our runs (GLUE dev)", "",
              display_table(board[board["complete"]], tasks).to_markdown(index=False), ""]
     partial = board[~board["complete"]]
@@ -1148,8 +1159,6 @@ def _html(inputs: ReportInputs, header: dict[str, Any], figure_list: list[tuple[
         if inputs.orderings else "",
         shares=table(inputs.shares, "shares") if not inputs.shares.empty else "",
         orderings_note=ORDERINGS_NOTE, shares_note=SHARES_NOTE,
-        teacher_warning=TEACHER_WARNING, general_warning=GENERAL_WARNING,
-        not_current_warning=NOT_CURRENT_WARNING,
         images=images, escape=html.escape)
 
 
@@ -1253,16 +1262,8 @@ def terminal_summary(inputs: ReportInputs) -> list[str]:
                    "% of teacher"]]
     lines = [f"Leaderboard: {inputs.config.name} (dev; mean ± std over seeds (seeds))", "",
              *table.to_string(index=False).splitlines(), ""]
-    warnings = teacher_lines(inputs.teachers)
-    if warnings:
-        lines += [f"WARNING: {TEACHER_WARNING}", *[f"  {line}" for line in warnings], ""]
-    builds = general_lines(inputs.general)
-    if builds:
-        lines += [f"WARNING: {GENERAL_WARNING}", *[f"  {line}" for line in builds], ""]
-    not_current = inputs.runs.attrs.get("not_current", [])
-    if not_current:
-        lines += [f"WARNING: {NOT_CURRENT_WARNING}", *[f"  {line}" for line in not_current],
-                  ""]
+    for warning in report_warnings(inputs):
+        lines += [f"WARNING: {warning.text}", *[f"  {line}" for line in warning.lines], ""]
     baselines = task_baselines(inputs.records, tasks)
     if baselines:
         lines += ["majority / mean baseline: " + ", ".join(
