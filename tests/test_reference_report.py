@@ -103,6 +103,22 @@ def test_readme_leaderboard_is_the_grid_report():
 
 
 @pytest.mark.integration
+def test_every_general_checkpoint_of_the_committed_runs_was_read_in_one_build():
+    """Runs that start from one general checkpoint (one cache key) compare from the same
+    weights only if they read the same build of it: a row's seeds and tasks, and the rows
+    that share tinybert's checkpoint. Every committed run of the suite, grid or not, with
+    a general stage is counted; a cell re-run from another build fails here, as the
+    report's warning names it."""
+    _, records = collect_runs(load_suite("glue-cpu"), RESULTS, grid=False)
+    started = {run_id: record for run_id, record in records.items()
+               if (record.general_distillation or {}).get("key")}
+    rows = {record.method for record in started.values()}
+    assert {"tinybert", "kd", "finetune", "distilbert", "distilbert-random"} <= rows
+    builds = general_builds(started)
+    assert all(len(found) == 1 for found in builds.values()), general_lines(builds)
+
+
+@pytest.mark.integration
 def test_the_narrow_rows_of_the_grid_read_one_build_of_their_general_checkpoint():
     """kd and finetune on the narrow student start from tinybert's general checkpoint
     (``init_from: tinybert``) so that the narrow rows compare their task stages from the
