@@ -313,7 +313,8 @@ def _load_text(path: Path) -> tuple[list[str], np.ndarray]:
                 continue  # a blank line holds no word
             if "" in parts:
                 # Two spaces in a row would otherwise glue a space onto the word ("cat "
-                # beside "cat 0.1 ...": a word no text ever looks up) or leave a number out.
+                # beside "cat 0.1 ...": a word no text ever looks up), or fail among the
+                # numbers with a message that does not say why.
                 raise ValueError(
                     f"{path}:{lineno}: field {parts.index('') + 1} is empty (two spaces in "
                     f"a row, or a space opening the line); a word and its numbers are "
