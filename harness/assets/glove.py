@@ -308,19 +308,17 @@ def _load_text(path: Path) -> tuple[list[str], np.ndarray]:
                     f"{path}:{lineno}: not UTF-8 (byte {raw[error.start]:#04x} at byte "
                     f"{error.start + 1} of the line); GloVe text files are UTF-8: convert "
                     f"this one, e.g. iconv -f LATIN1 -t UTF-8") from None
-            line = line.rstrip("\r\n").rstrip(" ")
-            if not line:
+            parts = line.rstrip("\r\n").rstrip(" ").split(" ")
+            if parts == [""]:
                 continue  # a blank line holds no word
-            if "  " in line or line.startswith(" "):
-                # An empty field. It would otherwise glue a space onto the word ("cat "
+            if "" in parts:
+                # Two spaces in a row would otherwise glue a space onto the word ("cat "
                 # beside "cat 0.1 ...": a word no text ever looks up), or fail among the
                 # numbers with a message that does not say why.
-                field = line.split(" ").index("") + 1
                 raise ValueError(
-                    f"{path}:{lineno}: field {field} is empty (two spaces in a row, or a "
-                    f"space opening the line); a word and its numbers are separated by "
-                    f"single spaces")
-            parts = line.split(" ")
+                    f"{path}:{lineno}: field {parts.index('') + 1} is empty (two spaces in "
+                    f"a row, or a space opening the line); a word and its numbers are "
+                    f"separated by single spaces")
             if dim is None and len(parts) == 2 and all(
                     part.isascii() and part.isdigit() for part in parts):
                 # word2vec's "<count> <dim>", on the first line that is not blank
