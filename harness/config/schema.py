@@ -129,6 +129,13 @@ class TrainConfig(StrictModel):
         False, description="torch.compile the student (in place) for the stage; off by "
         "default: on CPUs it was slower per step and costs a compile per stage "
         "(docs/benchmarks.md)")
+    fused_optimizer: bool = Field(
+        False, description="AdamW's fused implementation (one kernel updates every "
+        "parameter) instead of torch's default (a loop over the parameters on a CPU, "
+        "for-each kernels on a GPU): a 4L-192 student's gradient clipping and update take "
+        "7 ms a step instead of 28 on a 2-core CPU (docs/benchmarks.md). Its rounding "
+        "differs from the default's in the last bits, which training carries on, so it is "
+        "part of the run id when on")
     log_every_steps: int = Field(25, gt=0)
     epoch_size: Literal["data", "task"] = Field(
         "data", description="data: an epoch is a pass over the stage's data; task: as many "
@@ -146,7 +153,8 @@ class TrainConfig(StrictModel):
         return values
 
 
-LATER_TRAIN_FIELDS: dict[str, Any] = {"epoch_size": "data", "compile": False}
+LATER_TRAIN_FIELDS: dict[str, Any] = {"epoch_size": "data", "compile": False,
+                                      "fused_optimizer": False}
 """TrainConfig fields added after record version 1, with their defaults."""
 
 

@@ -238,7 +238,10 @@ def parameter_groups(modules: Sequence[nn.Module], weight_decay: float) -> list[
 
 
 def _optimizer(modules: list[nn.Module], config: TrainConfig) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(parameter_groups(modules, config.weight_decay), lr=config.lr)
+    # fused=None (not False) leaves torch its default: a loop over the parameters on a CPU,
+    # for-each kernels on a GPU.
+    return torch.optim.AdamW(parameter_groups(modules, config.weight_decay), lr=config.lr,
+                             fused=config.fused_optimizer or None)
 
 
 def _loader(split: EncodedSplit, sampler: BucketBatchSampler, accelerator: Accelerator,
