@@ -8,16 +8,11 @@ import pytest
 import torch
 from accelerate import Accelerator
 
-from harness.api.context import StudentContext
 from harness.api.registry import instantiate
-from harness.config.schema import StudentConfig, TrainConfig
-from harness.data.metrics import TaskEvaluator
-from harness.data.tasks import get_task
-from harness.teacher.outputs import TeacherRuntime
-from harness.training.engine import autocast, train_stage
-from tests.test_intermediate_cache import teacher_config, tiny_split
+from harness.config.schema import TrainConfig
+from harness.training.engine import autocast
+from tests.tiny_training import train_tiny_student
 
-TASK = get_task("rte")
 LR = 1e-3
 
 
@@ -26,20 +21,9 @@ def one_step(precision: str) -> list[torch.Tensor]:
     method = instantiate("finetune")
     total_loss = method.total_loss
     method.total_loss = lambda values, stage: total_loss(values, stage) * 1e-3
-    shape = StudentConfig(num_layers=1, hidden_size=16, num_heads=4, intermediate_size=32)
-    context = StudentContext(task=TASK, shape_name="tiny", shape=shape,
-                             teacher_config=teacher_config())
-    torch.manual_seed(1)
-    student = method.build_student(context)
-    before = [p.detach().clone() for p in student.parameters()]
     config = TrainConfig(epochs=1, max_steps=1, batch_size=20, lr=LR, weight_decay=0.0,
                          warmup_ratio=0.0, max_grad_norm=1.0, mixed_precision=precision)
-    train_stage(method=method, stage=method.stages(TASK)[0], student=student,
-                extra=method.extra_modules(context), config=config, train_split=tiny_split(20),
-                eval_split=None, evaluator=TaskEvaluator(TASK), teacher=TeacherRuntime(),
-                accelerator=Accelerator(), seed=3, log=lambda line: None)
-    # .cpu(): on a GPU the engine moved the student there
-    return [p.detach().cpu() - b for p, b in zip(student.parameters(), before, strict=True)]
+    return train_tiny_student(method, config).changes()
 
 
 def test_an_fp16_step_updates_the_weights_an_fp32_step_does():

@@ -5,37 +5,21 @@ from __future__ import annotations
 
 import pytest
 import torch
-from accelerate import Accelerator
 
-from harness.api.context import StudentContext
 from harness.api.registry import instantiate
 from harness.api.suites import load_suite
-from harness.config.schema import ConfigError, StudentConfig, TrainConfig
-from harness.data.metrics import TaskEvaluator
-from harness.data.tasks import get_task
-from harness.teacher.outputs import TeacherRuntime
-from harness.training.engine import _optimizer, train_stage
-from tests.test_intermediate_cache import teacher_config, tiny_split
-
-TASK = get_task("rte")
+from harness.config.schema import ConfigError, TrainConfig
+from harness.training.engine import _optimizer
+from tests.test_intermediate_cache import tiny_split
+from tests.tiny_training import train_tiny_student
 
 
 def trained_weights(fused: bool) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """A tiny student's weights before and after four steps of finetune."""
-    method = instantiate("finetune")
-    shape = StudentConfig(num_layers=1, hidden_size=16, num_heads=4, intermediate_size=32)
-    context = StudentContext(task=TASK, shape_name="tiny", shape=shape,
-                             teacher_config=teacher_config())
-    torch.manual_seed(1)
-    student = method.build_student(context)
-    before = [p.detach().clone() for p in student.parameters()]
     config = TrainConfig(epochs=1, max_steps=4, batch_size=10, lr=1e-3, warmup_ratio=0.0,
                          fused_optimizer=fused)
-    train_stage(method=method, stage=method.stages(TASK)[0], student=student,
-                extra=method.extra_modules(context), config=config, train_split=tiny_split(40),
-                eval_split=None, evaluator=TaskEvaluator(TASK), teacher=TeacherRuntime(),
-                accelerator=Accelerator(), seed=3, log=lambda line: None)
-    return before, [p.detach().cpu() for p in student.parameters()]
+    trained = train_tiny_student(instantiate("finetune"), config, train_split=tiny_split(40))
+    return trained.before, trained.after
 
 
 def test_the_option_is_validated_with_its_path(tiny_suite_file):

@@ -5,35 +5,19 @@ each epoch's end, whatever the number of batches per group."""
 from __future__ import annotations
 
 import pytest
-import torch
-from accelerate import Accelerator
 
-from harness.api.context import StudentContext
 from harness.api.registry import instantiate
-from harness.config.schema import StudentConfig, TrainConfig
-from harness.data.metrics import TaskEvaluator
-from harness.data.tasks import get_task
-from harness.teacher.outputs import TeacherRuntime
-from harness.training.engine import train_stage
-from tests.test_intermediate_cache import teacher_config, tiny_split
-
-TASK = get_task("rte")
+from harness.config.schema import TrainConfig
+from tests.test_intermediate_cache import tiny_split
+from tests.tiny_training import train_tiny_student
 
 
 def train(grad_accum_steps: int):
-    method = instantiate("finetune")
-    shape = StudentConfig(num_layers=1, hidden_size=16, num_heads=4, intermediate_size=32)
-    context = StudentContext(task=TASK, shape_name="tiny", shape=shape,
-                             teacher_config=teacher_config())
-    torch.manual_seed(1)
-    student = method.build_student(context)
     split = tiny_split(20)  # 4 batches of 5 an epoch
     config = TrainConfig(epochs=3, batch_size=5, lr=1e-3, log_every_steps=1,
                          grad_accum_steps=grad_accum_steps)
-    return train_stage(method=method, stage=method.stages(TASK)[0], student=student,
-                       extra=method.extra_modules(context), config=config, train_split=split,
-                       eval_split=split, evaluator=TaskEvaluator(TASK), teacher=TeacherRuntime(),
-                       accelerator=Accelerator(), seed=3, log=lambda line: None)
+    return train_tiny_student(instantiate("finetune"), config, train_split=split,
+                              eval_split=split).result
 
 
 @pytest.mark.parametrize(("grad_accum_steps", "steps_per_epoch"), [(1, 4), (2, 2), (3, 2), (4, 1)])

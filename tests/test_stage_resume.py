@@ -9,19 +9,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from accelerate import Accelerator
 
-from harness.api.context import StudentContext
 from harness.api.registry import instantiate
 from harness.common.cache import ArtifactCache
-from harness.config.schema import StudentConfig, TrainConfig
-from harness.data.metrics import TaskEvaluator
-from harness.data.tasks import get_task
-from harness.teacher.outputs import TeacherRuntime
-from harness.training.engine import StageCheckpoint, train_stage
-from tests.test_intermediate_cache import teacher_config, tiny_split
+from harness.config.schema import TrainConfig
+from harness.training.engine import StageCheckpoint
+from tests.tiny_training import train_tiny_student
 
-TASK = get_task("rte")
 CONFIG = TrainConfig(epochs=3, batch_size=6, lr=1e-3, log_every_steps=1)  # 4 batches/epoch
 
 
@@ -31,18 +25,9 @@ class Stopped(Exception):
 
 def run(method, checkpoint: StageCheckpoint | None = None, config: TrainConfig = CONFIG,
         log: Callable[[str], None] = lambda line: None):
-    shape = StudentConfig(num_layers=2, hidden_size=16, num_heads=4, intermediate_size=32)
-    context = StudentContext(task=TASK, shape_name="tiny", shape=shape,
-                             teacher_config=teacher_config())
-    torch.manual_seed(1)
-    student = method.build_student(context)
-    torch.manual_seed(2)  # dropout draws from here on
-    result = train_stage(method=method, stage=method.stages(TASK)[0], student=student,
-                         extra=method.extra_modules(context), config=config,
-                         train_split=tiny_split(), eval_split=None, evaluator=TaskEvaluator(TASK),
-                         teacher=TeacherRuntime(), accelerator=Accelerator(), seed=3,
-                         checkpoint=checkpoint, log=log)
-    return result, torch.cat([p.detach().flatten() for p in student.parameters()])
+    trained = train_tiny_student(method, config, layers=2, dropout_seed=2,
+                                 checkpoint=checkpoint, log=log)
+    return trained.result, torch.cat([p.flatten() for p in trained.after])
 
 
 def stopping_after(calls: int):
