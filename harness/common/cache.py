@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from harness.common.paths import contained
+
 CACHE_VERSION = 1
 
 
@@ -153,7 +155,9 @@ class ArtifactCache:
         self._checked: set[tuple[str, str]] = set()
 
     def path(self, kind: str, key: str) -> Path:
-        return self.root / kind / key
+        """The entry's folder, ``<root>/<kind>/<key>``; a kind or key that would lead out
+        of the cache is refused (:class:`~harness.common.paths.PathEscapeError`)."""
+        return contained(self.root, kind, key)
 
     def has(self, kind: str, key: str) -> bool:
         """Whether the entry is complete and whole.  The first call for an entry in a

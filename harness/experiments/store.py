@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from harness.common.files import write_json_atomic
+from harness.common.paths import contained
 from harness.experiments.record import RECORD_VERSION, RunRecord
 
 __all__ = ["NESTED_STORES", "NOT_RUN_RECORDS", "RECORD_VERSION", "InvalidRecordError",
@@ -58,7 +59,9 @@ class ResultsStore:
         self.root = Path(root)
 
     def record_path(self, suite: str, method: str, task: str, name: str) -> Path:
-        return self.root / suite / method / task / f"{name}.json"
+        """``<root>/<suite>/<method>/<task>/<name>.json``; a part that would lead out of
+        the store is refused (:class:`~harness.common.paths.PathEscapeError`)."""
+        return contained(self.root, suite, method, task, f"{name}.json")
 
     def find(self, run_hash: str) -> Path | None:
         matches = [path for path in self.root.glob(f"**/*{run_hash[:16]}.json")
