@@ -18,6 +18,7 @@ from harness.api.registry import (
     student_shape_problems,
     weighted_method,
 )
+from harness.common.paths import name_problem
 from harness.config.schema import (
     ConfigError,
     MethodRecipe,
@@ -76,9 +77,10 @@ def suite_problems(suite: SuiteConfig) -> list[str]:
 
 def unknown_methods(suite: SuiteConfig, names: Iterable[str], where: str) -> list[str]:
     """Names that are neither a recipe of the suite nor a registered plugin, each with the
-    closest known names."""
+    closest known names; a name that could not name a folder of the store says so."""
     known = [*suite.methods, *(name for name in registry.names() if name not in suite.methods)]
-    return [f"{where}: unknown method {name!r}; {_closest(name, known)}"
+    return [f"{where}: {name_problem(name)}" if name_problem(name) else
+            f"{where}: unknown method {name!r}; {_closest(name, known)}"
             for name in names if name not in known and name != "all"]
 
 

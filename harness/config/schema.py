@@ -29,7 +29,13 @@ from pydantic import (
     model_validator,
 )
 
+from harness.common.paths import NAME_RULE, UnsafeNameError, check_name, name_problem
 from harness.data.tasks import get_task
+
+Name = Annotated[str, AfterValidator(check_name)]
+"""A suite, method, variant or student shape name: it names folders and files of the
+results store, the cache and reports, so it is one safe path component
+(:data:`harness.common.paths.NAME_RULE`), checked where it is written."""
 
 
 def _known_task(name: str) -> str:
@@ -419,12 +425,12 @@ class CorpusConfig(StrictModel):
 class MethodRecipe(StrictModel):
     """Per-method settings inside a suite; params are validated by the plugin itself."""
 
-    base: str | None = Field(
+    base: Name | None = Field(
         None, description="make this recipe a variant (e.g. an ablation) of another method "
         "(a plugin name): it runs that plugin with the suite's recipe for it, this one's "
         "fields merged over it, and records under its own name")
-    student: str | None = Field(None, description="student shape name; default: the suite's")
-    init_from: str | None = Field(
+    student: Name | None = Field(None, description="student shape name; default: the suite's")
+    init_from: Name | None = Field(
         None, description="start the student from the body that another method's general "
         "(corpus) stages produce on the same student shape, e.g. kd and finetune from the "
         "general TinyBERT: methods compared on a student then start from one checkpoint")
@@ -489,7 +495,7 @@ class GridBudget(StrictModel):
         "augmented stages count with epoch_size: task); None: each recipe's own budget")
     task_epochs_for: Annotated[dict[str, Annotated[float, Field(gt=0)]], PerTask] = Field(
         default_factory=dict, description="per-task task_epochs, e.g. {sst2: 1}")
-    own_budget: list[str] = Field(
+    own_budget: list[Name] = Field(
         default_factory=list, description="methods whose cells train their recipe's own "
         "budget instead of task_epochs: students that start from random weights and need "
         "more passes than the common budget to leave the majority class; compare them only "
@@ -510,12 +516,12 @@ class GridBudget(StrictModel):
 class GridConfig(StrictModel):
     """The suite's common grid: methods x variants x student shapes x tasks x seeds."""
 
-    methods: Annotated[list[str], Distinct] = Field(
+    methods: Annotated[list[Name], Distinct] = Field(
         min_length=1, description="methods (suite recipes or plugins)")
-    variants: Annotated[list[str], Distinct] = Field(
+    variants: Annotated[list[Name], Distinct] = Field(
         default_factory=list, description="ablation variants (suite recipes with a base), "
         "run like the methods")
-    students: Annotated[list[str], Distinct] = Field(
+    students: Annotated[list[Name], Distinct] = Field(
         default_factory=list, description="student shapes crossed with every method whose "
         "plugin builds their kind; empty: each method's own student")
     tasks: Annotated[list[TaskName] | None, Distinct] = Field(
@@ -557,9 +563,9 @@ class PaperShare(StrictModel):
 
 
 class SuiteConfig(StrictModel):
-    name: str
+    name: Name
     description: str = ""
-    protocol: str | None = Field(
+    protocol: Name | None = Field(
         None, description="the suite whose runs these are (a view of it: other tasks, seeds "
         "or variants, the same data, teacher, student and budgets): runs hash and record "
         "under its name, so a configuration both run is trained once")
@@ -567,13 +573,13 @@ class SuiteConfig(StrictModel):
     seeds: Annotated[list[Seed], Distinct] = Field(default=[1], min_length=1)
     data: DataConfig = DataConfig()
     teacher: TeacherConfig
-    students: dict[str, StudentShape] = Field(min_length=1)
-    default_student: str
+    students: dict[Name, StudentShape] = Field(min_length=1)
+    default_student: Name
     training: TrainConfig = TrainConfig()
     task_training: Annotated[dict[str, TrainOverride], PerTask] = Field(  # type: ignore[valid-type]
         default_factory=dict)
-    methods: dict[str, MethodRecipe] = Field(default_factory=dict)
-    default_method: str | list[str] = Field(
+    methods: dict[Name, MethodRecipe] = Field(default_factory=dict)
+    default_method: Name | list[Name] = Field(
         "kd", description="what `harness run` runs without --method: a name, a list, or 'all'")
     corpus: CorpusConfig = CorpusConfig()
     grid: GridConfig | None = Field(None, description="the common grid `harness grid` runs")
@@ -688,15 +694,28 @@ def _format_validation_error(source: str, error: ValidationError,
     lines = [f"{source}: invalid recipe"]
     for item in error.errors():
         loc = list(item["loc"])
+        if not loc and item["type"] == "value_error":  # a whole-suite check: its text
+            text = str(item["ctx"]["error"])  # starts with the key path it is about
+            key_path = re.split(r"[ :]", text, maxsplit=1)[0]
+            lines.append(f"  {text}{origins.origin(key_path) if origins is not None else ''}")
+            continue
         if len(loc) > 2 and loc[0] == "students" and loc[2] in _SHAPE_TAGS:
             del loc[2]  # the union's tag, not a key the user wrote
+        written = loc
+        if len(loc) > 1 and loc[-1] == "[key]":  # a mapping's key (a name): its mapping's path
+            written, loc = loc[:-1], loc[:-2]
         path = ".".join(str(part) for part in loc) or "(top level)"
         message = "unknown key" if item["type"] == "extra_forbidden" else item["msg"]
         value = repr(item.get("input"))
         # A model-level check's input is the whole mapping: too long to be of use.
         shown = ("" if item["type"] in {"extra_forbidden", "missing"} or len(value) > 80
                  else f" (got {value})")
-        origin = origins.origin(path) if origins is not None else ""
+        if isinstance((item.get("ctx") or {}).get("error"), UnsafeNameError):
+            message, shown = str(item["ctx"]["error"]), ""  # it names the value
+        if written is not loc:
+            message = f"key {message}"
+        origin = ("" if origins is None else origins.origin(path) if written is loc else
+                  origins.origin(".".join(str(part) for part in written), written))
         lines.append(f"  {path}: {message}{shown}{origin}")
     return "\n".join(lines)
 
@@ -759,14 +778,20 @@ def set_path(tree: dict[str, Any], path: list[str], value: Any) -> None:
 
 
 def resolve_suite_path(name_or_path: str) -> Path:
+    """A suite file given by its path (``.yaml`` or ``.yml``), or a suite of ``suites/``
+    by its name, which is a name (:data:`~harness.common.paths.NAME_RULE`), never a path
+    that leads elsewhere."""
     candidate = Path(name_or_path)
     if candidate.suffix in {".yaml", ".yml"} and candidate.exists():
         return candidate
+    known = ", ".join(available_suites()) or "(none)"
+    if name_problem(name_or_path) is not None:
+        raise ConfigError(f"unknown suite {name_or_path!r}: neither an existing .yaml file "
+                          f"nor a suite name ({NAME_RULE}); known suites: {known}")
     for suffix in (".yaml", ".yml"):
         path = SUITES_DIR / f"{name_or_path}{suffix}"
         if path.exists():
             return path
-    known = ", ".join(available_suites()) or "(none)"
     raise ConfigError(f"unknown suite {name_or_path!r}; known suites: {known}")
 
 
@@ -805,17 +830,18 @@ class SuiteSource:
         except ValidationError as error:
             raise ConfigError(_format_validation_error(str(self.path), error, source)) from None
 
-    def origin(self, key_path: str) -> str:
-        """`` (from --set ...)`` for a key an assignment wrote, `` (in <file>)`` for one
-        written in a suite this one extends, '' for the suite's own keys (and keys that no
-        file holds, such as a missing one)."""
+    def origin(self, key_path: str, parts: list[Any] | None = None) -> str:
+        """`` (from --set ...)`` for a key an assignment wrote, `` (inherited from <file>)``
+        for one written in a suite this one extends, '' for the suite's own keys (and keys that no
+        file holds, such as a missing one). ``parts``: the key path as a list, where a
+        key of it holds a dot."""
         behind = _assignment_behind(key_path, self.assignments)
         if behind:
             return behind
-        parts = key_path.split(".")
+        parts = key_path.split(".") if parts is None else parts
         for file, tree in self.files:
             if has_key_path(tree, parts):
-                return "" if file == self.path else f" (in {file})"
+                return "" if file == self.path else f" (inherited from {file})"
         return ""
 
 
