@@ -36,6 +36,7 @@ from harness.api.method import Method
 from harness.api.registry import code_location, instantiate
 from harness.common.cache import content_hash
 from harness.common.files import write_text_atomic
+from harness.common.paths import PathEscapeError, contained
 from harness.config.schema import OVERRIDE_ROOTS, ConfigError, SuiteConfig, TrainOverride
 from harness.data.tasks import get_task
 from harness.experiments.storage import HEARTBEAT_SECONDS, open_storage
@@ -274,7 +275,7 @@ class Tuner:
             runner = SuiteRunner(self.suite, self.results, self.cache_dir, log=self.log,
                                  tracking=self.tracking)
             self._name = study_name(runner, self.target)
-            runner.store.root = self.results / TUNING_DIR / self._name
+            runner.store.root = contained(self.results, TUNING_DIR, self._name)
             self._runner = runner
         return self._runner
 
@@ -676,7 +677,9 @@ def override_problem(method: Method, task: str, key: str) -> str | None:
 
 
 def tuned_path(results: Path, study: str) -> Path:
-    return results / TUNED_DIR / f"{study}.yaml"
+    """``<results>/tuned/<study>.yaml``; a study name that would lead out of it is refused
+    (:class:`~harness.common.paths.PathEscapeError`)."""
+    return contained(results, TUNED_DIR, f"{study}.yaml")
 
 
 @dataclass(frozen=True)
@@ -702,7 +705,11 @@ def load_tuned(reference: str, results: Path) -> TunedParams:
     """A parameter file by path, or by study name (under ``<results>/tuned/``)."""
     path = Path(reference)
     if not path.is_file():
-        path = tuned_path(results, reference)
+        try:
+            path = tuned_path(results, reference)
+        except PathEscapeError:
+            raise FileNotFoundError(f"--params {reference}: no such file, and not a study "
+                                    "name (one name, no folders)") from None
     if not path.is_file():
         raise FileNotFoundError(f"--params {reference}: neither a file nor a study with "
                                 f"written parameters ({path}); run `harness tune` first")
