@@ -38,6 +38,7 @@ from harness.common.cli_options import (
     split_csv,
 )
 from harness.common.interrupts import catching_ctrl_c, ctrl_c_pressed
+from harness.common.paths import contained
 from harness.config.schema import (
     ConfigError,
     SuiteConfig,
@@ -523,7 +524,7 @@ def report(
         # The suite as the runs were made: a grid run with --set plans its cells with it.
         config = load_suite(suite, recipe_overrides(set_, data_dir, teacher))
         # named by the suite's name, not by how it was given (a recipe file's path)
-        target = out or REPO_ROOT / "reports" / (config.name + ("-grid" if grid else ""))
+        target = out or contained(REPO_ROOT / "reports", config.name + ("-grid" if grid else ""))
         command = shlex.join(["harness", "report", "--suite", suite,
                               *(["--grid"] if grid else []),
                               *_recipe_options(set_, data_dir, teacher),

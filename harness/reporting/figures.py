@@ -47,6 +47,7 @@ from matplotlib.ticker import (
     NullLocator,
 )
 
+from harness.common.paths import contained
 from harness.experiments.record import RunRecord
 
 __all__ = [
@@ -121,7 +122,7 @@ def save(fig: Figure, out_dir: Path, name: str) -> list[Path]:
     paths = []
     with mpl.rc_context(_RC):
         for suffix, metadata in ((".png", {"Software": None}), (".svg", {"Date": None})):
-            path = out_dir / f"{name}{suffix}"
+            path = contained(out_dir, f"{name}{suffix}")  # a name cannot lead elsewhere
             fig.savefig(path, dpi=DPI, bbox_inches="tight", pad_inches=0.08,
                         metadata=metadata, facecolor="white")
             paths.append(path)

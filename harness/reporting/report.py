@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from harness.common.paths import contained
 from harness.config.published import (
     EFFICIENCY_METRICS,
     ablation_columns,
@@ -878,7 +879,7 @@ def make_figures(inputs: ReportInputs, results: Path, out: Path,
         keep(f"Optuna history of {study} ({tuned['method']} on "
              f"{get_task(tuned['task']).display_name}, {len(history)} trials; "
              f"{path.name}).",
-             figures.plot_optuna_history(history, directory, f"optuna-history-{study}",
+             figures.plot_optuna_history(history, directory, f"optuna-history-{path.stem}",
                                          title=f"tuning {tuned['method']} on "
                                                f"{get_task(tuned['task']).display_name}",
                                          metric_label=f"dev "
@@ -887,7 +888,7 @@ def make_figures(inputs: ReportInputs, results: Path, out: Path,
         if importances:
             keep(f"Parameter importances (fANOVA over the complete trials) of {study}.",
                  figures.plot_param_importances(
-                     importances, directory, f"optuna-importance-{study}",
+                     importances, directory, f"optuna-importance-{path.stem}",
                      title=f"parameter importance: {tuned['method']} on "
                            f"{get_task(tuned['task']).display_name}"))
     _remove_stale_figures(directory, {png.stem for _, png in made})
@@ -1234,7 +1235,7 @@ def build_report(config: SuiteConfig, results: Path, out: Path, *, grid: bool = 
     files = []
 
     def write(name: str, text: str) -> None:
-        path = out / name
+        path = contained(out, name)
         path.write_text(text)
         files.append(path)
         log(f"  wrote {path}")
