@@ -47,6 +47,7 @@ from torch import nn
 from harness.common.devices import batch_to_device
 from harness.common.files import write_json_atomic
 from harness.common.flops import count_flops
+from harness.common.paths import contained
 from harness.common.precision import auto_precision, native_bf16
 from harness.config.schema import StudentConfig, SuiteConfig, TeacherConfig
 
@@ -549,10 +550,10 @@ def _record_path(results: Path, suite: str, machine: dict[str, Any],
                  created: dt.datetime) -> Path:
     host = re.sub(r"[^A-Za-z0-9_.-]+", "-", machine["host"]) or "host"
     stem = f"{host}-{machine['device']}-{created.strftime('%Y%m%dT%H%M%SZ')}"
-    folder = results / "bench" / re.sub(r"[^A-Za-z0-9_.-]+", "-", suite)
-    path, count = folder / f"{stem}.json", 1
+    folder = contained(results, "bench", re.sub(r"[^A-Za-z0-9_.-]+", "-", suite))
+    path, count = contained(folder, f"{stem}.json"), 1
     while path.exists():
-        path, count = folder / f"{stem}-{count}.json", count + 1
+        path, count = contained(folder, f"{stem}-{count}.json"), count + 1
     return path
 
 
