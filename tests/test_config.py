@@ -820,7 +820,7 @@ def test_errors_name_the_file_or_assignment_that_wrote_the_key(tmp_path: Path) -
     message = config_error(child)  # the schema's check
     assert message.splitlines()[0] == f"{child}: invalid recipe"
     assert error_line(message, "teacher.training.epochz") == \
-        f"teacher.training.epochz: unknown key (in {base})"
+        f"teacher.training.epochz: unknown key (inherited from {base})"
     assert error_line(message, "training.lrr") == "training.lrr: unknown key"
 
     child.write_text(yaml.safe_dump({"extends": str(base), "name": "child"}))
@@ -833,10 +833,34 @@ def test_errors_name_the_file_or_assignment_that_wrote_the_key(tmp_path: Path) -
                             if "epochz" not in line))
     message = config_error(child, ["methods.kd.params.temperatur=3"])  # the plugins' check
     assert error_line(message, "methods.kd.params.alpah") == \
-        f"methods.kd.params.alpah: unknown parameter (in {base})"
+        f"methods.kd.params.alpah: unknown parameter (inherited from {base})"
     assert error_line(message, "methods.kd.params.temperatur") == \
         "methods.kd.params.temperatur: unknown parameter (from --set " \
         "methods.kd.params.temperatur=3)"
+
+
+def test_a_whole_suite_check_on_an_inherited_value_names_the_file_it_came_from(
+        tmp_path: Path) -> None:
+    """``extends:`` merges mappings key by key, so a child that lists its own
+    grid.methods keeps its parent's grid.budget; a check across keys (own_budget against
+    the grid's methods) names the file its key was written in."""
+    def grid(tree: dict[str, Any]) -> None:
+        tree["grid"] = {"methods": ["kd", "finetune"], "budget": {"own_budget": ["finetune"]}}
+
+    base = write_suite(tmp_path, grid)
+    child = tmp_path / "child.yaml"
+    child.write_text(yaml.safe_dump({"extends": str(base), "name": "child",
+                                     "grid": {"methods": ["kd"]}}))
+    message = config_error(child)
+    assert message.splitlines()[0] == f"{child}: invalid recipe"
+    assert error_line(message, "grid.budget.own_budget.0") == (
+        "grid.budget.own_budget.0: 'finetune' is not one of the grid's methods or variants "
+        f"(['kd']) (inherited from {base})")
+    child.write_text(yaml.safe_dump({"extends": str(base), "name": "child",
+                                     "grid": {"methods": ["kd"], "budget": {
+                                         "own_budget": ["finetune"]}}}))
+    assert error_line(config_error(child), "grid.budget.own_budget.0").endswith(
+        "(['kd'])")  # the child's own key: no file named
 
 
 def test_a_set_that_changes_none_of_the_runs_is_named(tmp_path: Path) -> None:
