@@ -38,6 +38,17 @@ results store, the cache and reports, so it is one safe path component
 (:data:`harness.common.paths.NAME_RULE`), checked where it is written."""
 
 
+def _check_names(value: str | list[str]) -> str | list[str]:
+    for name in [value] if isinstance(value, str) else value:
+        check_name(name)
+    return value
+
+
+NameOrNames = Annotated[str | list[str], AfterValidator(_check_names)]
+"""One name or a list of them, checked as :data:`Name` (an error then names the field, not
+each branch of the union)."""
+
+
 def _known_task(name: str) -> str:
     return get_task(name).name  # raises, naming the known tasks
 
@@ -579,7 +590,7 @@ class SuiteConfig(StrictModel):
     task_training: Annotated[dict[str, TrainOverride], PerTask] = Field(  # type: ignore[valid-type]
         default_factory=dict)
     methods: dict[Name, MethodRecipe] = Field(default_factory=dict)
-    default_method: Name | list[Name] = Field(
+    default_method: NameOrNames = Field(
         "kd", description="what `harness run` runs without --method: a name, a list, or 'all'")
     corpus: CorpusConfig = CorpusConfig()
     grid: GridConfig | None = Field(None, description="the common grid `harness grid` runs")
