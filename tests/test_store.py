@@ -244,7 +244,8 @@ def test_a_trial_run_as_a_grid_cell_is_one_run_and_not_a_warning(tmp_path: Path)
 
     store = ResultsStore(tmp_path)
     cell = store.record_path("zeta", "kd", "mrpc", "seed1")
-    trial = store.record_path("tuning/study/zeta", "kd", "mrpc", "seed1")
+    trial = ResultsStore(tmp_path / "tuning" / "study").record_path("zeta", "kd", "mrpc",
+                                                                    "seed1")
     store.write(cell, run_record(run="cell", main_score=80.0))
     store.write(trial, run_record(run="cell", main_score=80.0, tuned={"study": "study"}))
     assert trial < cell  # the trial comes first in path order, and still the cell counts
