@@ -25,6 +25,7 @@ from harness.config.schema import ConfigError, MethodRecipe, StudentConfig
 from harness.data.tasks import get_task
 from harness.experiments import runner as runner_module
 from harness.experiments.runner import SuiteRunner
+from harness.training.progress import load_progress_file
 from methods.distilbert import (
     IGNORE,
     DistilBERT,
@@ -332,7 +333,7 @@ def test_the_general_checkpoint_is_made_again_when_the_teachers_head_is_fitted_a
                 "distilbert", "stsb", seed=1)
     [progress] = (cache / "partial").iterdir()
     assert steps == ["general", "general"], steps
-    assert torch.load(progress, weights_only=False)["made_from"] == {
+    assert load_progress_file(progress)["made_from"] == {
         f"{HEAD_KIND}/{head.name}": ArtifactCache(cache).files_digest(HEAD_KIND, head.name)}
     refit_mlm_head(head)
     lines.clear()

@@ -14,6 +14,7 @@ from harness.api.registry import instantiate
 from harness.common.cache import ArtifactCache
 from harness.config.schema import TrainConfig
 from harness.training.engine import StageCheckpoint
+from harness.training.progress import load_progress_file, save_progress_file
 from tests.tiny_training import train_tiny_student
 
 CONFIG = TrainConfig(epochs=3, batch_size=6, lr=1e-3, log_every_steps=1)  # 4 batches/epoch
@@ -50,11 +51,11 @@ def stopping_after(calls: int):
 def test_a_killed_stage_resumes_exactly(tmp_path: Path, killed_at: int) -> None:
     expected, weights = run(instantiate("finetune"))
     assert expected.steps == 12
-    checkpoint = StageCheckpoint(tmp_path / "progress.pt", every_steps=2)
+    checkpoint = StageCheckpoint(tmp_path / "progress.safetensors", every_steps=2)
     with pytest.raises(Stopped):
         run(stopping_after(killed_at), checkpoint)
     assert checkpoint.path.exists()
-    saved = torch.load(checkpoint.path, weights_only=False)
+    saved = load_progress_file(checkpoint.path)
     assert saved["step"] == (killed_at - 1) // 2 * 2  # the last save before the kill
     resumed, resumed_weights = run(instantiate("finetune"), checkpoint)
     assert torch.equal(resumed_weights, weights)
@@ -64,7 +65,7 @@ def test_a_killed_stage_resumes_exactly(tmp_path: Path, killed_at: int) -> None:
 
 def test_saved_progress_for_another_budget_or_damaged_is_not_used(tmp_path: Path) -> None:
     weights = run(instantiate("finetune"))[1]
-    checkpoint = StageCheckpoint(tmp_path / "progress.pt", every_steps=2)
+    checkpoint = StageCheckpoint(tmp_path / "progress.safetensors", every_steps=2)
     with pytest.raises(Stopped):
         run(stopping_after(5), checkpoint, config=CONFIG.model_copy(update={"lr": 5e-4}))
     assert torch.equal(run(instantiate("finetune"), checkpoint)[1], weights)
@@ -78,7 +79,7 @@ def test_saved_progress_from_another_build_of_what_the_stage_reads_is_not_resume
     stage's fitted masked-LM head, :meth:`Method.general_made_from`).  Resumed once one
     of them holds another build (fitted again elsewhere, or removed and to be made
     again), the stage would train on a mix of the two: it starts over and says why.
-    Progress saved before the record existed is resumed as it was."""
+    Progress saved without the record is not resumed either."""
     cache = ArtifactCache(tmp_path / "cache", log=lambda line: None)
 
     def fit(weights: str) -> None:
@@ -86,12 +87,12 @@ def test_saved_progress_from_another_build_of_what_the_stage_reads_is_not_resume
             (folder / "head.pt").write_text(weights)
 
     fit("first")
-    checkpoint = StageCheckpoint(tmp_path / "progress.pt", every_steps=2, cache=cache,
+    checkpoint = StageCheckpoint(tmp_path / "progress.safetensors", every_steps=2, cache=cache,
                                  made_from=lambda: [("mlm_head", "k" * 64)])
     config = CONFIG.model_copy(update={"epochs": 1})  # 4 steps
     with pytest.raises(Stopped):
         run(stopping_after(3), checkpoint, config)
-    saved = torch.load(checkpoint.path, weights_only=False)
+    saved = load_progress_file(checkpoint.path)
     assert saved["step"] == 2
     assert saved["made_from"] == {f"mlm_head/{'k' * 64}": cache.files_digest("mlm_head",
                                                                            "k" * 64)}
@@ -110,5 +111,6 @@ def test_saved_progress_from_another_build_of_what_the_stage_reads_is_not_resume
     assert resumed() == [f"[engine] {checkpoint.path}: it was saved from another build of "
                          f"mlm_head/{'k' * 16} (no longer cached); starting over"]
     del saved["made_from"]
-    torch.save(saved, checkpoint.path)
-    assert any(" resuming at step " in line for line in resumed())
+    save_progress_file(checkpoint.path, saved)
+    assert resumed() == [f"[engine] {checkpoint.path}: saved progress without made_from; "
+                         "starting over"]

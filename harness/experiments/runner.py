@@ -680,7 +680,7 @@ class SuiteRunner(RunPlanner):
                 # It records what the finished checkpoint will record as its sources, and
                 # is not resumed once one of them is another build.
                 partial = {stage.name: StageCheckpoint(self.cache.root / "partial" /
-                                                       f"general-{key}-{stage.name}.pt",
+                                                       f"general-{key}-{stage.name}.safetensors",
                                                        every_seconds=GENERAL_SAVE_SECONDS,
                                                        made_from=method.general_made_from,
                                                        cache=self.cache)

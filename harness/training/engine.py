@@ -18,7 +18,6 @@ and gathers the logits back into row order on every process.
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -48,6 +47,11 @@ from harness.data.features import (
 )
 from harness.data.metrics import TaskEvaluator
 from harness.training.distributed import local_rows
+from harness.training.progress import (
+    ProgressRefusedError,
+    load_progress_file,
+    save_progress_file,
+)
 
 
 class NonFiniteLossError(RuntimeError):
@@ -117,36 +121,60 @@ class StageCheckpoint:
         return f"it was saved from {changed}" if changed else None
 
 
+PROGRESS_KEYS = frozenset({
+    "config", "total_steps", "made_from", "student", "extra", "optimizer", "scheduler",
+    "scaler", "batch_generator", "torch_rng", "cuda_rng", "step", "epoch", "next_batch",
+    "best_score", "best_state", "window", "result"})
+"""What a saved state holds (:func:`_save_progress`); one that lacks any is not resumed."""
+
+
 def _save_progress(checkpoint: StageCheckpoint, state: dict[str, Any]) -> None:
     """Written beside, then renamed over the previous state: a kill while saving leaves
-    the previous state whole."""
-    checkpoint.path.parent.mkdir(parents=True, exist_ok=True)
-    partial = checkpoint.path.with_name(f".{checkpoint.path.name}.{os.getpid()}.tmp")
-    try:
-        torch.save(state, partial)
-        os.replace(partial, checkpoint.path)
-    finally:
-        partial.unlink(missing_ok=True)
+    the previous state whole (the format: :mod:`harness.training.progress`)."""
+    save_progress_file(checkpoint.path, state)
 
 
 def _load_progress(checkpoint: StageCheckpoint | None, config: TrainConfig, total_steps: int,
                    log: Callable[[str], None]) -> dict[str, Any] | None:
-    if checkpoint is None or not checkpoint.path.exists():
+    """The state saved at ``checkpoint``, or None (with a line saying why) when there is
+    none to resume: a file that is not whole saved progress of this format (a pickle of
+    an older version included: never loaded), or one saved for another budget or from
+    other builds of the cache entries the stage reads."""
+    if checkpoint is None:
+        return None
+    _drop_pickled_progress(checkpoint.path, log)
+    if not checkpoint.path.exists():
         return None
     try:
-        state = torch.load(checkpoint.path, map_location="cpu", weights_only=False)
-    except Exception as error:  # a damaged file: start the stage again
-        log(f"[engine] {checkpoint.path}: unreadable saved progress ({error}); starting over")
+        state = load_progress_file(checkpoint.path)
+    except ProgressRefusedError as error:
+        log(f"[engine] {checkpoint.path}: {error}; starting over")
         return None
-    if state.get("config") != config.model_dump() or state.get("total_steps") != total_steps:
+    if missing := sorted(PROGRESS_KEYS - state.keys()):
+        log(f"[engine] {checkpoint.path}: saved progress without {', '.join(missing)}; "
+            "starting over")
+        return None
+    if (state["config"] != config.model_dump(mode="json")
+            or state["total_steps"] != total_steps):
         log(f"[engine] {checkpoint.path}: saved for another budget; starting over")
         return None
-    # A state saved without the record (before the stage kept one) is resumed as it is.
-    recorded = state.get("made_from")
-    if isinstance(recorded, dict) and (changed := checkpoint.changed_source(recorded)):
-        log(f"[engine] {checkpoint.path}: {changed}; starting over")
+    recorded = state["made_from"]
+    if not isinstance(recorded, dict) or (changed := checkpoint.changed_source(recorded)):
+        log(f"[engine] {checkpoint.path}: {changed or 'its sources are unreadable'}; "
+            "starting over")
         return None
     return state
+
+
+def _drop_pickled_progress(path: Path, log: Callable[[str], None]) -> None:
+    """Remove the ``.pt`` pickle an older version of the harness saved the same stage's
+    progress to (beside ``path``), saying so: it is never loaded, and the stage starts
+    over."""
+    pickled = path.with_suffix(".pt")
+    if pickled != path and pickled.is_file():
+        log(f"[engine] {pickled}: saved progress in the older pickle format, which is never "
+            "loaded; removed it, starting over")
+        pickled.unlink(missing_ok=True)
 
 
 class TeacherSource(Protocol):
@@ -435,7 +463,8 @@ def train_stage(
         batch_generator.set_state(saved["batch_generator"])
         step, epoch, resume_batch = saved["step"], saved["epoch"], saved["next_batch"]
         best_score, best_state = saved["best_score"], saved["best_state"]
-        window = defaultdict(list, saved["window"])
+        window = defaultdict(list, {name: [value.to(accelerator.device) for value in values]
+                                    for name, values in saved["window"].items()})
         for name, value in saved["result"].items():
             setattr(result, name, value)
         earlier_seconds = result.seconds
@@ -562,7 +591,7 @@ def train_stage(
                         or (checkpoint.every_steps and step % checkpoint.every_steps == 0)):
                     result.seconds = earlier_seconds + time.perf_counter() - started
                     _save_progress(checkpoint, {
-                        "config": config.model_dump(), "total_steps": total_steps,
+                        "config": config.model_dump(mode="json"), "total_steps": total_steps,
                         "made_from": checkpoint.sources(),
                         "student": accelerator.unwrap_model(student).state_dict(),
                         "extra": extra.state_dict(), "optimizer": optimizer.state_dict(),
