@@ -237,7 +237,7 @@ def test_a_tuned_study_name_stays_in_the_tuned_folder(tmp_path: Path) -> None:
         tmp_path / "tuned" / "tune-glue-cpu-kd-rte-0123456789.yaml"
     with pytest.raises(PathEscapeError):
         tuned_path(tmp_path, "../../outside")
-    with pytest.raises(FileNotFoundError, match="no such file, and not a study name"):
+    with pytest.raises(FileNotFoundError, match="neither a file nor a study name"):
         load_tuned("../../outside", tmp_path)
 
 

@@ -708,7 +708,7 @@ def load_tuned(reference: str, results: Path) -> TunedParams:
         try:
             path = tuned_path(results, reference)
         except PathEscapeError:
-            raise FileNotFoundError(f"--params {reference}: no such file, and not a study "
+            raise FileNotFoundError(f"--params {reference}: neither a file nor a study "
                                     "name (one name, no folders)") from None
     if not path.is_file():
         raise FileNotFoundError(f"--params {reference}: neither a file nor a study with "
