@@ -469,7 +469,7 @@ def test_an_entry_written_before_checksums_has_them_recorded(tmp_path: Path) -> 
     key = content_hash({"task": "old"})
     entry = built_entry(ArtifactCache(tmp_path), key)
     description = json.loads((entry / "key.json").read_text())
-    del description["files"]
+    del description["files"], description["entry_format"]  # as written before checksums
     (entry / "key.json").write_text(json.dumps(description))
     messages: list[str] = []
     assert ArtifactCache(tmp_path, log=messages.append).has("teachers", key)
@@ -491,7 +491,7 @@ def test_an_entry_without_checksums_is_read_before_they_are_recorded(
     key = content_hash({"task": "old", "damage": problem})
     entry = built_entry(ArtifactCache(tmp_path), key)
     description = json.loads((entry / "key.json").read_text())
-    del description["files"]
+    del description["files"], description["entry_format"]  # as written before checksums
     (entry / "key.json").write_text(json.dumps(description))
     damage(entry / "logits" / "train.npy")
     messages: list[str] = []
@@ -522,7 +522,7 @@ def test_an_old_entry_whose_weights_are_cut_short_is_rebuilt(tmp_path: Path, kin
         _write_weights(kind, scratch / f"body.{kind}")
     entry = cache.path("general", key)
     description = json.loads((entry / "key.json").read_text())
-    del description["files"]
+    del description["files"], description["entry_format"]  # as written before checksums
     (entry / "key.json").write_text(json.dumps(description))
     intact: list[str] = []
     assert ArtifactCache(tmp_path, log=intact.append).has("general", key)  # sealed: whole
@@ -548,7 +548,7 @@ def test_an_old_entry_of_json_lines_is_rebuilt_even_when_every_line_parses(
             for row in range(50)))
     entry = cache.path("augmented", key)
     description = json.loads((entry / "key.json").read_text())
-    del description["files"]
+    del description["files"], description["entry_format"]  # as written before checksums
     (entry / "key.json").write_text(json.dumps(description))
     copies = entry / "examples.jsonl"
     copies.write_text("".join(copies.read_text().splitlines(keepends=True)[:30]))

@@ -18,9 +18,11 @@ from __future__ import annotations
 import functools
 import json
 import math
+import pickle
 import time
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -347,7 +349,7 @@ def load_masked_lm(checkpoint: Checkpoint, corpus: Sequence[str], cache: Artifac
     key = head_key(checkpoint, corpus, config, "fitted_head")
     if cache.has(HEAD_KIND, key):
         path = cache.path(HEAD_KIND, key)
-        fitted.load_own_state(torch.load(path / "head.pt", map_location=device))
+        fitted.load_own_state(_read_head_state(path / "head.pt", device))
         summary = _read_summary(cache, key)
         log(f"[mlm] {checkpoint.spec}: fitted MLM head from the cache"
             f"{_recall_text(summary)} ({path})")
@@ -371,6 +373,20 @@ def load_masked_lm(checkpoint: Checkpoint, corpus: Sequence[str], cache: Artifac
     log(f"[mlm] fitted head{_recall_text(summary)} in {summary['seconds']:.0f}s; cached at "
         f"{cache.path(HEAD_KIND, key)}")
     return masked_lm
+
+
+def _read_head_state(path: Path, device: torch.device) -> dict[str, torch.Tensor]:
+    """A fitted head's weights, as ``torch.load`` reads them with ``weights_only``: tensors
+    and containers only, never an object a pickle could build (one that holds anything
+    else is refused, naming the file)."""
+    try:
+        return torch.load(path, map_location=device, weights_only=True)
+    except pickle.UnpicklingError as error:
+        # The line naming what the file asked for (torch's first advises loading it unsafely).
+        named = [line.strip() for line in str(error).splitlines() if "GLOBAL" in line]
+        raise ValueError(f"{path}: refused, it holds more than tensors "
+                         f"({named[0] if named else 'not weights only'}); remove the entry "
+                         f"{path.parent} to fit the head again") from error
 
 
 def _read_summary(cache: ArtifactCache, key: str) -> dict[str, Any]:

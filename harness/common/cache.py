@@ -12,10 +12,17 @@ The first time a process uses an entry it checks them: a truncated, missing or a
 file, an entry written for another key (copied or moved in under this one), or an entry
 made from another build of the entry it derives from (teacher outputs whose teacher was
 rebuilt since, with other weights), makes the entry damaged; it is reported, moved out of
-the way and rebuilt, never read.  An entry written before checksums existed has them
-recorded on first use, once its arrays load and hold finite numbers, its weights load and
-its JSON files parse (else it is damaged too); one that holds JSON lines (augmented
-copies, POS tags) is rebuilt, as a file of them cut at a line's end would read as whole.
+the way and rebuilt, never read.
+
+An entry without checksums is used only when it predates them, as its ``key.json`` says:
+every entry since records ``entry_format`` (:data:`ENTRY_FORMAT`), and one that records it
+but no ``files`` (its checksums removed) is damaged.  An entry that records no
+``entry_format`` and no checksums, written before checksums existed, has them recorded on
+first use, once its arrays load and hold finite numbers, its weights load and its JSON
+files parse (else it is damaged too); one that holds JSON lines (augmented copies, POS
+tags) is rebuilt, as a file of them cut at a line's end would read as whole.  An entry
+written with checksums but before ``entry_format`` existed has it recorded the first time
+its checksums are found whole, so that a later removal of them shows.
 """
 
 from __future__ import annotations
@@ -35,9 +42,14 @@ from typing import Any
 
 import numpy as np
 
+from harness.common.files import write_json_atomic
 from harness.common.paths import contained
 
 CACHE_VERSION = 1
+ENTRY_FORMAT = 2
+"""What each entry's ``key.json`` records as ``entry_format``: 2, it records the size and
+SHA-256 of every file (``files``).  An entry that records none was written before
+checksums (1), or with them before the field existed (then it has ``files``)."""
 
 
 def default_cache_dir() -> Path:
@@ -87,6 +99,12 @@ def _is_manifest(recorded: Any) -> bool:
         isinstance(name, str) and isinstance(item, dict)
         and isinstance(item.get("size"), int) and isinstance(item.get("sha256"), str)
         for name, item in recorded.items())
+
+
+def _entry_format(description: dict[str, Any]) -> int:
+    """The ``entry_format`` ``key.json`` records (1: none, written before the field)."""
+    recorded = description.get("entry_format", 1)
+    return recorded if isinstance(recorded, int) else ENTRY_FORMAT
 
 
 def _readable_problems(entry: Path) -> list[str]:
@@ -170,7 +188,9 @@ class ArtifactCache:
         problems = self.problems(kind, key)
         if problems is None:
             self._record_manifest(kind, key)
-        elif problems:
+        elif not problems:
+            self._record_entry_format(kind, key)
+        else:
             self.log(f"[cache] {kind}/{key[:16]} is damaged ({'; '.join(problems[:5])}); "
                      "rebuilding it")
             self._discard(kind, key)
@@ -198,6 +218,9 @@ class ArtifactCache:
             # The source was rebuilt (damaged, deleted) with other contents: a teacher
             # fine-tuned again on another thread count has other weights.
             return [f"it was made from {changed}"]
+        if recorded is None and _entry_format(description) >= ENTRY_FORMAT:
+            return [f"{DESCRIPTION} records no checksums, though its entry_format "
+                    f"{description['entry_format']} says they were written"]
         if recorded is None:
             return _readable_problems(entry) or None
         if not _is_manifest(recorded):
@@ -256,10 +279,20 @@ class ArtifactCache:
         entry = self.path(kind, key)
         description = json.loads((entry / DESCRIPTION).read_text())
         description["files"] = file_manifest(entry)
-        partial = entry / f".{DESCRIPTION}.{os.getpid()}.tmp"
-        partial.write_text(json.dumps(description, indent=2, default=str))
-        os.replace(partial, entry / DESCRIPTION)
+        description["entry_format"] = ENTRY_FORMAT
+        write_json_atomic(entry / DESCRIPTION, description)
         self.log(f"[cache] {kind}/{key[:16]}: written before checksums; recorded them now")
+
+    def _record_entry_format(self, kind: str, key: str) -> None:
+        """Record :data:`ENTRY_FORMAT` in a whole entry written before the field existed
+        (best effort: a cache on a read-only disk is used as it is)."""
+        path = self.path(kind, key) / DESCRIPTION
+        try:
+            description = json.loads(path.read_text())
+            if _entry_format(description) < ENTRY_FORMAT:
+                write_json_atomic(path, {**description, "entry_format": ENTRY_FORMAT})
+        except (OSError, ValueError, AttributeError):
+            pass
 
     def _discard(self, kind: str, key: str) -> None:
         """Move a damaged entry aside (one rename: readers never see half of it), then
@@ -323,7 +356,8 @@ class ArtifactCache:
             (scratch / DESCRIPTION).write_text(json.dumps(
                 {"key": key, "cache_version": CACHE_VERSION, **description,
                  **({"made_from": sources} if sources else {}),
-                 "files": file_manifest(scratch)}, indent=2, default=str))
+                 "entry_format": ENTRY_FORMAT, "files": file_manifest(scratch)}, indent=2,
+                default=str))
             (scratch / MARKER).write_text("")
             # Under the lock: no window between keeping a finished entry and putting this
             # one in place.
