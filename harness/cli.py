@@ -634,7 +634,8 @@ def new_method(
     directory: Annotated[Path, typer.Option(help="where to write the module")] =
         REPO_ROOT / "methods",
 ) -> None:
-    """Write a plugin skeleton that passes the contract test."""
+    """Write a plugin skeleton that passes the contract test, and print the command of a
+    tiny run of it (a few steps of every stage, one task and seed, a scratch store)."""
     if not re.fullmatch(r"[a-z][a-z0-9-]*", name):
         fail("method names are lower case letters, digits and dashes, starting with a letter")
     module = name.replace("-", "_")
@@ -644,6 +645,7 @@ def new_method(
     if not directory.is_dir():
         fail(f"--directory {directory}: no such folder")
     from harness.api.registry import registry
+    from harness.common.files import write_text_atomic
 
     # a second plugin of a registered name, or a module beside a package of its name, is
     # never the one loaded
@@ -654,12 +656,37 @@ def new_method(
         fail(f"{directory / module} is a package of that name; pick another name")
     class_name = "".join(part.capitalize() for part in module.split("_"))
     template = (Path(__file__).parent / "api" / "method_template.py.txt").read_text()
-    path.write_text(template.replace("{{name}}", name).replace("{{class_name}}", class_name))
+    write_text_atomic(path, template.replace("{{name}}", name)
+                      .replace("{{class_name}}", class_name))
     builtin = directory.resolve() == (REPO_ROOT / "methods").resolve()
     echo(f"wrote {path}: edit its loss terms and stages, then "
          + ("" if builtin else "register the module as an entry point of the group "
-            "'harness.methods' in its package (methods/ is the only folder searched), and ")
-         + f"run `harness run --suite glue-cpu --method {name} --tasks mrpc`")
+            "'harness.methods' in its package (methods/ is the only folder searched), then ")
+         + f"run the contract test (pytest tests/test_contract.py -k {name}) and a tiny run "
+         "(a few steps of every stage, one task and seed, a scratch store and cache; "
+         "docs/adding-a-method.md, 'Budgets for a tiny run'):\n" + tiny_run_command(name))
+
+
+TINY_RUN_SETS = ("training.max_steps=5", "teacher.training.max_steps=5",
+                 "teacher.min_margin=-100", "data.max_train_examples.rte=200",
+                 "corpus.max_sentences=200")
+"""The budgets of the run ``new-method`` prints: 5 steps of every student stage, general
+ones included, and of the teacher's fine-tuning (whose score then does not have to beat
+the majority class), 200 RTE training pairs and 200 corpus sentences."""
+
+
+def tiny_run_command(name: str) -> str:
+    """A ``harness run`` of method ``name`` on glue-cpu at the budgets of
+    :data:`TINY_RUN_SETS`, RTE seed 1, into a store and cache of its own in the temporary
+    folder; one option a line, as a shell reads it."""
+    import tempfile
+
+    scratch = Path(tempfile.gettempdir()) / f"harness-{name}"
+    options = [f"--method {name} --tasks rte --seeds 1",
+               *(f"--set {assignment}" for assignment in TINY_RUN_SETS),
+               f"--results {shlex.quote(str(scratch / 'results'))}",
+               f"--cache-dir {shlex.quote(str(scratch / 'cache'))}"]
+    return " \\\n  ".join(["harness run --suite glue-cpu", *options])
 
 
 @app.command()

@@ -299,6 +299,43 @@ def test_new_method_skeleton_registers_and_passes_the_contract(tiny_suite_file, 
         registry._methods.pop("my-kd", None)
 
 
+def test_new_method_prints_a_tiny_run_whose_budgets_load(tmp_path):
+    """The command ``new-method`` prints is a tiny run: every --set it gives loads through
+    the suite loader and caps what it says (student stages, general ones included, the
+    teacher, the training set, the corpus), one task and seed, a scratch store and cache
+    outside the repository; none of its --sets is outranked for the new method."""
+    import shlex
+    import tempfile
+
+    from harness.api.suites import unused_assignments
+
+    result = CliRunner().invoke(app, ["new-method", "my-tiny", "--directory", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    printed = result.output[result.output.index("harness run "):].replace("\\\n", " ")
+    words = shlex.split(printed)
+    options: dict[str, list[str]] = {}
+    for flag, value in zip(words[2::2], words[3::2], strict=True):
+        options.setdefault(flag, []).append(value)
+    assert words[:2] == ["harness", "run"] and options["--suite"] == ["glue-cpu"]
+    assert (options["--method"], options["--tasks"], options["--seeds"]) == (
+        ["my-tiny"], ["rte"], ["1"])
+    scratch = Path(tempfile.gettempdir()) / "harness-my-tiny"
+    assert options["--results"] == [str(scratch / "results")]
+    assert options["--cache-dir"] == [str(scratch / "cache")]
+    suite = load_suite("glue-cpu", options["--set"])
+    general = suite.recipe("minilm").stage_overrides(None, "general")
+    assert suite.train_config("rte").max_steps == suite.train_config(None, *general).max_steps \
+        == suite.teacher_train_config("rte").max_steps == 5
+    assert suite.teacher.min_margin <= -100  # a 5-step teacher's score is not checked
+    assert suite.data.max_train_examples["rte"] == suite.corpus.max_sentences == 200
+    _load_plugin(tmp_path / "my_tiny.py")
+    try:
+        assert unused_assignments("glue-cpu", options["--set"], suite, ["my-tiny"],
+                                  ["rte"]) == []
+    finally:
+        registry._methods.pop("my-tiny", None)
+
+
 def _plugin_from_skeleton(tmp_path: Path, name: str, edits: dict[str, str]) -> Path:
     """``harness new-method`` 's skeleton of ``name``, with ``edits`` (old -> new text)."""
     result = CliRunner().invoke(app, ["new-method", name, "--directory", str(tmp_path)])
