@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import copy
 import re
+import reprlib
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,6 +117,19 @@ SUITES_DIR = Path(__file__).resolve().parents[2] / "suites"
 
 class ConfigError(ValueError):
     """A recipe that does not validate; the message names the file and the key path."""
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel = 3
+_SHORT.maxdict = _SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxset = 4
+_SHORT.maxstring = _SHORT.maxother = 60
+
+
+def short_repr(value: Any) -> str:
+    """``repr(value)`` cut to three levels, four items a level and 60 characters a string
+    (``reprlib``), so that a value quoted in an error message is one short line however
+    large it is, and quoting it costs nothing."""
+    return _SHORT.repr(value)
 
 
 class StrictModel(BaseModel):
@@ -717,7 +732,7 @@ def _format_validation_error(source: str, error: ValidationError,
             written, loc = loc[:-1], loc[:-2]
         path = ".".join(str(part) for part in loc) or "(top level)"
         message = "unknown key" if item["type"] == "extra_forbidden" else item["msg"]
-        value = repr(item.get("input"))
+        value = short_repr(item.get("input"))
         # A model-level check's input is the whole mapping: too long to be of use.
         shown = ("" if item["type"] in {"extra_forbidden", "missing"} or len(value) > 80
                  else f" (got {value})")
@@ -766,7 +781,13 @@ def parse_assignment(assignment: str) -> tuple[list[str], Any]:
     if not path:
         raise ConfigError(f"--set {assignment!r}: empty key")
     try:
-        value = yaml.safe_load(raw)
+        value = yaml.load(raw, Loader=BoundedLoader)  # a SafeLoader
+    except YamlTooLarge as error:
+        where = ".".join([*path, *([error.key_path] if error.key_path else [])])
+        raise ConfigError(f"--set {short_repr(assignment)}: {where}: {error.problem}") from None
+    except RecursionError:
+        raise ConfigError(f"--set {short_repr(assignment)}: the value is nested too deeply "
+                          "to read") from None
     except yaml.YAMLError as error:
         problem = getattr(error, "problem", None) or str(error).splitlines()[0]
         raise ConfigError(f"--set {assignment!r}: the value is not valid YAML ({problem}); "
@@ -833,13 +854,17 @@ class SuiteSource:
             try:
                 set_path(tree, key_path, value)
             except ConfigError as error:
-                raise ConfigError(f"{self.path}: --set {assignment.strip()!r}: {error}") from None
+                raise ConfigError(f"{self.path}: --set {short_repr(assignment.strip())}: "
+                                  f"{error}") from None
             assignments[".".join(key_path)] = assignment.strip()
         source = SuiteSource(self.path, self.files, assignments)
         try:
-            return SuiteConfig.model_validate(tree), source
+            suite = SuiteConfig.model_validate(tree)
         except ValidationError as error:
             raise ConfigError(_format_validation_error(str(self.path), error, source)) from None
+        _SOURCES[id(suite)] = source
+        weakref.finalize(suite, _SOURCES.pop, id(suite), None)
+        return suite, source
 
     def origin(self, key_path: str, parts: list[Any] | None = None) -> str:
         """`` (from --set ...)`` for a key an assignment wrote, `` (inherited from <file>)``
@@ -856,6 +881,22 @@ class SuiteSource:
         return ""
 
 
+_SOURCES: dict[int, SuiteSource] = {}
+"""The source of every suite :meth:`SuiteSource.apply` made and that is still alive, by the
+suite's id (a suite's equality is its values', which the place it was read from is not)."""
+
+
+def key_location(suite: SuiteConfig, key_path: str) -> str:
+    """``<suite file>: <key.path>`` and where that key was written when not in that file
+    (`` (from --set ...)``, `` (inherited from <file>)``), for an error about a suite's
+    value that is found after loading, such as a check against the teacher's config;
+    ``suite <name>: <key.path>`` for a suite that was not read from a file."""
+    source = _SOURCES.get(id(suite))
+    if source is None:
+        return f"suite {suite.name}: {key_path}"
+    return f"{source.path}: {key_path}{source.origin(key_path)}"
+
+
 def has_key_path(tree: Any, parts: Iterable[Any]) -> bool:
     """Whether ``tree`` has the key path ``parts`` (list items by their index)."""
     node = tree
@@ -869,7 +910,100 @@ def has_key_path(tree: Any, parts: Iterable[Any]) -> bool:
     return True
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+MAX_YAML_VALUES = 100_000
+"""The most values (scalars, lists and mappings, a value that aliases repeat counted at each
+repeat) one YAML document the harness reads may expand to."""
+
+MAX_YAML_BYTES = 4 * 2**20
+"""The largest suite file read."""
+
+
+class YamlTooLarge(yaml.YAMLError):
+    """A YAML document whose aliases expand it past :data:`MAX_YAML_VALUES` values, or make
+    a value contain itself; ``key_path``: where (empty: the document as a whole)."""
+
+    def __init__(self, key_path: str, problem: str) -> None:
+        super().__init__(f"{key_path or '(top level)'}: {problem}")
+        self.key_path = key_path
+        self.problem = problem
+
+
+def _children(node: yaml.Node) -> list[tuple[str, yaml.Node]]:
+    """A node's keys and values (mapping) or items (sequence), each with its key path part."""
+    if isinstance(node, yaml.SequenceNode):
+        return [(str(index), child) for index, child in enumerate(node.value)]
+    if isinstance(node, yaml.MappingNode):
+        return [(_key_text(key), part) for key, value in node.value for part in (key, value)]
+    return []
+
+
+def _key_text(key: yaml.Node) -> str:
+    """A mapping key as a key path shows it (a long one cut short)."""
+    if not isinstance(key, yaml.ScalarNode):
+        return "?"
+    return key.value if len(key.value) <= 60 else f"{key.value[:57]}..."
+
+
+def _expanded_sizes(root: yaml.Node) -> dict[int, int]:
+    """By node id, the values each node holds (itself included) with every alias expanded.
+    An alias shares its anchor's node, so each node is counted once and the counting takes
+    as long as the document is long, however far its aliases would expand it."""
+    sizes: dict[int, int] = {}
+    opened: set[int] = set()
+    path: list[str] = []
+
+    def size(node: yaml.Node) -> int:
+        if id(node) in sizes:
+            return sizes[id(node)]
+        if id(node) in opened:
+            raise YamlTooLarge(".".join(path), "an alias makes this value contain itself")
+        opened.add(id(node))
+        total = 1
+        for part, child in _children(node):
+            path.append(part)
+            total += size(child)
+            path.pop()
+        opened.discard(id(node))
+        sizes[id(node)] = total
+        return total
+
+    size(root)
+    return sizes
+
+
+def check_expansion(root: yaml.Node, limit: int = MAX_YAML_VALUES) -> None:
+    """Refuse (:class:`YamlTooLarge`) a composed document that its aliases expand past
+    ``limit`` values, naming the deepest mapping key whose value alone exceeds it."""
+    sizes = _expanded_sizes(root)
+    if sizes[id(root)] <= limit:
+        return
+    path, node = [], root
+    while isinstance(node, yaml.MappingNode):
+        larger = [(part, child) for part, child in _children(node) if sizes[id(child)] > limit]
+        if not larger:
+            break
+        part, node = larger[0]
+        path.append(part)
+    raise YamlTooLarge(".".join(path), f"its aliases expand it to {sizes[id(node)]:,} values; "
+                       f"a YAML document here holds at most {limit:,}")
+
+
+class BoundedLoader(yaml.SafeLoader):
+    """Safe YAML whose aliases are bounded: the composed document, where an alias shares
+    the node of its anchor, is measured before any value is built, and one that would
+    expand past :data:`MAX_YAML_VALUES` values or contain itself is refused
+    (:class:`YamlTooLarge`).  A "billion laughs" document is a few dozen nodes that nine
+    levels of aliases repeat 9**9 times: built, it is a few shared lists, but whatever walks
+    it (validation, a ``repr`` in an error message, a hash) walks every repeat."""
+
+    def get_single_node(self) -> yaml.Node | None:
+        node = super().get_single_node()
+        if node is not None:
+            check_expansion(node)
+        return node
+
+
+class _UniqueKeyLoader(BoundedLoader):
     """YAML that refuses a key given twice in one mapping (plain YAML keeps the last value
     without a word, so a pasted ``lr:`` line would silently win)."""
 
@@ -892,8 +1026,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             try:
                 if key in lines:
                     raise yaml.constructor.ConstructorError(
-                        None, None, f"key {key!r} given twice in one mapping (first at line "
-                        f"{lines[key]})", key_node.start_mark)
+                        None, None, f"key {short_repr(key)} given twice in one mapping "
+                        f"(first at line {lines[key]})", key_node.start_mark)
                 lines[key] = key_node.start_mark.line + 1
             except TypeError:  # an unhashable key: the base constructor says so
                 continue
@@ -905,10 +1039,18 @@ def _read_suite_files(path: Path, seen: tuple[Path, ...]) -> list[tuple[Path, di
     if path.resolve() in seen:
         chain = " -> ".join(str(item) for item in (*seen, path.resolve()))
         raise ConfigError(f"{path}: 'extends' forms a cycle: {chain}")
+    if path.stat().st_size > MAX_YAML_BYTES:
+        raise ConfigError(f"{path}: {path.stat().st_size:,} bytes; a suite file holds at "
+                          f"most {MAX_YAML_BYTES:,}")
     try:
         raw = yaml.load(path.read_text(), Loader=_UniqueKeyLoader) or {}  # a SafeLoader
+    except YamlTooLarge as error:
+        raise ConfigError(f"{path}: {error}") from None
     except yaml.YAMLError as error:
         raise ConfigError(f"{path}: not valid YAML: {error}") from error
+    except RecursionError:
+        raise ConfigError(f"{path}: its lists or mappings are nested too deeply to "
+                          "read") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     tree = copy.deepcopy(raw)
@@ -916,7 +1058,8 @@ def _read_suite_files(path: Path, seen: tuple[Path, ...]) -> list[tuple[Path, di
     if parent is None:
         return [(path, tree)]
     if not isinstance(parent, str):
-        raise ConfigError(f"{path}: extends: expected a suite name or path, got {parent!r}")
+        raise ConfigError(f"{path}: extends: expected a suite name or path, got "
+                          f"{short_repr(parent)}")
     return [(path, tree), *_read_suite_files(_extended_path(path, parent),
                                              (*seen, path.resolve()))]
 
