@@ -41,6 +41,7 @@ from harness.config.schema import (
     SuiteConfig,
     TrainConfig,
     available_suites,
+    key_location,
     recipe_with_overrides,
     student_kind,
     with_resolved_precision,
@@ -115,6 +116,27 @@ def check_method_student(method_name: str, method: Method, shape_name: str,
         raise ConfigError(f"methods.{method_name} (student {shape_name!r}): {problem}")
 
 
+POSITION_OFFSET_MODELS = frozenset({"roberta", "xlm-roberta", "camembert", "mpnet",
+                                    "data2vec-text", "roberta-prelayernorm", "xmod"})
+"""Architectures whose position ids start after the padding index (RoBERTa's scheme): of
+their ``max_position_embeddings`` positions, the first ``pad_token_id + 1`` hold no token."""
+
+
+def usable_positions(config: PretrainedConfig) -> tuple[int, str] | None:
+    """The most tokens one sequence of a model of ``config`` may hold, and where that number
+    comes from; None where nothing bounds it (no ``max_position_embeddings``, or DeBERTa-v2
+    without absolute positions, whose relative ones have no table to run out of)."""
+    positions = getattr(config, "max_position_embeddings", None)
+    if positions is None or (config.model_type == "deberta-v2"
+                             and not getattr(config, "position_biased_input", True)):
+        return None
+    if config.model_type in POSITION_OFFSET_MODELS:
+        offset = getattr(config, "pad_token_id", 1) + 1
+        return positions - offset, (f"max_position_embeddings {positions} less the "
+                                    f"{offset} that {config.model_type}'s position ids skip")
+    return positions, f"max_position_embeddings {positions}"
+
+
 def check_method_assets(method_name: str, method: Method, shape_name: str,
                         shape: StudentConfig | StudentKindConfig) -> None:
     """Refuse a cell whose method or student shape needs an asset this machine lacks."""
@@ -123,6 +145,17 @@ def check_method_assets(method_name: str, method: Method, shape_name: str,
         raise AssetNotFoundError(f"methods.{method_name}: {missing}")
     if isinstance(shape, StudentKindConfig) and (missing := shape.missing_assets()):
         raise AssetNotFoundError(f"students.{shape_name} (methods.{method_name}): {missing}")
+
+
+def reads_corpus(method: Method, recipe: MethodRecipe, task: TaskSpec) -> bool:
+    """Whether a run reads the suite's corpus: its method trains general stages, starts from
+    another method's (``init_from``) or reads the corpus itself."""
+    if recipe.init_from is not None or method.reads_corpus():
+        return True
+    try:
+        return any(stage.is_general for stage in method.stages(task))
+    except ValueError:  # a stage declared wrongly: planning the run names it
+        return False
 
 
 class RunPlanner:
@@ -164,6 +197,7 @@ class RunPlanner:
         read: nothing in a run uses them (their gold labels are hidden)."""
         if name not in self._tasks:
             task = get_task(name)
+            self.check_lengths([task.name])
             data_config = self.suite.data
             data = load_task(task, source=data_config.source, data_dir=data_config.dir,
                              max_train_examples=data_config.max_train_examples.get(task.name),
@@ -186,6 +220,33 @@ class RunPlanner:
         if self._teacher_config is None:
             self._teacher_config = load_base_config(self.checkpoint)
         return self._teacher_config
+
+    def check_lengths(self, task_names: Iterable[str] = (), corpus: bool = False) -> None:
+        """Refuse a sequence length that the teacher's position embeddings cannot hold
+        (:func:`usable_positions`): ``data.max_seq_length`` of ``task_names`` (``single`` or
+        ``pair``) and, with ``corpus``, ``corpus.max_seq_length``.  A Transformer student
+        takes the teacher's position embeddings (BERT's size, or the whole config of the
+        teacher's architecture), and a student of a plugin's kind reads no positions, so the
+        teacher's bound is every model's.  A longer sequence would otherwise fail only once
+        a batch held one, after the teacher had trained."""
+        bound = usable_positions(self.teacher_config)
+        if bound is None:
+            return
+        limit, why = bound
+        lengths = self.suite.data.max_seq_length
+        keys = {f"data.max_seq_length.{'pair' if get_task(name).is_pair else 'single'}"
+                for name in task_names}
+        if corpus:
+            keys.add("corpus.max_seq_length")
+        values = {"data.max_seq_length.pair": lengths.pair,
+                  "data.max_seq_length.single": lengths.single,
+                  "corpus.max_seq_length": self.suite.corpus.max_seq_length}
+        for key in sorted(keys):
+            if values[key] > limit:
+                raise ConfigError(
+                    f"{key_location(self.declared_suite, key)}: {values[key]} tokens, more "
+                    f"than the teacher {self.checkpoint.name} has positions for ({limit}: "
+                    f"{why}); set it to {limit} or less")
 
     @property
     def teacher_pooling(self) -> str:
@@ -223,8 +284,11 @@ class RunPlanner:
         :meth:`Method.missing_assets`, :meth:`StudentKindConfig.missing_assets`), or when
         the shape does not fit the teacher or the method (ConfigError:
         :func:`teacher_fit_problem`, :meth:`Method.student_problem`).  ``variations``: what
-        a (method, task) runs in place of its recipe (a tuned file's student and values)."""
+        a (method, task) runs in place of its recipe (a tuned file's student and values).
+        Every sequence length these runs read is checked too (:meth:`check_lengths`)."""
         variations = variations or {}
+        task_names = list(task_names)
+        corpus = False
         for method_name in method_names:
             plugin = self.suite.plugin(method_name)
             for task_name in task_names:
@@ -237,6 +301,8 @@ class RunPlanner:
                 check_method_assets(method_name, method, shape_name, shape)
                 check_method_student(method_name, method, shape_name, shape,
                                      self.teacher_config)
+                corpus = corpus or reads_corpus(method, recipe, task)
+        self.check_lengths(task_names, corpus=corpus)
 
     # -- one cell ------------------------------------------------------------------------
     def recipe(self, method_name: str, task_name: str, variation: Variation) -> MethodRecipe:
@@ -423,6 +489,7 @@ class RunPlanner:
         if self._corpus is None and self._corpus_from is not None:
             self._corpus = self._corpus_from.corpus()
         if self._corpus is None:
+            self.check_lengths(corpus=True)
             config = self.suite.corpus
             names = self._corpus_tasks()
             tasks = []
