@@ -601,7 +601,8 @@ def data_check(
         help="tasks, comma-separated or repeated (default: every task folder found)")] = None,
 ) -> None:
     """Load and validate every split file of the tasks as a run reads them: rows per split,
-    or every problem as file:line (exit status 1)."""
+    or every problem as file:line (exit status 1); a training file of a single class is a
+    warning (it loads, but nothing trained on it learns the task)."""
     quiet_libraries()
     from harness.data.loading import DataNotFoundError, check_tasks
 
@@ -621,9 +622,13 @@ def data_check(
                            f"{check.layouts.get(split, '?')})"
                            for split, rows in check.rows.items())
         echo(f"{check.task:<6} {splits}")
+        for line in check.warnings:
+            echo(f"  warning: {line}")
     failed = [check.task for check in checks if check.errors]
+    warned = [check.task for check in checks if check.warnings]
     echo(f"{len(checks)} task(s) checked; " + (f"{len(failed)} with errors: "
-                                               f"{', '.join(failed)}" if failed else "no errors"))
+                                               f"{', '.join(failed)}" if failed else "no errors")
+         + (f"; warnings for {', '.join(warned)}" if warned else ""))
     if failed:
         raise typer.Exit(1)
 

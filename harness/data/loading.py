@@ -715,6 +715,25 @@ def _binary_scores_problem(spec: TaskSpec, labels: Sequence[int | float]) -> str
             f"(RTE's, MRPC's and QNLI's have the same columns)? Use {name}'s own file")
 
 
+def single_class_problem(spec: TaskSpec, labels: Iterable[float]) -> str | None:
+    """Why a training split teaches nothing (None: it does): every row of a classification
+    task in one class, or every score of a regression task equal.  A model trained on it
+    predicts that class (or score) whatever its input, so it scores the dev split's
+    majority-class (mean) baseline, and a teacher trained on it fails
+    ``teacher.min_margin``.  Unlabelled rows are left out."""
+    values = [float(label) for label in labels
+              if not math.isnan(float(label)) and label != _UNLABELED]
+    if not values or len(set(values)) > 1:
+        return None
+    if spec.is_regression:
+        return f"all {len(values)} of its scores are {_format_label(spec, values[0])}"
+    label = int(values[0])
+    name = spec.label_names[label] if 0 <= label < len(spec.label_names) else "?"
+    return (f"all {len(values)} of its labels are class {label} ({name}) of the task's "
+            f"{len(spec.label_names)}: a model trained on it predicts that class whatever "
+            "its input")
+
+
 def _other_task_copy_problem(spec: TaskSpec, data_dir: Path, path: Path,
                              raw: bytes) -> str | None:
     """Why a training or dev file is a file of another task's folder in the same data
@@ -1049,6 +1068,9 @@ class TaskCheck:
     files: dict[str, str] = field(default_factory=dict)
     layouts: dict[str, str] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    """What loads but would not train: a training file of a single class
+    (:func:`single_class_problem`)."""
 
 
 def check_tasks(tasks: Iterable[str] | None, data_dir: str | Path | None = None
@@ -1071,6 +1093,9 @@ def check_tasks(tasks: Iterable[str] | None, data_dir: str | Path | None = None
         else:
             check.rows = {split: len(rows) for split, rows in loaded.splits.items()}
             check.files, check.layouts = loaded.files, loaded.layouts
+            problem = single_class_problem(spec, loaded.splits["train"]["label"])
+            if problem is not None:
+                check.warnings.append(f"{root / loaded.files.get('train', 'train')}: {problem}")
         checks.append(check)
     return root, checks
 

@@ -39,6 +39,7 @@ from harness.assets.checkpoints import (
 from harness.common.cache import CACHE_VERSION, ArtifactCache, content_hash
 from harness.config.schema import TeacherConfig, TrainConfig
 from harness.data.features import EncodedSplit
+from harness.data.loading import single_class_problem
 from harness.data.metrics import TaskEvaluator
 from harness.data.tasks import TaskSpec
 from harness.teacher.outputs import TeacherRuntime, autocast_setting
@@ -211,10 +212,24 @@ def prepare_teacher(
             f"teacher for {task.name} scores {artifacts.main_score:.2f} {task.main_metric} on "
             f"dev, not above the majority/mean baseline {baseline:.2f} by the required "
             f"{teacher.min_margin} points (teacher.min_margin). A teacher this weak would make "
-            f"every distillation result meaningless: check the checkpoint is fine-tuned for "
-            f"this task and the labels, or give it more training (teacher.task_training). "
-            f"Cached at {path}.")
+            f"every distillation result meaningless: {_weak_teacher_cause(task, splits, teacher)}"
+            f" Cached at {path}.")
     return artifacts
+
+
+def _weak_teacher_cause(task: TaskSpec, splits: dict[str, EncodedSplit],
+                        teacher: TeacherConfig) -> str:
+    """What to check when a teacher misses its margin: a training set of a single class,
+    which nothing trained on it can beat the baseline with, where that is so."""
+    train = splits.get("train")
+    problem = (single_class_problem(task, train.labels.tolist())
+               if teacher.finetune and train is not None else None)
+    if problem is not None:
+        return (f"its training set holds a single class ({problem}; `harness data check` "
+                "names the file): give it the task's training file, or a data."
+                "max_train_examples sample that holds every class.")
+    return ("check the checkpoint is fine-tuned for this task and the labels, or give it "
+            "more training (teacher.task_training).")
 
 
 def labelled_splits(task: TaskSpec) -> tuple[str, ...]:
