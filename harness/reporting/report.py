@@ -1171,16 +1171,35 @@ def _latex(inputs: ReportInputs, header: dict[str, Any]) -> str:
         escape="latex", axis=1)
     body = styled.to_latex(hrules=True, column_format="ll" + "r" * (len(table.columns) - 2))
     body = body.replace("±", r"$\pm$")
-    return (f"% {header['title']}: reproduce with {header['command']}\n"
-            f"% commit {header['revision']}, generated {header['generated']}\n"
-            "% requires \\usepackage{booktabs}\n"
+    return (_latex_comment(f"{header['title']}: reproduce with {header['command']}")
+            + _latex_comment(f"commit {header['revision']}, generated {header['generated']}")
+            + "% requires \\usepackage{booktabs}\n"
             "\\begin{table}[t]\n\\centering\n\\small\n" + body
             + f"\\caption{{{config_caption(inputs)}}}\n\\end{{table}}\n")
 
 
+LATEX_SPECIALS = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "$": r"\$", "&": r"\&",
+                  "#": r"\#", "^": r"\textasciicircum{}", "_": r"\_", "%": r"\%",
+                  "~": r"\textasciitilde{}"}
+"""LaTeX's special characters, each as text that typesets it."""
+
+
+def latex_escape(text: str) -> str:
+    """``text`` as LaTeX typesets it literally: its special characters escaped
+    (:data:`LATEX_SPECIALS`) and its line breaks made spaces (a blank line would end the
+    caption's paragraph).  The table's cells are escaped by pandas' ``escape="latex"``."""
+    return "".join(LATEX_SPECIALS.get(char, char) for char in " ".join(text.split()))
+
+
+def _latex_comment(text: str) -> str:
+    """A LaTeX comment line: everything after ``%`` up to the line's end is ignored, so
+    only a line break in ``text`` could end it early; they are made spaces."""
+    return f"% {' '.join(text.split())}\n"
+
+
 def config_caption(inputs: ReportInputs) -> str:
-    return (f"{inputs.config.name}: main dev metric, mean $\\pm$ std over seeds (seeds in "
-            "brackets); efficiency from \\texttt{harness bench}.").replace("_", r"\_")
+    return (f"{latex_escape(inputs.config.name)}: main dev metric, mean $\\pm$ std over seeds "
+            "(seeds in brackets); efficiency from \\texttt{harness bench}.")
 
 
 def _csv(inputs: ReportInputs) -> pd.DataFrame:
