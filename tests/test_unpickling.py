@@ -73,7 +73,8 @@ def uninterrupted() -> torch.Tensor:
 def test_a_crafted_pickle_as_saved_progress_runs_nothing_and_the_stage_starts_over(
         tmp_path: Path, uninterrupted: torch.Tensor, write, reason: str) -> None:
     marker = tmp_path / "marker"
-    checkpoint = StageCheckpoint(tmp_path / "progress.safetensors", every_steps=2)
+    # Named as the runner named saved progress when it was a pickle.
+    checkpoint = StageCheckpoint(tmp_path / "general-k-general.pt", every_steps=2)
     write(checkpoint.path, marker)
     with pytest.raises(ProgressRefusedError, match=reason.replace("(", r"\(")):
         load_progress_file(checkpoint.path)
