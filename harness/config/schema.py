@@ -868,8 +868,8 @@ class SuiteSource:
 
     def origin(self, key_path: str, parts: list[Any] | None = None) -> str:
         """`` (from --set ...)`` for a key an assignment wrote, `` (inherited from <file>)``
-        for one written in a suite this one extends, '' for the suite's own keys (and keys that no
-        file holds, such as a missing one). ``parts``: the key path as a list, where a
+        for one written in a suite this one extends, '' for the suite's own keys (and keys
+        that no file holds, such as a missing one). ``parts``: the key path as a list, where a
         key of it holds a dot."""
         behind = _assignment_behind(key_path, self.assignments)
         if behind:
