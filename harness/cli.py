@@ -18,6 +18,7 @@ from harness.bench.cli import bench_app
 from harness.common.cli_options import (
     DEFAULT_RESULTS,
     REPO_ROOT,
+    STORAGE_PASSWORD_HELP,
     CacheOpt,
     DataDirOpt,
     LogDirOpt,
@@ -143,7 +144,7 @@ def tune(
 ) -> None:
     """Create or resume the Optuna study of METHOD on TASK; write its best parameters."""
     quiet_libraries()
-    from harness.experiments.storage import default_storage
+    from harness.experiments.storage import command_storage
     from harness.experiments.tuning import Tuner, TuningTarget, UnexpectedError
 
     if pruner not in {"median", "halving", "none"}:
@@ -153,10 +154,11 @@ def tune(
         overrides = recipe_overrides(set_, data_dir, teacher)
         config = load_suite(suite, overrides)
         check_method_names(config, [method], "--method", str(resolve_suite_path(suite)))
+        storage_url = command_storage(storage, results)
         _warn_unused(suite, overrides, config, [method], [task])
         seed_list = parse_seeds(seeds) or config.seeds[:1]
         target = TuningTarget(method=method, task=task, seeds=seed_list, student=student)
-        tuner = Tuner(config, target, results, storage or default_storage(results), cache_dir,
+        tuner = Tuner(config, target, results, storage_url, cache_dir,
                       pruner=pruner, log=echo, tracking=tracking)
         tuner.optimize(trials)
         if not tuner.runner.accelerator.is_main_process:
@@ -291,7 +293,7 @@ def _grid(suite: str, storage: str | None, results: Path, cache_dir: Path | None
           log_dir: Path | None = None, retry_failed: bool = False) -> None:
     quiet_libraries()
     from harness.experiments.grid import Grid
-    from harness.experiments.storage import default_storage
+    from harness.experiments.storage import command_storage
     from harness.experiments.tuning import UnexpectedError, load_tuned
 
     try:
@@ -300,10 +302,11 @@ def _grid(suite: str, storage: str | None, results: Path, cache_dir: Path | None
         config = load_suite(suite, overrides)
         method = split_csv(method)
         check_method_names(config, method or [], "--method", str(resolve_suite_path(suite)))
+        storage_url = command_storage(storage, results, check=not dry_run)  # a dry run uses none
         if config.grid is not None:
             _warn_unused(suite, overrides, config, method or config.grid.recipes,
                          split_csv(tasks) or config.grid.tasks or config.tasks)
-        grid = Grid(config, results, storage or default_storage(results), cache_dir,
+        grid = Grid(config, results, storage_url, cache_dir,
                     log=echo, methods=method, tasks=split_csv(tasks),
                     seeds=parse_seeds(seeds),
                     poll_seconds=poll_seconds, reclaim_local=reclaim_local,
@@ -389,7 +392,8 @@ def grid(
 @app.command()
 def worker(
     storage: Annotated[str, typer.Option(
-        help="the Optuna storage every worker shares, e.g. postgresql+psycopg2://user@host/db")],
+        help="the Optuna storage every worker shares, e.g. postgresql+psycopg2://user@host/db"
+        + STORAGE_PASSWORD_HELP)],
     suite: SuiteOpt = "glue-cpu",
     method: GridMethodOpt = None,
     tasks: TasksOpt = None,

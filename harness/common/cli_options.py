@@ -77,9 +77,13 @@ CacheOpt = Annotated[Path | None, typer.Option(
 ParamsOpt = Annotated[list[str] | None, typer.Option(
     "--params", help="tuned parameters: a file written by `harness tune`, or its study name "
     "(repeatable; each applies to its own method and task)")]
+STORAGE_PASSWORD_HELP = (
+    "; keep a password out of the URL (the process list shows it): PGPASSWORD, ~/.pgpass, "
+    "or ?password_env=NAME, the environment variable holding it; a URL is always shown "
+    "with its password masked")
 StorageOpt = Annotated[str | None, typer.Option(
     help="Optuna storage URL (default: SQLite at <results>/optuna.db; for many machines "
-    "postgresql+psycopg2://user@host/db)")]
+    "postgresql+psycopg2://user@host/db)" + STORAGE_PASSWORD_HELP)]
 LogWithOpt = Annotated[list[str] | None, typer.Option(
     "--log-with", help="experiment trackers, comma-separated or repeated: tensorboard, wandb, "
     "mlflow, aim (accelerate's; each trained run is one tracker run named like its record, "

@@ -37,7 +37,7 @@ from harness.config.schema import (
 from harness.experiments.planner import Variation
 from harness.experiments.record import RunRecord
 from harness.experiments.runner import RunOutcome, SuiteRunner
-from harness.experiments.storage import MAX_RETRIES, open_storage
+from harness.experiments.storage import MAX_RETRIES, mask_url, open_storage
 from harness.experiments.store import (
     InvalidRecordError,
     ResultsStore,
@@ -564,7 +564,7 @@ class Grid:
         from optuna.storages import fail_stale_trials
 
         study = self._grid_study()
-        self.log(f"[grid] study {self.study_name} on {self.storage_url}: "
+        self.log(f"[grid] study {self.study_name} on {mask_url(self.storage_url)}: "
                  f"{len(self.cells)} cells")
         fail_stale_trials(study)  # dead workers' cells are retried, not queued again here
         if self.reclaim_local:

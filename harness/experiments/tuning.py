@@ -39,7 +39,7 @@ from harness.common.files import write_text_atomic
 from harness.common.paths import PathEscapeError, contained
 from harness.config.schema import OVERRIDE_ROOTS, ConfigError, SuiteConfig, TrainOverride
 from harness.data.tasks import get_task
-from harness.experiments.storage import HEARTBEAT_SECONDS, open_storage
+from harness.experiments.storage import HEARTBEAT_SECONDS, mask_url, open_storage
 from harness.experiments.store import NESTED_STORES, InvalidRecordError, StoreNotWritableError
 from harness.experiments.tracking import Tracking
 from harness.training.distributed import broadcast, gather
@@ -252,7 +252,7 @@ class Tuner:
     suite: SuiteConfig
     target: TuningTarget
     results: Path
-    storage_url: str
+    storage_url: str = field(repr=False)  # may hold a password: shown through mask_url
     cache_dir: Path | None = None
     pruner: str = "median"
     log: Callable[[str], None] = print
@@ -562,7 +562,7 @@ class Tuner:
             self.follow()
             return
         study = self.study()
-        self.log(f"[tune] study {self.name} on {self.storage_url}")
+        self.log(f"[tune] study {self.name} on {mask_url(self.storage_url)}")
         try:
             while True:
                 fail_stale_trials(study)
@@ -611,7 +611,7 @@ class Tuner:
             "seeds": self.target.seeds,
             "student": self.target.student,
             "task_epochs": self.target.task_epochs,
-            "storage": self.storage_url,
+            "storage": mask_url(self.storage_url),
             "objective": {"metric": "dev main metric, mean over seeds", "value": best.value,
                           "trial": best.number, "scores": best.user_attrs.get("scores")},
             "trials": {"complete": counts["complete"], "pruned": counts["pruned"],
