@@ -25,6 +25,7 @@ from harness.common.cli_options import (
     recipe_overrides,
     split_csv,
 )
+from harness.common.files import write_text_atomic
 from harness.config.schema import ConfigError
 
 bench_app = typer.Typer(
@@ -394,6 +395,6 @@ def bench_teacher_precision(
     for line in result["table"]:
         echo(line)
     if out is not None:
-        out.write_text("\n".join(result["table"]) + "\n")
+        write_text_atomic(out, "\n".join(result["table"]) + "\n")
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import gc
+import io
 import itertools
 import json
 import os
@@ -36,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.common.files import atomic_path, write_text_atomic
 from harness.common.memory import rss_mb
 from harness.experiments.record import RunRecord
 from harness.experiments.store import ResultsStore
@@ -164,11 +166,11 @@ def run_memory_flatness(*, suite: str, methods: Sequence[str], tasks: Sequence[s
                  if i == len(rows) - 1 or rows[i + 1]["round"] != rows[i]["round"]]
     figures: list[Path] = []
     if csv_path is not None:
-        csv_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(csv_path, "w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        text = io.StringIO(newline="")
+        writer = csv.DictWriter(text, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+        write_text_atomic(csv_path, text.getvalue())
     if figure_path is not None:
         figures = plot_memory_flatness([(title or _mode_title(release), rows)], figure_path)
     table = [
@@ -316,7 +318,8 @@ def plot_memory_flatness(panels: Sequence[tuple[str, Sequence[dict[str, Any]]]],
     path.parent.mkdir(parents=True, exist_ok=True)
     outputs = [path.with_suffix(".png"), path.with_suffix(".svg")]
     for output in outputs:
-        fig.savefig(output, dpi=150)
+        with atomic_path(output) as temporary:
+            fig.savefig(temporary, dpi=150)
     plt.close(fig)
     return outputs
 

@@ -57,6 +57,7 @@ from torch import nn
 
 from harness.api.capture import capture_attention_scores
 from harness.api.method import Method, Stage
+from harness.common.files import write_text_atomic
 from harness.config.schema import StudentConfig, TrainConfig
 from harness.data.features import EncodedSplit
 from harness.training.engine import parameter_groups
@@ -729,9 +730,7 @@ def run_train_bench(settings: TrainBenchSettings, overrides: list[str] | None = 
 
 
 def write_record(record: dict[str, Any], path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=2, default=str))
-    return path
+    return write_text_atomic(path, json.dumps(record, indent=2, default=str))
 
 
 if __name__ == "__main__":  # pragma: no cover

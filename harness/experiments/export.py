@@ -43,6 +43,7 @@ from harness.common.cache import (
     content_hash,
     default_cache_dir,
 )
+from harness.common.files import write_text_atomic
 from harness.common.precision import AUTO_RESOLUTIONS
 from harness.config.schema import ConfigError, SuiteConfig, available_suites
 from harness.data.tasks import get_task
@@ -119,13 +120,13 @@ def export_student(record: RunRecord, out_dir: Path, cache: ArtifactCache,
                     STUDENT_FILE, DESCRIPTION, MARKER}:
                 shutil.copy2(path, scratch / path.name)
         if kept["kind"] == "plugin":
-            (scratch / EXPORTED_FILE).write_text(json.dumps({
+            write_text_atomic(scratch / EXPORTED_FILE, json.dumps({
                 "plugin": kept["plugin"], "method": record.method, "task": record.task,
                 "run_id": record.run_id}, indent=2))
             loads_with = "load_student(folder)"
         else:
             loads_with = _make_loadable(scratch)
-        (scratch / "README.md").write_text(model_card(record, loads_with, command))
+        write_text_atomic(scratch / "README.md", model_card(record, loads_with, command))
         for path in scratch.iterdir():
             path.rename(out_dir / path.name)
     except BaseException:  # a refused or failed export leaves no folder it made
@@ -185,11 +186,11 @@ def _make_loadable(folder: Path) -> str:
     if config.get("model_type") != "bert" or config.get(CONFIG_KEY, "pooler") == "pooler":
         config["architectures"] = ["BertForSequenceClassification"] \
             if config.get("model_type") == "bert" else config.get("architectures")
-        config_path.write_text(json.dumps(config, indent=2))
+        write_text_atomic(config_path, json.dumps(config, indent=2))
         return "AutoModelForSequenceClassification.from_pretrained(folder)"
     source = Path(pooling_module.__file__).read_text()
-    (folder / f"{REMOTE_MODULE}.py").write_text(
-        source + "\n\nclass PooledBertConfig(BertConfig):\n"
+    write_text_atomic(
+        folder / f"{REMOTE_MODULE}.py", source + "\n\nclass PooledBertConfig(BertConfig):\n"
         f"    model_type = {REMOTE_MODEL_TYPE!r}\n\n\n"
         "PooledBertForSequenceClassification.config_class = PooledBertConfig\n")
     _import_bert_config(folder / f"{REMOTE_MODULE}.py")
@@ -199,7 +200,7 @@ def _make_loadable(folder: Path) -> str:
         "AutoConfig": f"{REMOTE_MODULE}.PooledBertConfig",
         "AutoModelForSequenceClassification":
             f"{REMOTE_MODULE}.PooledBertForSequenceClassification"}
-    config_path.write_text(json.dumps(config, indent=2))
+    write_text_atomic(config_path, json.dumps(config, indent=2))
     return ("AutoModelForSequenceClassification.from_pretrained(folder, "
             "trust_remote_code=True)")
 
@@ -209,7 +210,7 @@ def _import_bert_config(module: Path) -> None:
     anchor = "from transformers import ("
     if anchor not in text:
         raise ExportError(f"cannot add BertConfig to {module.name}: its imports changed")
-    module.write_text(text.replace(anchor, anchor + "\n    BertConfig,", 1))
+    write_text_atomic(module, text.replace(anchor, anchor + "\n    BertConfig,", 1))
 
 
 def model_card(record: RunRecord, loads_with: str, command: str) -> str:

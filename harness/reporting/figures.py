@@ -47,6 +47,7 @@ from matplotlib.ticker import (
     NullLocator,
 )
 
+from harness.common.files import atomic_path
 from harness.common.paths import contained
 from harness.experiments.record import RunRecord
 
@@ -123,8 +124,9 @@ def save(fig: Figure, out_dir: Path, name: str) -> list[Path]:
     with mpl.rc_context(_RC):
         for suffix, metadata in ((".png", {"Software": None}), (".svg", {"Date": None})):
             path = contained(out_dir, f"{name}{suffix}")  # a name cannot lead elsewhere
-            fig.savefig(path, dpi=DPI, bbox_inches="tight", pad_inches=0.08,
-                        metadata=metadata, facecolor="white")
+            with atomic_path(path) as temporary:  # a failed write leaves the previous file
+                fig.savefig(temporary, dpi=DPI, bbox_inches="tight", pad_inches=0.08,
+                            metadata=metadata, facecolor="white")
             paths.append(path)
     if getattr(fig.canvas, "manager", None) is not None:  # made through pyplot: close it
         import matplotlib.pyplot as plt

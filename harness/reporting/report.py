@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from harness.common.files import write_text_atomic
 from harness.common.paths import contained
 from harness.config.published import (
     EFFICIENCY_METRICS,
@@ -1254,8 +1255,8 @@ def build_report(config: SuiteConfig, results: Path, out: Path, *, grid: bool = 
     files = []
 
     def write(name: str, text: str) -> None:
-        path = contained(out, name)
-        path.write_text(text)
+        # Whole or not at all: a write that fails (a full disk) leaves the previous file.
+        path = write_text_atomic(contained(out, name), text)
         files.append(path)
         log(f"  wrote {path}")
 
