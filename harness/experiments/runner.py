@@ -40,6 +40,7 @@ from harness.common.memory import MemoryProbe, release_freed_memory
 from harness.common.precision import native_bf16
 from harness.config.schema import (
     ConfigError,
+    StudentConfig,
     SuiteConfig,
     TrainConfig,
 )
@@ -53,10 +54,13 @@ from harness.experiments.planner import (
     Variation,
 )
 from harness.experiments.record import RunRecord
+from harness.experiments.space import space_needed
 from harness.experiments.store import (
     InvalidRecordError,
     ResultsStore,
     StoreNotWritableError,
+    check_free_space,
+    recovery_paths,
 )
 from harness.experiments.students import keep_student, kept_student
 from harness.experiments.tracking import RunTracker, Tracking
@@ -288,19 +292,17 @@ class SuiteRunner(RunPlanner):
         path = self.store.record_path(
             self.suite.record_suite, method_name, task.name,
             f"{spec['student']['name']}-seed{seed}-{run_hash[:16]}")
+        recovered = self._recovered(path, run_hash, method_name, task.name, seed)
+        if recovered is not None:
+            return recovered
         # Before any teacher or training time is spent; every process stops alike.
-        problem = None
-        if self.accelerator.is_main_process:
-            try:
-                self.store.check_writable(path)
-            except StoreNotWritableError as error:
-                problem = str(error)
-        problem = broadcast(problem, self.accelerator)
-        if problem is not None:
-            raise StoreNotWritableError(problem)
+        self._on_main_or_stop(lambda: self.store.check_writable(path))
         # Peak memory from here (data, teacher, training, evaluation) to the record.
         memory = MemoryProbe(self.accelerator.device).start()
         prepared = self.prepare_task(task_name)
+        self._on_main_or_stop(lambda: check_free_space(space_needed(
+            self, self.cache, method, prepared, spec, stage_configs, path,
+            general_key=self.general_entry_key, keep_student=self.save_students)))
         teacher = self.teacher(task_name)
         fields: dict[str, Any] = {
             "run_id": run_hash,
@@ -362,8 +364,9 @@ class SuiteRunner(RunPlanner):
         fields["memory"] = memory.read()  # a result: not in the config, not in the run id
         fields["finished_at"] = datetime.now(timezone.utc).isoformat()
         record = RunRecord.model_validate(fields)
-        if self.accelerator.is_main_process:
-            self.store.write(path, record)
+        # A record the store cannot take is kept (named in the error) for the next start.
+        self._on_main_or_stop(lambda: self.store.write_or_keep(
+            path, record, recovery_paths(self.cache.root, run_hash)))
         release_freed_memory()  # the next run starts from this one's live memory, not its peak
         self.accelerator.wait_for_everyone()  # the record exists for all once any returns
         if record.finished:
@@ -374,6 +377,49 @@ class SuiteRunner(RunPlanner):
                      f"peak RSS {record.peak_rss_mb:.0f} MB")
         return RunOutcome(method_name, task.name, seed, record.status, path, record.main_score,
                           record)
+
+    def _on_main_or_stop(self, check: Callable[[], object]) -> None:
+        """Run ``check`` on the main process of a launch.  The store error it raises (a
+        store it cannot write, a disk without room, a record not written, a recovery copy
+        that is not the run's) stops every process alike, with its message."""
+        failure: StoreNotWritableError | InvalidRecordError | None = None
+        if self.accelerator.is_main_process:
+            try:
+                check()
+            except (StoreNotWritableError, InvalidRecordError) as error:
+                failure = error
+        message = broadcast(None if failure is None else
+                            (isinstance(failure, InvalidRecordError), str(failure)),
+                            self.accelerator)
+        if failure is not None:
+            raise failure
+        if message is not None:
+            invalid, text = message
+            raise (InvalidRecordError if invalid else StoreNotWritableError)(text)
+
+    def _recovered(self, path: Path, run_hash: str, method_name: str, task_name: str,
+                   seed: int) -> RunOutcome | None:
+        """The run's record that an earlier start trained but could not write (a full
+        disk) and kept in a recovery copy, written to ``path`` now without training again;
+        None when there is no such copy."""
+        taken: list[tuple[RunRecord, Path] | None] = []
+        self._on_main_or_stop(lambda: taken.append(self.store.take_recovered(
+            path, run_hash, recovery_paths(self.cache.root, run_hash))))
+        found = broadcast(taken[0] if taken else None, self.accelerator)
+        if found is None:
+            return None
+        record, copy = found
+        self.log(f"[recovered] {method_name} {task_name} seed {seed}: the record kept in "
+                 f"{copy} when it could not be written is now in the store at {path}; "
+                 "not trained again")
+        return RunOutcome(method_name, task_name, seed, record.status, path,
+                          record.main_score, record)
+
+    def general_entry_key(self, method: Method, shape: StudentConfig, stages: list[Stage],
+                          stage_configs: dict[str, TrainConfig]) -> str:
+        """The cache key of the general checkpoint ``method``'s corpus ``stages`` make for
+        a ``shape`` student."""
+        return self.general_key(method, shape, stages, stage_configs)
 
     def _start_tracker(self, record: Path, params: dict[str, Any]) -> RunTracker:
         """The run's tracker runs, named like its record (relative to the results root,
@@ -661,7 +707,7 @@ class SuiteRunner(RunPlanner):
         starting point of every task and seed.  ``tracker``: the run that needs them, which
         logs their losses when they train here (a cached body logs nothing)."""
         tracker = tracker or RunTracker()
-        key = self.general_key(method, context.shape, stages, stage_configs)
+        key = self.general_entry_key(method, context.shape, stages, stage_configs)
         # A second worker that needs the same checkpoint waits for this one's.
         with self.cache.producing("general", key,
                                   exclusive=self.accelerator.num_processes == 1):
