@@ -20,7 +20,8 @@ evaluation, checkpoint selection and the results store.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -132,8 +133,17 @@ class Stage:
 
 @dataclass(frozen=True)
 class LossTerm:
+    """A loss term of a method, computed by its ``loss_<name>`` method.
+
+    The engine computes every term outside autocast, in float32: the student's outputs and
+    the teacher's view reach it as float32 whatever the stage's ``mixed_precision`` (only
+    the forward passes run under autocast), so a matmul inside a term runs in float32 too.
+    ``autocast=True`` computes the term under the stage's autocast instead, like the
+    forward pass: for a term whose cost matters more than its rounding."""
+
     name: str
     description: str
+    autocast: bool = False
 
 
 GOLD = LossTerm("gold", "cross-entropy to the gold labels (MSE to gold scores for regression)")
@@ -225,6 +235,9 @@ class StepInputs:
     extra: nn.ModuleDict
     cache: dict[str, Any] = field(default_factory=dict)
     """Scratch space shared by the terms of one step (e.g. a softmax computed once)."""
+    stage_autocast: Callable[[], AbstractContextManager[Any]] = nullcontext
+    """The stage's autocast, entered around the terms that declare ``autocast=True``
+    (:class:`LossTerm`); the engine sets it."""
 
 
 class Method:
@@ -334,6 +347,20 @@ class Method:
         if (problem := self.student_problem(shape, teacher_config)) is not None:
             raise ConfigError(f"methods.{self.name}: {problem}")
 
+    def task_problem(self, task: TaskSpec) -> str | None:
+        """Why the method does not apply to ``task`` (a loss over classes on a regression
+        task); None (the default): it does.  Asked for every cell before anything is read
+        or trained: ``harness run`` and ``harness grid`` leave such a cell out, name it
+        ``n/a``, and record nothing for it."""
+        return None
+
+    def inactive_terms(self, task: TaskSpec) -> frozenset[str]:
+        """Loss terms that compute nothing on ``task`` (a term over non-target classes on a
+        two-class task): they are not computed there, and left out of the run's
+        ``loss_weights`` and of each stage's ``terms`` in its record.  Empty (the default):
+        every term applies."""
+        return frozenset()
+
     def missing_assets(self) -> str | None:
         """What the method needs that this machine lacks (a package, a file), with how to
         get it; None (the default): nothing.  Asked for every cell before the first one
@@ -431,13 +458,23 @@ class Method:
 
     # -- used by the engine --------------------------------------------------------------
     def compute_losses(self, inputs: StepInputs) -> dict[str, torch.Tensor]:
-        """Unweighted values of the stage's active terms (weight 0 = not computed)."""
-        weights = self.stage_weights(inputs.stage)
+        """Unweighted values of the stage's active terms (:meth:`active_terms`), each in
+        float32 outside autocast unless its :class:`LossTerm` declares ``autocast``."""
+        declared = {term.name: term for term in self.loss_terms}
         values = {}
-        for term in inputs.stage.loss_terms:
-            if weights.get(term, 0.0) != 0.0:
+        for term in self.active_terms(inputs.stage, inputs.task):
+            under_autocast = term in declared and declared[term].autocast
+            with inputs.stage_autocast() if under_autocast else nullcontext():
                 values[term] = getattr(self, f"loss_{term}")(inputs)
         return values
+
+    def active_terms(self, stage: Stage, task: TaskSpec) -> dict[str, float]:
+        """The terms ``stage`` computes on ``task``, with their weights: those it names
+        whose weight is not 0 and that apply to the task (:meth:`inactive_terms`)."""
+        weights = self.stage_weights(stage)
+        inactive = self.inactive_terms(task)
+        return {term: weights[term] for term in stage.loss_terms
+                if weights.get(term, 0.0) != 0.0 and term not in inactive}
 
     def total_loss(self, values: dict[str, torch.Tensor], stage: Stage | None = None
                    ) -> torch.Tensor:

@@ -10,6 +10,7 @@ configuration holds, so runs in different precisions never share an id.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -71,3 +72,30 @@ def resolve_auto_precision(tree: Any, resolved: dict[str, str]) -> Any:
     if isinstance(tree, list):
         return [resolve_auto_precision(value, resolved) for value in tree]
     return tree
+
+
+def to_float32(value: Any) -> Any:
+    """``value`` with every floating tensor in it cast to float32: a tensor, or tensors inside
+    tuples (named ones too), lists, dicts, transformers' ``ModelOutput`` and dataclasses, each
+    rebuilt as its own type.  Casts keep the autograd graph; float32 tensors and everything
+    else are passed through as they are, so fp32 runs see the very same objects."""
+    if isinstance(value, torch.Tensor):
+        return value.float() if value.is_floating_point() and \
+            value.dtype != torch.float32 else value
+    if isinstance(value, dict):  # ModelOutput is a dict and a dataclass: rebuilt by keyword
+        converted = {key: to_float32(item) for key, item in value.items()}
+        return value if all(converted[key] is value[key] for key in converted) \
+            else type(value)(**converted)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {field.name: to_float32(getattr(value, field.name))
+                   for field in dataclasses.fields(value) if field.init}
+        return value if all(changes[name] is getattr(value, name) for name in changes) \
+            else dataclasses.replace(value, **changes)
+    if isinstance(value, tuple | list):
+        items = [to_float32(item) for item in value]
+        if all(new is old for new, old in zip(items, value, strict=True)):
+            return value
+        if isinstance(value, list):
+            return items
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+    return value

@@ -34,7 +34,8 @@ from harness.config.schema import (
     SuiteConfig,
     student_kind,
 )
-from harness.experiments.planner import Variation
+from harness.experiments.planner import Variation, task_problem
+from harness.experiments.provenance import code_change
 from harness.experiments.record import RunRecord
 from harness.experiments.runner import RunOutcome, SuiteRunner
 from harness.experiments.storage import MAX_RETRIES, mask_url, open_storage
@@ -93,14 +94,20 @@ def grid_of(suite: SuiteConfig) -> GridConfig:
 
 
 def grid_cells(suite: SuiteConfig, methods: list[str] | None = None,
-               tasks: list[str] | None = None, seeds: list[int] | None = None
-               ) -> list[GridCell]:
-    """The cells, task by task (each task's data and teacher are prepared once)."""
+               tasks: list[str] | None = None, seeds: list[int] | None = None,
+               log: Callable[[str], None] | None = None) -> list[GridCell]:
+    """The cells, task by task (each task's data and teacher are prepared once).  A method
+    that does not apply to a task (:meth:`~harness.api.Method.task_problem`) has no cells
+    there; ``log`` names it."""
     grid = grid_of(suite)
     method_names = methods or grid.recipes
     cells = []
     for task in tasks or grid.tasks or suite.tasks:
         for method in method_names:
+            if (why := task_problem(suite, method, task)) is not None:
+                if log is not None:
+                    log(f"[n/a] {method} on {task}: {why}; left out")
+                continue
             epochs = grid.budget.epochs_for(task, method)
             plugin = registry.get(suite.plugin(method))
             own, _ = suite.student_for(method)
@@ -214,7 +221,7 @@ class Grid:
         self.storage_url = storage_url
         self.cache_dir = cache_dir
         self.log = log
-        self.cells = grid_cells(suite, methods, tasks, seeds)
+        self.cells = grid_cells(suite, methods, tasks, seeds, log)
         self.poll_seconds = poll_seconds
         self.reclaim_local = reclaim_local
         self.tracking = tracking
@@ -321,7 +328,10 @@ class Grid:
                                                 variation, equivalents=others)
                 if existing is not None:  # its id may be that of the other precision
                     record = self.runner.store.load(existing)
-                    run_id = record.run_id
+                    if code_change(record.code, self.runner.run_code(cell.method)):
+                        existing = None  # stale: made by other code, so trained again
+                    else:
+                        run_id = record.run_id
                 status = "todo" if existing is None else record.status
                 status = {"finished": "done"}.get(status, status)
             self._estimates[cell] = estimate

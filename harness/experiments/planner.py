@@ -50,6 +50,7 @@ from harness.data.corpus import Corpus, build_corpus, sentences_fingerprint
 from harness.data.features import EncodedSplit, encode_split
 from harness.data.loading import DataNotFoundError, TaskData, load_task, resolve_data_dir
 from harness.data.tasks import TaskSpec, get_task
+from harness.experiments.provenance import code_change, run_code
 from harness.experiments.record import RECORD_VERSION, RunRecord
 from harness.teacher.finetune import teacher_key, teacher_pooling
 from harness.teacher.outputs import intermediate_cache_spec
@@ -82,6 +83,18 @@ class Variation:
     def of(cls, student: str | None = None, overrides: dict[str, Any] | None = None,
            task_epochs: float | None = None) -> Variation:
         return cls(student, tuple(sorted((overrides or {}).items())), task_epochs)
+
+
+class NotApplicableError(ConfigError):
+    """A method asked to run on a task it does not apply to (:meth:`Method.task_problem`)."""
+
+
+def task_problem(suite: SuiteConfig, method_name: str, task_name: str) -> str | None:
+    """Why ``method_name`` of ``suite`` does not apply to ``task_name``
+    (:meth:`Method.task_problem`); None when it does.  Reads no data."""
+    task = get_task(task_name)
+    method = instantiate(suite.plugin(method_name), suite.recipe(method_name), task.name)
+    return method.task_problem(task)
 
 
 def scale_to_budget(stages: list[Stage], configs: dict[str, TrainConfig], task_epochs: float
@@ -326,6 +339,9 @@ class RunPlanner:
         recipe = self.recipe(method_name, task.name, variation)
         plugin = self.suite.plugin(method_name)
         method = instantiate(plugin, recipe, task.name)
+        if (problem := method.task_problem(task)) is not None:
+            raise NotApplicableError(f"methods.{method_name} ({plugin_file(type(method))}) "
+                                     f"does not apply to {task.name}: {problem}")
         try:
             stages = method.stages(task)
         except ValueError as error:  # a Stage the plugin declares wrongly, or its recipe
@@ -386,7 +402,8 @@ class RunPlanner:
             **({"plugin": plugin} if plugin != method_name else {}),
             "params": method.params.model_dump(),
             **({"method_key": method_key} if (method_key := method.run_key()) else {}),
-            "loss_weights": method.weights,
+            "loss_weights": {term: weight for term, weight in method.weights.items()
+                             if term not in method.inactive_terms(task)},
             "stages": {name: config.identity() for name, config in stage_configs.items()},
             "teacher": {"checkpoint": self.checkpoint.name, "key": self.teacher_key(prepared)},
             "data": {  # content, not location: the same data hashes alike anywhere
@@ -437,6 +454,16 @@ class RunPlanner:
                variation: Variation = Variation()) -> str:
         """The run's id: the hash of its resolved configuration."""
         return content_hash(self.resolve(method_name, task_name, seed, variation)[1])
+
+    def run_code(self, method_name: str) -> dict[str, Any]:
+        """The code a run of ``method_name`` executes (:func:`~harness.experiments.provenance.
+        run_code`): its plugin's, that of the method whose general checkpoint it starts from
+        (``init_from``), and the core's loss and metric code."""
+        recipe = self.suite.recipe(method_name)
+        plugins = [self.suite.plugin(method_name)]
+        if recipe.init_from is not None:
+            plugins.append(self.suite.plugin(recipe.init_from))
+        return run_code(plugins)
 
     def overrides_are_the_recipes(self, method_name: str, task_name: str, seed: int,
                                   variation: Variation, run_id: str | None = None) -> bool:
@@ -609,6 +636,12 @@ class RecipeCheck:
                 self._verdicts[key] = record.run_id in ids
         return self._verdicts[key]
 
+    def stale(self, record: RunRecord) -> str | None:
+        """Why ``record`` was made by other code than this checkout's (its plugins' or the
+        core's loss and metric code; :mod:`harness.experiments.provenance`); None when the
+        same code made it."""
+        return code_change(record.code, self._planner(record.method).run_code(record.method))
+
 
 def current_records(suite: SuiteConfig, records: Iterable[RunRecord],
                     log: Callable[[str], None] = print,
@@ -616,14 +649,20 @@ def current_records(suite: SuiteConfig, records: Iterable[RunRecord],
     """The records that are runs of ``suite`` as it now reads (:class:`RecipeCheck`;
     ``check``: one already holding the suite's planners).  A record of an earlier recipe, of
     a ``--set``, or of a method the suite cannot plan is left out and named in the log, so
-    that no table averages two configurations under one row."""
+    that no table averages two configurations under one row; so is a stale record, made by
+    other code than this checkout's (:meth:`RecipeCheck.stale`)."""
     records = list(records)
     if not records:
         return []
     check = check or RecipeCheck(suite)
-    kept, left_out = [], []
+    kept, left_out, stale = [], [], []
     for record in records:
-        (kept if check.planned(record) else left_out).append(record)
+        if not check.planned(record):
+            left_out.append(record)
+        elif (why := check.stale(record)) is not None:
+            stale.append((record, why))
+        else:
+            kept.append(record)
     if left_out:
         log(f"left out {len(left_out)} record(s) that are not runs of suite {suite.name} as "
             "it now reads (an earlier recipe, a --set, or a method it cannot plan); "
@@ -631,4 +670,10 @@ def current_records(suite: SuiteConfig, records: Iterable[RunRecord],
         for record in left_out:
             log(f"  {record.method} {record.task} seed {record.seed}: run id "
                 f"{record.run_id[:16]}")
+    if stale:
+        log(f"left out {len(stale)} stale record(s), made by other code than this checkout's "
+            "(harness run trains them again):")
+        for record, why in stale:
+            log(f"  {record.method} {record.task} seed {record.seed}: run id "
+                f"{record.run_id[:16]} was {why}")
     return kept

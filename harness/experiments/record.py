@@ -75,6 +75,9 @@ class StageSummary(_Part):
     examples_per_second: float
     best_step: int | None = None
     best_metrics: dict[str, float] | None = None
+    terms: dict[str, float] | None = None
+    """The loss terms the stage computed, with their weights: those it names that weigh
+    more than 0 and apply to the task (None: a record made before records listed them)."""
     final_losses: dict[str, float] = Field(default_factory=dict)
     evaluations: list[dict[str, Number]] = Field(default_factory=list)
     """``step``, ``epoch`` and the dev metrics at each evaluation."""
@@ -112,6 +115,11 @@ class RunRecord(_Part):
     """The resolved configuration the run id hashes."""
     config_hash: str
     started_at: str
+    code: dict[str, Any] | None = None
+    """The code that made it, outside the run id: ``plugins`` (name -> digest of each
+    plugin the run executed) and ``core`` (the digest of the core's loss and metric code);
+    see :mod:`harness.experiments.provenance`. A record whose code differs from the code now
+    loaded is stale. None: made before records named their code."""
 
     # What put the run in the store, outside its id (annotations).
     variation: dict[str, Any] | None = None

@@ -52,7 +52,9 @@ from harness.experiments.planner import (
     PreparedTask,
     RunPlanner,
     Variation,
+    task_problem,
 )
+from harness.experiments.provenance import code_change, general_cache_key
 from harness.experiments.record import RunRecord
 from harness.experiments.space import space_needed
 from harness.experiments.store import (
@@ -271,9 +273,14 @@ class SuiteRunner(RunPlanner):
         found = broadcast(found, self.accelerator)
         if isinstance(found, str):
             raise InvalidRecordError(found)
+        code = self.run_code(method_name)
         if found is not None:
             existing, recorded = found
-            if recorded.finished or not self.retry_failed:
+            stale = code_change(recorded.code, code)
+            if stale is not None:
+                self.log(f"[stale] {method_name} {task_name} seed {seed}: the record at "
+                         f"{existing} was {stale}; training it again")
+            elif recorded.finished or not self.retry_failed:
                 other = ("" if recorded.run_id == run_hash else
                          " (made where the recipe's auto precision resolves otherwise: "
                          f"trained in {'/'.join(recorded.precisions)}, run id "
@@ -333,6 +340,7 @@ class SuiteRunner(RunPlanner):
             "machine": machine_info(self.accelerator),
             "config": spec,
             "config_hash": run_hash,
+            "code": code,
             "started_at": datetime.now(timezone.utc).isoformat(),
             **({"variation": departure} if departure else {}),
             **(annotations or {}),
@@ -419,7 +427,8 @@ class SuiteRunner(RunPlanner):
                           stage_configs: dict[str, TrainConfig]) -> str:
         """The cache key of the general checkpoint ``method``'s corpus ``stages`` make for
         a ``shape`` student."""
-        return self.general_key(method, shape, stages, stage_configs)
+        return general_cache_key(self.general_key(method, shape, stages, stage_configs),
+                                 type(method))
 
     def _start_tracker(self, record: Path, params: dict[str, Any]) -> RunTracker:
         """The run's tracker runs, named like its record (relative to the results root,
@@ -578,9 +587,10 @@ class SuiteRunner(RunPlanner):
                  "examples_seen": result.examples_seen, "seconds": result.seconds,
                  "examples_per_second": result.examples_per_second,
                  "best_step": result.best_step, "best_metrics": result.best_metrics,
+                 "terms": method.active_terms(stage, task),
                  "final_losses": result.final_losses, "evaluations": result.evaluations,
                  "history": result.history}
-                for result in stage_results
+                for stage, result in zip(stages[len(general):], stage_results, strict=True)
             ],
         }
         if general_summary is not None:  # the key identifies it; the cache path is local
@@ -876,7 +886,12 @@ class SuiteRunner(RunPlanner):
         self.check_assets(methods, tasks, {
             cell: Variation.of(params.student, params.overrides)
             for cell, params in by_cell.items()})
-        cells = [(task, method, seed) for task in tasks for method in methods for seed in seeds]
+        not_applicable = {(method, task): why for task in tasks for method in methods
+                          if (why := task_problem(self.suite, method, task)) is not None}
+        for (method, task), why in not_applicable.items():
+            self.log(f"[n/a] {method} on {task}: {why}; left out")
+        cells = [(task, method, seed) for task in tasks for method in methods for seed in seeds
+                 if (method, task) not in not_applicable]
         outcomes = []
         said: set[tuple[str, str]] = set()
         for index, (task, method, seed) in enumerate(cells, start=1):

@@ -17,6 +17,8 @@ and gathers the logits back into row order on every process.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import time
 from collections import defaultdict
@@ -37,6 +39,7 @@ from harness.api.method import Method, Stage, StepInputs, TeacherView
 from harness.common.cache import ArtifactCache
 from harness.common.devices import batch_to_device
 from harness.common.interrupts import raise_if_interrupted
+from harness.common.precision import to_float32
 from harness.common.progress import progress_bar
 from harness.config.schema import TrainConfig
 from harness.data.features import (
@@ -221,6 +224,18 @@ AUTOCAST_DTYPES: dict[str, torch.dtype | None] = {
     "no": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 """The autocast settings :func:`autocast` takes (``auto`` is resolved before, see
 :mod:`harness.common.precision`)."""
+
+
+def step_losses(method: Method, inputs: StepInputs, accelerator: Accelerator,
+                precision: str) -> dict[str, torch.Tensor]:
+    """The stage's loss terms for one batch whose forward passes ran under ``precision``'s
+    autocast: computed outside it, on float32 copies of the student's outputs and the
+    teacher's view, except the terms that declare ``autocast`` (:class:`~harness.api.
+    LossTerm`), which run under it again."""
+    inputs = dataclasses.replace(
+        inputs, student=to_float32(inputs.student), teacher=to_float32(inputs.teacher),
+        stage_autocast=functools.partial(autocast, accelerator, precision))
+    return method.compute_losses(inputs)
 
 
 def autocast(accelerator: Accelerator, precision: str):
@@ -500,10 +515,10 @@ def train_stage(
                     if fill_teacher is not None:
                         fill_teacher(batch, view)
                     student_out = method.forward_student(seen_by_method, batch, stage)
-                    inputs = StepInputs(batch=batch, student=student_out, teacher=view, task=task,
-                                        stage=stage, extra=extra)
-                    values = method.compute_losses(inputs)
-                    loss = method.total_loss(values, stage)
+                inputs = StepInputs(batch=batch, student=student_out, teacher=view, task=task,
+                                    stage=stage, extra=extra)
+                values = step_losses(method, inputs, accelerator, config.mixed_precision)
+                loss = method.total_loss(values, stage)
                 finite = bool(torch.isfinite(loss))
                 if processes > 1:  # all stop together, or the others wait in backward
                     finite = not bool(accelerator.reduce(torch.tensor(
