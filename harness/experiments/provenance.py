@@ -9,6 +9,10 @@ so a result of one plugin's code is never taken for the result of another:
   id), and reports leave stale records out of their tables and name them;
 * a general checkpoint distilled by other plugin code is distilled again.
 
+Records made before records named their code carry the digests of the commit that first
+gave them (``attested``: that commit), not of the code that ran them, which may differ from
+it in ways that kept their run ids; a change after that commit stales them like any other.
+
 A digest covers the code, not its layout: each Python file is hashed as its syntax tree
 with docstrings left out (comments, blank lines and formatting never reach the tree), so
 editing a comment or a docstring stales nothing, while any change to what the code does

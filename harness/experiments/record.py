@@ -119,7 +119,9 @@ class RunRecord(_Part):
     """The code that made it, outside the run id: ``plugins`` (name -> digest of each
     plugin the run executed) and ``core`` (the digest of the core's loss and metric code);
     see :mod:`harness.experiments.provenance`. A record whose code differs from the code now
-    loaded is stale. None: made before records named their code."""
+    loaded is stale. ``attested`` (a commit) marks digests given to a record made before
+    records named their code: those of that commit's code, which the code that ran it may
+    differ from in ways that kept its run id. None: such a record without them."""
 
     # What put the run in the store, outside its id (annotations).
     variation: dict[str, Any] | None = None
