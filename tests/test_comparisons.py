@@ -314,3 +314,23 @@ def test_verdict_names_wins_losses_and_ties():
     assert verdict(per_task, "tinybert", "kd") == (
         "tinybert - kd: wins on stsb (+26.2 [+17.0, +35.5]); loses on rte (-2.4 [-3.1, -1.7]); "
         "ties on cola; no interval on sst2")
+
+
+def test_aggregate_intervals_match_rliables_stratified_bootstrap_written_out():
+    # rliable (Agarwal et al. 2021): a score matrix of runs x tasks; each resample draws the
+    # runs of every task with replacement, independently per task, and the interval is the
+    # percentile interval of the statistic over all resampled scores
+    rng = np.random.default_rng(0)
+    scores = rng.normal(0.5, 0.3, size=(5, 4))  # runs x tasks
+    shares = pd.DataFrame([{"method": "m", "task": f"t{t}", "seed": r, "share": scores[r, t]}
+                           for r in range(5) for t in range(4)])
+    runs = np.random.default_rng(1).integers(0, 5, size=(20_000, 5, 4))  # per task column
+    resampled = scores[runs, np.arange(4)].reshape(20_000, -1)
+    means = resampled.mean(axis=1)
+    iqms = stats.trim_mean(resampled, 0.25, axis=1)
+    row = aggregate(shares, resamples=20_000, seed=2).iloc[0]
+    assert row["iqm"] == pytest.approx(stats.trim_mean(scores.ravel(), 0.25))
+    np.testing.assert_allclose([row["mean_low"], row["mean_high"]],
+                               np.percentile(means, [2.5, 97.5]), atol=0.01)
+    np.testing.assert_allclose([row["iqm_low"], row["iqm_high"]],
+                               np.percentile(iqms, [2.5, 97.5]), atol=0.01)
