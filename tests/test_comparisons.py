@@ -208,6 +208,8 @@ def test_share_of_teacher_margin_by_hand_and_flags():
     np.testing.assert_array_equal(flagged, [False, True])
     share, flagged = share_of_teacher_margin(60.0, 70.0, 65.0)  # teacher below its baseline
     assert math.isnan(float(share)) and bool(flagged)
+    share, flagged = share_of_teacher_margin(60.0, 50.0, math.nan)  # no teacher score
+    assert math.isnan(float(share)) and bool(flagged)
 
 
 def test_interquartile_mean_of_one_to_eight():

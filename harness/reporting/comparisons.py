@@ -293,7 +293,7 @@ def share_of_teacher_margin(score: float | np.ndarray, baseline: float | np.ndar
     margin = teacher - baseline
     with np.errstate(invalid="ignore", divide="ignore"):
         share = np.where(margin > 0, (score - baseline) / margin, np.nan)
-    flagged = np.broadcast_to(margin < min_margin, share.shape)
+    flagged = np.broadcast_to(~(margin >= min_margin), share.shape)  # NaN margins too
     return share, np.asarray(flagged)
 
 
