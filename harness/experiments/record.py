@@ -27,6 +27,25 @@ class _Part(BaseModel):
     model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
 
 
+PREDICTIONS_FILE = r"[A-Za-z0-9][A-Za-z0-9._-]{0,150}\.predictions\.npz"
+"""What a predictions file's name may be: one file name (no folder), so that a name read
+from a record never leads elsewhere."""
+
+
+class PredictionsSummary(_Part):
+    """A per-example predictions file (:mod:`harness.experiments.predictions`): its name,
+    its checksum and what it holds."""
+
+    file: str = Field(pattern=rf"^{PREDICTIONS_FILE}$")
+    """The file's name: a run's lies beside its record, a teacher's in the suite folder's
+    ``teachers/``."""
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    kind: Literal["logits", "scores"]
+    """Class logits (classification) or regression scores."""
+    examples: dict[str, int]
+    """Dev split -> the number of examples predicted."""
+
+
 class TeacherSummary(_Part):
     """The fine-tuned teacher the run distilled from (its cache key identifies it)."""
 
@@ -42,6 +61,9 @@ class TeacherSummary(_Part):
     training: dict[str, Any] | None = None
     """How it was fine-tuned (its resolved training settings; None: used as it is, or a
     record made before records held them)."""
+    predictions: PredictionsSummary | None = None
+    """Its dev predictions in the results store (None: a record made before they were
+    kept)."""
 
 
 class DataSummary(_Part):
@@ -147,6 +169,9 @@ class RunRecord(_Part):
     augmentation: dict[str, Any] | None = None
     student_encoder: dict[str, Any] | None = None
     student_init: dict[str, Any] | None = None
+    predictions: PredictionsSummary | None = None
+    """The student's dev predictions, in a file beside the record, outside the run id
+    (None: a failed run, or a record made before they were kept)."""
 
     # A failed run.
     error: str | None = None

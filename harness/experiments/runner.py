@@ -37,6 +37,7 @@ from harness.api.students import count_parameters
 from harness.assets.checkpoints import TeacherError, check_label_order, load_pretrained_encoder
 from harness.common.cache import ArtifactCache, content_hash, default_cache_dir
 from harness.common.memory import MemoryProbe, release_freed_memory
+from harness.common.paths import contained
 from harness.common.precision import native_bf16
 from harness.config.schema import (
     ConfigError,
@@ -53,6 +54,13 @@ from harness.experiments.planner import (
     RunPlanner,
     Variation,
     task_problem,
+)
+from harness.experiments.predictions import (
+    TEACHERS_FOLDER,
+    example_ids,
+    predictions_file,
+    teacher_predictions_name,
+    write_predictions,
 )
 from harness.experiments.provenance import code_change, general_cache_key
 from harness.experiments.record import RunRecord
@@ -191,6 +199,7 @@ class SuiteRunner(RunPlanner):
         self._augmented: dict[str, AugmentedSet] = {}
         self._student_splits: dict[tuple[str, str, str], EncodedSplit] = {}
         self._teacher_speed: dict[tuple[str, int], float] = {}
+        self._teacher_predictions_kept: dict[tuple[str, str], dict[str, Any] | None] = {}
 
     def teacher(self, name: str) -> TeacherArtifacts:
         """The task's fine-tuned teacher and its outputs (cached); a teacher that could not
@@ -354,7 +363,8 @@ class SuiteRunner(RunPlanner):
         started = time.perf_counter()
         try:
             fields.update(self._train(method, task, prepared, teacher, seed, spec,
-                                      stage_configs, on_evaluate, tracker, run_id=run_hash))
+                                      stage_configs, on_evaluate, tracker, run_id=run_hash,
+                                      predictions=predictions_file(path)))
             fields["status"] = "finished"
             tracker.log_final(fields["dev"], fields["pct_of_teacher"])
         except NonFiniteLossError as error:
@@ -371,6 +381,8 @@ class SuiteRunner(RunPlanner):
         fields["wall_seconds"] = time.perf_counter() - started
         fields["memory"] = memory.read()  # a result: not in the config, not in the run id
         fields["finished_at"] = datetime.now(timezone.utc).isoformat()
+        if (teacher_predictions := self._teacher_predictions(prepared, teacher)) is not None:
+            fields["teacher"]["predictions"] = teacher_predictions
         record = RunRecord.model_validate(fields)
         # A record the store cannot take is kept (named in the error) for the next start.
         self._on_main_or_stop(lambda: self.store.write_or_keep(
@@ -465,7 +477,10 @@ class SuiteRunner(RunPlanner):
                teacher: TeacherArtifacts, seed: int, spec: dict[str, Any],
                stage_configs: dict[str, TrainConfig],
                on_evaluate: EvaluationCallback | None = None,
-               tracker: RunTracker | None = None, *, run_id: str) -> dict[str, Any]:
+               tracker: RunTracker | None = None, *, run_id: str,
+               predictions: Path | None = None) -> dict[str, Any]:
+        """Train the run's task stages, evaluate the student on the dev splits and return
+        the record's results; ``predictions``: where its dev predictions are written."""
         tracker = tracker or RunTracker()
         context = self._student_context(spec["student"]["name"], task)
         stages = method.stages(task)
@@ -546,12 +561,15 @@ class SuiteRunner(RunPlanner):
 
         eval_batch_size = stage_configs[final_stage.name].eval_batch_size
         dev = {}  # in fp32, as the stages evaluate: the scores the best checkpoint won by
+        dev_logits = {}
         for split in task.dev_splits:
-            logits = predict_logits(
+            dev_logits[split] = predict_logits(
                 student, for_student(prepared.splits[split], split), self.accelerator,
                 eval_batch_size, forward=forward)
-            dev[split] = evaluator.score(logits, prepared.splits[split].labels)
+            dev[split] = evaluator.score(dev_logits[split], prepared.splits[split].labels)
         main_score = dev[task.selection_split][task.main_metric]
+        kept_predictions = (self._keep_predictions(predictions, prepared, dev_logits)
+                            if predictions is not None else None)
         if self.save_students and self.accelerator.is_main_process:
             kept = keep_student(self.cache, run_id, student,
                                 tokenizer=None if encoder is not None else self.tokenizer,
@@ -600,11 +618,51 @@ class SuiteRunner(RunPlanner):
                 "corpus": self.suite.corpus.model_dump(mode="json")}
         if augmented is not None:
             outcome["augmentation"] = augmented.summary
+        if kept_predictions is not None:
+            outcome["predictions"] = kept_predictions
         if encoder is not None:
             outcome["student_encoder"] = encoder.describe()
         if getattr(student, "init_summary", None) is not None:
             outcome["student_init"] = student.init_summary
         return outcome
+
+    def _keep_predictions(self, path: Path, prepared: PreparedTask,
+                          logits: dict[str, np.ndarray]) -> dict[str, Any] | None:
+        """Write the dev ``logits`` (split -> rows in the split's order) to ``path`` from
+        the main process, and return the summary the record names it by (the same on
+        every process).  A file that cannot be written (a full disk) is said in one line
+        and the record names none: the trained run is kept all the same."""
+        summary: dict[str, Any] | None = None
+        if self.accelerator.is_main_process:
+            splits = {split: (example_ids(prepared, split), values)
+                      for split, values in logits.items()}
+            try:
+                summary = write_predictions(path, prepared.task, splits).model_dump()
+            except OSError as error:
+                self.log(f"[predictions] not written: {path}: {error.strerror or error}; "
+                         "the record names no predictions file")
+        return broadcast(summary, self.accelerator)
+
+    def _teacher_predictions(self, prepared: PreparedTask, teacher: TeacherArtifacts
+                             ) -> dict[str, Any] | None:
+        """The teacher's dev predictions (from its cache entry) written into the store
+        once per suite, task and teacher key (``<suite>/teachers/``), and their summary
+        for the record; None where the file cannot be written (said in one line)."""
+        memo = (prepared.task.name, teacher.key)
+        if memo not in self._teacher_predictions_kept:
+            summary: dict[str, Any] | None = None
+            if self.accelerator.is_main_process:
+                path = contained(self.store.root, self.suite.record_suite, TEACHERS_FOLDER,
+                                 teacher_predictions_name(prepared.task.name, teacher.key))
+                splits = {split: (example_ids(prepared, split), teacher.logits(split))
+                          for split in prepared.task.dev_splits}
+                try:
+                    summary = write_predictions(path, prepared.task, splits).model_dump()
+                except OSError as error:
+                    self.log(f"[predictions] teacher's not written: {path}: "
+                             f"{error.strerror or error}; the record names none")
+            self._teacher_predictions_kept[memo] = broadcast(summary, self.accelerator)
+        return self._teacher_predictions_kept[memo]
 
     def _student_split(self, encoder: StudentEncoder | None, task_name: str, key: str,
                        split: EncodedSplit) -> EncodedSplit:
