@@ -1,8 +1,9 @@
 """distill-bench: a benchmark and ablation harness for knowledge distillation on GLUE.
 
 The Python API (:mod:`harness.notebook`) is importable from here: ``from harness import
-run, load_records, records_frame, load_student``. It is imported on first use, so that importing any
-part of the package does not import the runner and torch with it.
+run, load_records, records_frame, predictions_frame, load_student``. It is imported on
+first use, so that importing any part of the package does not import the runner and torch
+with it.
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ if TYPE_CHECKING:
         SuiteRun,
         load_records,
         load_student,
+        predictions_frame,
         records_frame,
         run,
         run_suite,
     )
 
 __version__ = "0.1.0"
-__all__ = ["SuiteRun", "load_records", "load_student", "records_frame", "run", "run_suite"]
+__all__ = ["SuiteRun", "load_records", "load_student", "predictions_frame", "records_frame",
+           "run", "run_suite"]
 
 
 def __getattr__(name: str) -> Any:

@@ -41,7 +41,8 @@ if TYPE_CHECKING:
     from harness.config.schema import SuiteConfig
     from harness.experiments.runner import RunOutcome
 
-__all__ = ["SuiteRun", "load_records", "load_student", "records_frame", "run", "run_suite"]
+__all__ = ["SuiteRun", "load_records", "load_student", "predictions_frame", "records_frame",
+           "run", "run_suite"]
 
 Names = str | Sequence[str]
 """One name, comma-separated names (``"rte,stsb"``), or a list of them."""
@@ -196,6 +197,33 @@ def records_frame(source: str | Path | Iterable[RunRecord] = DEFAULT_RESULTS,
     else:
         records = [record for record in source if suite is None or record.suite == suite]
     return records_to_frame(records)
+
+
+def predictions_frame(source: str | Path | Iterable[RunRecord] = DEFAULT_RESULTS,
+                      suite: str | None = None, *, results: str | Path | None = None,
+                      teacher: bool = True) -> pd.DataFrame:
+    """The runs' per-example dev predictions, one row per (run, split, example), for the
+    records of a results store or the records given (read from the store ``results``,
+    default: the one they came from, else the repository's ``results/``).
+
+    Columns: ``run_id``, ``method``, ``label``, ``task``, ``seed``, ``split``,
+    ``example_id`` (the data's own ``idx``), ``predicted`` (the class, the argmax of the
+    logits; or the regression score), ``values`` (the logits; the score) and, with
+    ``teacher``, ``teacher_predicted`` (the run's teacher's on the same example). Each file
+    is checked against the sha256 its record names: one that is missing or damaged raises
+    :class:`harness.experiments.predictions.PredictionsError` naming it. Records that name
+    no file (made before predictions were kept, failed runs) have no rows; their run ids
+    are in ``attrs["without_predictions"]``.
+    """
+    from harness.reporting.predictions import predictions_table
+
+    if isinstance(source, str | Path):
+        records = load_records(source, suite)
+        root = Path(results) if results is not None else Path(source)
+    else:
+        records = [record for record in source if suite is None or record.suite == suite]
+        root = Path(results) if results is not None else Path(DEFAULT_RESULTS)
+    return predictions_table(records, root, teacher=teacher)
 
 
 def load_student(folder: str | Path) -> ExportedStudent:

@@ -59,6 +59,12 @@ from harness.reporting.paper_claims import (
     orderings_table,
     shares_table,
 )
+from harness.reporting.predictions import (
+    AGREEMENT_NOTE,
+    PredictionsCheck,
+    agreement_table,
+    check_predictions,
+)
 
 METRIC_NAMES = {"accuracy": "acc", "f1": "F1", "matthews_correlation": "MCC", "mcc": "MCC",
                 "pearson": "Pearson", "spearmanr": "Spearman", "spearman": "Spearman",
@@ -296,6 +302,11 @@ TEACHER_WARNING = (
     "averages them, and rows compare students distilled from different teachers. Keep one "
     "machine family's runs in a store, or re-run the others with the same teachers.")
 
+PREDICTIONS_WARNING = (
+    "the dev predictions files of the runs named here are missing or damaged (not the bytes "
+    "their records name): their scores are shown, but nothing computed from predictions "
+    "(teacher-student agreement) includes them. Restore the files, or run them again.")
+
 NOT_CURRENT_WARNING = (
     "the rows and tasks named here hold runs that are not the suite as it now reads (an "
     "earlier recipe, a --set, or a method the suite cannot plan), shown all the same: their "
@@ -424,11 +435,13 @@ class ReportWarning:
 def report_warnings(inputs: ReportInputs) -> list[ReportWarning]:
     """The header's warnings, in the order every output gives them: tasks whose runs read
     different teachers, general checkpoints whose runs read different builds, rows that are
-    not the suite as it now reads.  A warning with nothing to name is left out."""
+    not the suite as it now reads, runs whose predictions files are missing or damaged.  A
+    warning with nothing to name is left out."""
     found = [ReportWarning(TEACHER_WARNING, tuple(teacher_lines(inputs.teachers))),
              ReportWarning(GENERAL_WARNING, tuple(general_lines(inputs.general))),
              ReportWarning(NOT_CURRENT_WARNING,
-                           tuple(inputs.runs.attrs.get("not_current", [])))]
+                           tuple(inputs.runs.attrs.get("not_current", []))),
+             ReportWarning(PREDICTIONS_WARNING, tuple(inputs.predictions.problems))]
     return [warning for warning in found if warning.lines]
 
 
@@ -632,6 +645,9 @@ class ReportInputs:
     """Per task, the teachers its runs read (:func:`teacher_groups`)."""
     general: dict[str, list[GeneralBuild]] = field(default_factory=dict)
     """Per general checkpoint key, the builds its runs read (:func:`general_builds`)."""
+    predictions: PredictionsCheck = field(default_factory=PredictionsCheck)
+    """The runs' dev predictions files: those missing or damaged, teacher-student
+    agreement (:func:`harness.reporting.predictions.check_predictions`)."""
 
 
 @dataclass
@@ -1040,6 +1056,10 @@ def _markdown(inputs: ReportInputs, header: dict[str, Any], figure_list: list[tu
     if not inputs.shares.empty:
         lines += ["", SHARES_NOTE, "",
                   inputs.shares.to_markdown(index=False)]
+    agreement = agreement_table(inputs.predictions.agreement, inputs.config.tasks)
+    if not agreement.empty:
+        lines += ["", "## Teacher-student agreement (dev)", "", AGREEMENT_NOTE, "",
+                  agreement.to_markdown(index=False)]
     lines += ["", "## Figures", ""]
     for caption, png in figure_list:
         relative = png.relative_to(out).as_posix()
@@ -1248,7 +1268,11 @@ def build_report(config: SuiteConfig, results: Path, out: Path, *, grid: bool = 
                           shares=shares_table(board, grid_shares(config) if grid
                                               else config.paper_shares),
                           teachers=teacher_groups(records, config.tasks),
-                          general=general_builds(records))
+                          general=general_builds(records),
+                          predictions=check_predictions(records.values(), results))
+    if inputs.predictions.without:
+        log(f"{inputs.predictions.without} of {len(records)} runs name no dev predictions "
+            "file (records made before predictions were kept)")
     out.mkdir(parents=True, exist_ok=True)
     figure_list = make_figures(inputs, results, out, log) if figures else []
     header = _header(inputs, command, grid, results)
