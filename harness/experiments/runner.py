@@ -8,6 +8,7 @@ resolved configuration already has a record.
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import os
 import platform
@@ -87,6 +88,7 @@ from harness.training.distributed import any_process, broadcast, release_at_exit
 from harness.training.engine import (
     NonFiniteLossError,
     StageCheckpoint,
+    StageResult,
     predict_logits,
     train_stage,
 )
@@ -268,42 +270,11 @@ class SuiteRunner(RunPlanner):
             annotations = {key: value for key, value in (annotations or {}).items()
                            if key != "tuned"}
         departure = self._departure(method_name, task_name, seed, variation, spec)
-        # The main process looks (the record may appear meanwhile, from another worker):
-        # every process of a launch skips or trains alike, or stops alike on a record that
-        # does not load (the others would otherwise wait for a record never sent).
-        found: tuple[Path, RunRecord] | str | None = None
-        if self.accelerator.is_main_process:
-            existing = self.recorded(run_hash, method_name, task_name, seed, variation)
-            if existing is not None:
-                try:
-                    found = (existing, self.store.load(existing))
-                except InvalidRecordError as error:
-                    found = str(error)
-        found = broadcast(found, self.accelerator)
-        if isinstance(found, str):
-            raise InvalidRecordError(found)
         code = self.run_code(method_name)
-        if found is not None:
-            existing, recorded = found
-            stale = code_change(recorded.code, code)
-            if stale is not None:
-                self.log(f"[stale] {method_name} {task_name} seed {seed}: the record at "
-                         f"{existing} was {stale}; training it again")
-            elif recorded.finished or not self.retry_failed:
-                other = ("" if recorded.run_id == run_hash else
-                         " (made where the recipe's auto precision resolves otherwise: "
-                         f"trained in {'/'.join(recorded.precisions)}, run id "
-                         f"{recorded.run_id[:16]})")
-                self.log(f"[skip] {method_name} {task_name} seed {seed}: already recorded "
-                         f"({recorded.status}) at {existing}{other}")
-                if (self.save_students and recorded.finished and self.accelerator.is_main_process
-                        and kept_student(self.cache, recorded.run_id) is None):
-                    self.log(f"[student] not kept: {method_name} {task_name} seed {seed} is "
-                             "recorded, so it did not train here; harness export "
-                             f"{recorded.run_id[:16]} <folder> (with this command's "
-                             "--results and --set) trains it again and keeps it")
-                return RunOutcome(method_name, task_name, seed, "skipped", existing,
-                                  recorded.main_score, recorded)
+        found = self._found_record(run_hash, method_name, task_name, seed, variation)
+        if found is not None and (skipped := self._skip_found(
+                found, code, run_hash, method_name, task_name, seed)) is not None:
+            return skipped
         task = get_task(task_name)
         path = self.store.record_path(
             self.suite.record_suite, method_name, task.name,
@@ -320,40 +291,13 @@ class SuiteRunner(RunPlanner):
             self, self.cache, method, prepared, spec, stage_configs, path,
             general_key=self.general_entry_key, keep_student=self.save_students)))
         teacher = self.teacher(task_name)
-        fields: dict[str, Any] = {
-            "run_id": run_hash,
-            "status": "running",
-            "suite": self.suite.record_suite,
-            "method": method_name,
-            "task": task.name,
-            "task_display": task.display_name,
-            "seed": seed,
-            "student_shape": spec["student"]["name"],
-            "main_metric": task.main_metric,
-            "teacher": {"checkpoint": self.checkpoint.name, "key": teacher.key,
-                        "inference_precision": teacher.inference_precision,
-                        "pooling": teacher.pooling,
-                        "dev": teacher.dev_metrics, "baseline": teacher.summary["baseline"],
-                        "parameters": teacher.summary["parameters"],
-                        # How it was fine-tuned: the key hashes it, the record shows it.
-                        "training": (self.suite.teacher_train_config(task.name).model_dump(
-                            mode="json") if self.suite.teacher.finetune else None)},
-            # Files relative to the data folder: records hold no machine paths.
-            "data": {"source": self.suite.data.source,
-                     "fingerprint": prepared.data.fingerprint,
-                     "files": prepared.data.files, "layouts": prepared.data.layouts,
-                     "train_examples": len(prepared.splits["train"])},
-            "seeds": {"run": seed, "teacher": self.suite.teacher.seed,
-                      "subsample": self.suite.data.subsample_seed},
-            "versions": package_versions(),
-            "machine": machine_info(self.accelerator),
-            "config": spec,
-            "config_hash": run_hash,
+        fields = self._record_fields(task, seed, spec, prepared, teacher)
+        fields.update({
             "code": code,
             "started_at": datetime.now(timezone.utc).isoformat(),
             **({"variation": departure} if departure else {}),
             **(annotations or {}),
-        }
+        })
         self.log(f"[run] {method_name} on {task.name}, seed {seed} -> {path}")
         tracker = self._start_tracker(path, {
             "run_id": run_hash, "suite": self.suite.record_suite, "method": method_name,
@@ -390,13 +334,99 @@ class SuiteRunner(RunPlanner):
         release_freed_memory()  # the next run starts from this one's live memory, not its peak
         self.accelerator.wait_for_everyone()  # the record exists for all once any returns
         if record.finished:
-            ratio = record.pct_of_teacher
-            share = f"{ratio:.1f}% of teacher" if ratio is not None else "teacher scores 0"
-            self.log(f"[done] {method_name} {task.name} seed {seed}: {task.main_metric} "
-                     f"{record.main_score:.2f} ({share}) in {record.wall_seconds:.0f}s, "
-                     f"peak RSS {record.peak_rss_mb:.0f} MB")
+            self._log_done(record)
         return RunOutcome(method_name, task.name, seed, record.status, path, record.main_score,
                           record)
+
+    def _found_record(self, run_hash: str, method_name: str, task_name: str, seed: int,
+                      variation: Variation) -> tuple[Path, RunRecord] | None:
+        """The run's record in the store, loaded, with its path (:meth:`recorded`).  The
+        main process looks (the record may appear meanwhile, from another worker): every
+        process of a launch skips or trains alike, or stops alike on a record that does not
+        load (the others would otherwise wait for a record never sent)."""
+        found: tuple[Path, RunRecord] | str | None = None
+        if self.accelerator.is_main_process:
+            existing = self.recorded(run_hash, method_name, task_name, seed, variation)
+            if existing is not None:
+                try:
+                    found = (existing, self.store.load(existing))
+                except InvalidRecordError as error:
+                    found = str(error)
+        found = broadcast(found, self.accelerator)
+        if isinstance(found, str):
+            raise InvalidRecordError(found)
+        return found
+
+    def _skip_found(self, found: tuple[Path, RunRecord], code: dict[str, Any],
+                    run_hash: str, method_name: str, task_name: str, seed: int
+                    ) -> RunOutcome | None:
+        """The outcome of a run whose record ``found`` is in the store, when it is not
+        trained again; None when it is: a stale record (made by other ``code``), or a
+        failed one under ``retry_failed``."""
+        existing, recorded = found
+        if (stale := code_change(recorded.code, code)) is not None:
+            self.log(f"[stale] {method_name} {task_name} seed {seed}: the record at "
+                     f"{existing} was {stale}; training it again")
+            return None
+        if not recorded.finished and self.retry_failed:
+            return None
+        other = ("" if recorded.run_id == run_hash else
+                 " (made where the recipe's auto precision resolves otherwise: "
+                 f"trained in {'/'.join(recorded.precisions)}, run id "
+                 f"{recorded.run_id[:16]})")
+        self.log(f"[skip] {method_name} {task_name} seed {seed}: already recorded "
+                 f"({recorded.status}) at {existing}{other}")
+        if (self.save_students and recorded.finished and self.accelerator.is_main_process
+                and kept_student(self.cache, recorded.run_id) is None):
+            self.log(f"[student] not kept: {method_name} {task_name} seed {seed} is "
+                     "recorded, so it did not train here; harness export "
+                     f"{recorded.run_id[:16]} <folder> (with this command's "
+                     "--results and --set) trains it again and keeps it")
+        return RunOutcome(method_name, task_name, seed, "skipped", existing,
+                          recorded.main_score, recorded)
+
+    def _record_fields(self, task: TaskSpec, seed: int, spec: dict[str, Any],
+                       prepared: PreparedTask, teacher: TeacherArtifacts) -> dict[str, Any]:
+        """What a run's record says before it trains: what it is, its teacher, data,
+        seeds, versions and machine, and its configuration."""
+        run_hash = content_hash(spec)
+        return {
+            "run_id": run_hash,
+            "status": "running",
+            "suite": self.suite.record_suite,
+            "method": spec["method"],
+            "task": task.name,
+            "task_display": task.display_name,
+            "seed": seed,
+            "student_shape": spec["student"]["name"],
+            "main_metric": task.main_metric,
+            "teacher": {"checkpoint": self.checkpoint.name, "key": teacher.key,
+                        "inference_precision": teacher.inference_precision,
+                        "pooling": teacher.pooling,
+                        "dev": teacher.dev_metrics, "baseline": teacher.summary["baseline"],
+                        "parameters": teacher.summary["parameters"],
+                        # How it was fine-tuned: the key hashes it, the record shows it.
+                        "training": (self.suite.teacher_train_config(task.name).model_dump(
+                            mode="json") if self.suite.teacher.finetune else None)},
+            # Files relative to the data folder: records hold no machine paths.
+            "data": {"source": self.suite.data.source,
+                     "fingerprint": prepared.data.fingerprint,
+                     "files": prepared.data.files, "layouts": prepared.data.layouts,
+                     "train_examples": len(prepared.splits["train"])},
+            "seeds": {"run": seed, "teacher": self.suite.teacher.seed,
+                      "subsample": self.suite.data.subsample_seed},
+            "versions": package_versions(),
+            "machine": machine_info(self.accelerator),
+            "config": spec,
+            "config_hash": run_hash,
+        }
+
+    def _log_done(self, record: RunRecord) -> None:
+        ratio = record.pct_of_teacher
+        share = f"{ratio:.1f}% of teacher" if ratio is not None else "teacher scores 0"
+        self.log(f"[done] {record.method} {record.task} seed {record.seed}: "
+                 f"{record.main_metric} {record.main_score:.2f} ({share}) in "
+                 f"{record.wall_seconds:.0f}s, peak RSS {record.peak_rss_mb:.0f} MB")
 
     def _on_main_or_stop(self, check: Callable[[], object]) -> None:
         """Run ``check`` on the main process of a launch.  The store error it raises (a
@@ -491,21 +521,8 @@ class SuiteRunner(RunPlanner):
                               "WordPiece ids; a student with its own encoder cannot have "
                               "corpus stages")
         context.encoder = encoder
-        if general:
-            # On a copy of the method: what building the general student leaves on it (a
-            # teacher head it loaded, say) must not reach the task stages, or the run that
-            # trains the general checkpoint would train them differently from every run
-            # that reads it from the cache (loading draws on the seeded random stream).
-            general_summary = self._general_distillation(copy.deepcopy(method), context,
-                                                         general, stage_configs, tracker)
-        elif "general" in spec:  # init_from: another method's general checkpoint
-            source, source_stages, source_configs = self.general_source(
-                spec["general"]["from"], task, context.shape_name, where=spec["method"])
-            general_summary = self._general_distillation(source, context, source_stages,
-                                                         source_configs, tracker)
-            general_summary["from"] = spec["general"]["from"]
-        else:
-            general_summary = None
+        general_summary = self._run_general(method, context, general, spec, stage_configs,
+                                            tracker)
 
         def for_student(split: EncodedSplit, key: str) -> EncodedSplit:
             return self._student_split(encoder, task.name, key, split)
@@ -522,66 +539,28 @@ class SuiteRunner(RunPlanner):
         if general_summary is not None:
             self._load_general(student, extra, Path(general_summary["path"]))
         evaluator = TaskEvaluator(task)
-        stage_results = []
-        evaluations = 0
-
-        def evaluated(evaluation: dict[str, Any]) -> None:
-            nonlocal evaluations
-            tracker.log_evaluation(evaluation)  # before a pruning decision can stop the run
-            if on_evaluate is not None:
-                on_evaluate(evaluations, evaluation)
-            evaluations += 1
-
-        for stage in stages[len(general):]:
-            train_split = for_student(prepared.splits["train"], "train")
-            train_logits = None
-            if stage.data == "augmented":
-                assert augmented is not None
-                train_split = for_student(augmented.split, f"augmented:{augmented.summary['key']}")
-                train_logits = augmented.teacher_logits
-            runtime = self._teacher_runtime(stage, teacher, train_logits)
-            tracker.begin_stage(stage.name)
-            result = train_stage(
-                method=method, stage=stage, student=student, extra=extra,
-                config=stage_configs[stage.name], train_split=train_split,
-                eval_split=for_student(prepared.splits[task.selection_split],
-                                       task.selection_split),
-                evaluator=evaluator,
-                teacher=runtime, accelerator=self.accelerator, seed=seed,
-                description=f"{spec['method']} {task.name} s{seed} {stage.name}",
-                task_train_size=len(prepared.splits["train"]), on_evaluate=evaluated,
-                on_log=tracker.log_losses)
-            tracker.end_stage(result.steps)
-            student = self.accelerator.unwrap_model(student)
-            stage_results.append(result)
+        student, stage_results = self._task_stages(
+            method, stages[len(general):], student, extra, for_student, prepared, teacher,
+            augmented, seed, spec, stage_configs, evaluator, on_evaluate, tracker)
         final_stage = stages[-1]
 
         def forward(batch):
             return method.forward_student(student, batch, final_stage)
 
         eval_batch_size = stage_configs[final_stage.name].eval_batch_size
-        dev = {}  # in fp32, as the stages evaluate: the scores the best checkpoint won by
-        dev_logits = {}
-        for split in task.dev_splits:
-            dev_logits[split] = predict_logits(
-                student, for_student(prepared.splits[split], split), self.accelerator,
-                eval_batch_size, forward=forward)
-            dev[split] = evaluator.score(dev_logits[split], prepared.splits[split].labels)
+        # in fp32, as the stages evaluate: the scores the best checkpoint won by
+        dev_logits = {split: predict_logits(
+            student, for_student(prepared.splits[split], split), self.accelerator,
+            eval_batch_size, forward=forward) for split in task.dev_splits}
+        dev = {split: evaluator.score(logits, prepared.splits[split].labels)
+               for split, logits in dev_logits.items()}
         main_score = dev[task.selection_split][task.main_metric]
         kept_predictions = (self._keep_predictions(predictions, prepared, dev_logits)
                             if predictions is not None else None)
         if self.save_students and self.accelerator.is_main_process:
-            kept = keep_student(self.cache, run_id, student,
-                                tokenizer=None if encoder is not None else self.tokenizer,
-                                task=task, max_length=prepared.max_length,
-                                method=spec["method"], main_score=main_score,
-                                plugin=type(method).name,
-                                save=lambda folder: method.save_student(
-                                    student, encoder, task, folder),
-                                made_from=self._student_sources(
-                                    stages[len(general):], teacher, general_summary,
-                                    augmented))
-            self.log(f"[student] kept in {kept}")
+            self._keep_student(method, student, encoder, prepared, run_id, spec, main_score,
+                               self._student_sources(stages[len(general):], teacher,
+                                                     general_summary, augmented))
         inference = self._inference_speed(
             task.name, student, for_student(prepared.splits[task.selection_split],
                                             task.selection_split), forward, eval_batch_size)
@@ -600,16 +579,9 @@ class SuiteRunner(RunPlanner):
             "train_seconds": seconds,
             "train_examples_per_second": examples / seconds if seconds else 0.0,
             "final_losses": stage_results[-1].final_losses,
-            "stages": [
-                {"name": result.name, "steps": result.steps,
-                 "examples_seen": result.examples_seen, "seconds": result.seconds,
-                 "examples_per_second": result.examples_per_second,
-                 "best_step": result.best_step, "best_metrics": result.best_metrics,
-                 "terms": method.active_terms(stage, task),
-                 "final_losses": result.final_losses, "evaluations": result.evaluations,
-                 "history": result.history}
-                for stage, result in zip(stages[len(general):], stage_results, strict=True)
-            ],
+            "stages": [_stage_summary(result, method.active_terms(stage, task))
+                       for stage, result in zip(stages[len(general):], stage_results,
+                                                strict=True)],
         }
         if general_summary is not None:  # the key identifies it; the cache path is local
             outcome["general_distillation"] = {
@@ -625,6 +597,88 @@ class SuiteRunner(RunPlanner):
         if getattr(student, "init_summary", None) is not None:
             outcome["student_init"] = student.init_summary
         return outcome
+
+    def _task_stages(self, method: Method, stages: list[Stage], student: torch.nn.Module,
+                     extra: torch.nn.Module,
+                     for_student: Callable[[EncodedSplit, str], EncodedSplit],
+                     prepared: PreparedTask, teacher: TeacherArtifacts,
+                     augmented: AugmentedSet | None, seed: int, spec: dict[str, Any],
+                     stage_configs: dict[str, TrainConfig], evaluator: TaskEvaluator,
+                     on_evaluate: EvaluationCallback | None, tracker: RunTracker
+                     ) -> tuple[torch.nn.Module, list[StageResult]]:
+        """Train the run's task ``stages`` in turn; the trained student (unwrapped) and
+        each stage's result."""
+        task = prepared.task
+        results: list[StageResult] = []
+        evaluation_index = itertools.count()
+
+        def evaluated(evaluation: dict[str, Any]) -> None:
+            index = next(evaluation_index)
+            tracker.log_evaluation(evaluation)  # before a pruning decision can stop the run
+            if on_evaluate is not None:
+                on_evaluate(index, evaluation)
+
+        for stage in stages:
+            train_split = for_student(prepared.splits["train"], "train")
+            train_logits = None
+            if stage.data == "augmented":
+                assert augmented is not None
+                train_split = for_student(augmented.split, f"augmented:{augmented.summary['key']}")
+                train_logits = augmented.teacher_logits
+            tracker.begin_stage(stage.name)
+            result = train_stage(
+                method=method, stage=stage, student=student, extra=extra,
+                config=stage_configs[stage.name], train_split=train_split,
+                eval_split=for_student(prepared.splits[task.selection_split],
+                                       task.selection_split),
+                evaluator=evaluator,
+                teacher=self._teacher_runtime(stage, teacher, train_logits),
+                accelerator=self.accelerator, seed=seed,
+                description=f"{spec['method']} {task.name} s{seed} {stage.name}",
+                task_train_size=len(prepared.splits["train"]), on_evaluate=evaluated,
+                on_log=tracker.log_losses)
+            tracker.end_stage(result.steps)
+            student = self.accelerator.unwrap_model(student)
+            results.append(result)
+        return student, results
+
+    def _keep_student(self, method: Method, student: torch.nn.Module,
+                      encoder: StudentEncoder | None, prepared: PreparedTask, run_id: str,
+                      spec: dict[str, Any], main_score: float,
+                      made_from: list[tuple[str, str]]) -> None:
+        """Keep the trained student in the cache (``--save-students``) for export."""
+        task = prepared.task
+        kept = keep_student(self.cache, run_id, student,
+                            tokenizer=None if encoder is not None else self.tokenizer,
+                            task=task, max_length=prepared.max_length,
+                            method=spec["method"], main_score=main_score,
+                            plugin=type(method).name,
+                            save=lambda folder: method.save_student(
+                                student, encoder, task, folder),
+                            made_from=made_from)
+        self.log(f"[student] kept in {kept}")
+
+    def _run_general(self, method: Method, context: StudentContext, general: list[Stage],
+                     spec: dict[str, Any], stage_configs: dict[str, TrainConfig],
+                     tracker: RunTracker) -> dict[str, Any] | None:
+        """The general checkpoint the run's student starts from (trained or read from the
+        cache): its own corpus ``general`` stages', another method's (``init_from``), or
+        None."""
+        if general:
+            # On a copy of the method: what building the general student leaves on it (a
+            # teacher head it loaded, say) must not reach the task stages, or the run that
+            # trains the general checkpoint would train them differently from every run
+            # that reads it from the cache (loading draws on the seeded random stream).
+            return self._general_distillation(copy.deepcopy(method), context, general,
+                                              stage_configs, tracker)
+        if "general" not in spec:
+            return None
+        # init_from: another method's general checkpoint
+        source, source_stages, source_configs = self.general_source(
+            spec["general"]["from"], context.task, context.shape_name, where=spec["method"])
+        summary = self._general_distillation(source, context, source_stages, source_configs,
+                                             tracker)
+        return {**summary, "from": spec["general"]["from"]}
 
     def _keep_predictions(self, path: Path, prepared: PreparedTask,
                           logits: dict[str, np.ndarray]) -> dict[str, Any] | None:
@@ -973,3 +1027,14 @@ class SuiteRunner(RunPlanner):
             outcomes.append(self.run_one(method, task, seed, variation,
                                          annotations={"tuned": params.annotation()}))
         return outcomes
+
+
+def _stage_summary(result: StageResult, terms: dict[str, float]) -> dict[str, Any]:
+    """A task stage's part of the record (:class:`~harness.experiments.record.StageSummary`):
+    ``result`` and the ``terms`` it computed, with their weights."""
+    return {"name": result.name, "steps": result.steps,
+            "examples_seen": result.examples_seen, "seconds": result.seconds,
+            "examples_per_second": result.examples_per_second,
+            "best_step": result.best_step, "best_metrics": result.best_metrics,
+            "terms": terms, "final_losses": result.final_losses,
+            "evaluations": result.evaluations, "history": result.history}
