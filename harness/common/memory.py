@@ -15,8 +15,8 @@ Between runs, :func:`release_freed_memory` collects cyclic garbage and hands the
 free pages back to the system (glibc ``malloc_trim``).  Without it a process that runs
 many cells (a grid, a tuning study) keeps the high-water mark of every earlier run as
 freed-but-resident heap, so its resident memory grows from round to round although the
-live tensors stay the same (the measurement is in docs/benchmarks.md).  ``HARNESS_RELEASE_MEMORY=0``
-turns it off.
+live tensors stay the same (the measurement is in notes/2026-11-27-benchmarks-log.md).
+``HARNESS_RELEASE_MEMORY=0`` turns it off.
 """
 
 from __future__ import annotations

@@ -160,12 +160,13 @@ class TrainConfig(StrictModel):
     compile: bool = Field(
         False, description="torch.compile the student (in place) for the stage; off by "
         "default: on CPUs it was slower per step and costs a compile per stage "
-        "(docs/benchmarks.md)")
+        "(notes/2026-11-27-benchmarks-log.md)")
     fused_optimizer: bool = Field(
         False, description="AdamW's fused implementation (one kernel updates every "
         "parameter) instead of torch's default (a loop over the parameters on a CPU, "
         "for-each kernels on a GPU): a 4L-192 student's gradient clipping and update take "
-        "7 ms a step instead of 28 on a 2-core CPU (docs/benchmarks.md). Its rounding "
+        "7 ms a step instead of 28 on a 2-core CPU (notes/2026-11-27-benchmarks-log.md). "
+        "Its rounding "
         "differs from the default's in the last bits, which training carries on, so it is "
         "part of the run id when on")
     log_every_steps: int = Field(25, gt=0)
@@ -258,7 +259,8 @@ class TeacherConfig(StrictModel):
         "bf16 autocast. It enters the teacher's cache key and the "
         "run ids (bf16 reuses the fp32 entry's fine-tuned model). fp32 by default: without "
         "native bf16 (AMX / AVX-512 BF16, or a GPU) bf16 is emulated and several times "
-        "slower for no accuracy gain (docs/benchmarks.md). auto: bf16 where the device "
+        "slower for no accuracy gain (notes/2026-11-27-benchmarks-log.md). auto: bf16 "
+        "where the device "
         "computes it natively, else fp32 (resolved before any key)")
     intermediate_cache: IntermediateCacheConfig = IntermediateCacheConfig()
     pooling: Literal["auto", "cls", "pooler", "mean"] = Field(

@@ -94,9 +94,9 @@ def padding_multiple(device: torch.device) -> int:
     rounding leaves at most 16 widths up to 128 tokens.  On an H200, a BERT-base training
     step took 132.7 ms over 40 widths drawn from 40-128 and 38.3 ms over the same rounded
     up to 8 (23-29 ms at one fixed width, whether a multiple of 8 or not); a bf16 teacher
-    fine-tuning went from 31.0 s to 13.8 s (docs/benchmarks.md).  1 elsewhere: on a CPU a
-    width costs its arithmetic alone, so rounding would only add the padding's compute, and
-    CPU runs stay bit-identical to the records made before rounding existed."""
+    fine-tuning went from 31.0 s to 13.8 s (notes/2026-11-27-benchmarks-log.md).  1 elsewhere:
+    on a CPU a width costs its arithmetic alone, so rounding would only add the padding's
+    compute, and CPU runs stay bit-identical to the records made before rounding existed."""
     return 8 if device.type == "cuda" else 1
 
 
