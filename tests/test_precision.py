@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 import torch
 import yaml
 
@@ -132,20 +133,24 @@ def test_a_record_made_where_auto_meant_fp32_is_the_recipes_run_where_it_means_b
     assert pinned.run_id("kd", "rte", 1) == bf16_id
 
 
-def test_a_bf16_runs_recorded_dev_score_is_the_one_its_best_checkpoint_was_chosen_by(
-        tiny_data_dir, tiny_teacher_dir, tmp_path: Path) -> None:
-    """A stage that trains in bf16 evaluates in fp32 and keeps its best checkpoint by those
-    scores; the record's dev scores are that checkpoint's, computed the same way (and so
-    what an exported student loaded in fp32 gives)."""
+@pytest.mark.parametrize("selection", ["last", "best-dev"])
+def test_a_bf16_runs_recorded_dev_score_is_the_one_its_kept_checkpoint_was_scored(
+        tiny_data_dir, tiny_teacher_dir, tmp_path: Path, selection: str) -> None:
+    """A stage that trains in bf16 evaluates in fp32 and keeps its last or its best
+    checkpoint by those scores; the record's dev scores are that checkpoint's, computed
+    the same way (and so what an exported student loaded in fp32 gives)."""
     from harness.experiments.runner import SuiteRunner
 
     suite_file = tmp_path / "tiny.yaml"
     suite_file.write_text(yaml.safe_dump(tiny_suite_dict(tiny_data_dir, tiny_teacher_dir)))
-    suite = load_suite(str(suite_file), ["training.mixed_precision=bf16"])
+    suite = load_suite(str(suite_file), ["training.mixed_precision=bf16",
+                                         f"selection={selection}"])
     runner = SuiteRunner(suite, tmp_path / "results", tmp_path / "cache", log=lambda _: None)
     for task, metric in (("stsb", "pearson"), ("rte", "accuracy")):
         record = runner.run_one("finetune", task, seed=1).record
         assert record.config["stages"]["task"]["mixed_precision"] == "bf16"
         final = record.stages[-1]
-        assert record.dev["dev"][metric] == final.best_metrics[metric]
-        assert record.main_score == max(e[metric] for e in final.evaluations)
+        kept = final.best_metrics if selection == "best-dev" else final.evaluations[-1]
+        assert record.dev["dev"][metric] == kept[metric]
+        assert record.main_score == (max(e[metric] for e in final.evaluations)
+                                     if selection == "best-dev" else kept[metric])

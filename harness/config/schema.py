@@ -111,6 +111,11 @@ seeds were being prepared."""
 
 MixedPrecision = Annotated[Literal["no", "bf16", "fp16", "auto"], BeforeValidator(_yaml_no)]
 
+Selection = Literal["last", "best-dev"]
+"""Which checkpoint of a training stage a run keeps, scores and ranks: ``last``, the one at
+the stage's end; ``best-dev``, the best of the stage's dev evaluations (the dev set ranks
+runs too, so a method that evaluates more often gets more chances on it)."""
+
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 SUITES_DIR = Path(__file__).resolve().parents[2] / "suites"
 
@@ -599,6 +604,12 @@ class SuiteConfig(StrictModel):
         "under its name, so a configuration both run is trained once")
     tasks: Annotated[list[TaskName], Distinct] = Field(min_length=1)
     seeds: Annotated[list[Seed], Distinct] = Field(default=[1], min_length=1)
+    selection: Selection = Field(
+        "last", description="the checkpoint every run and teacher keeps, scores on dev and "
+        "is ranked by: last (the end of training, the same for every method), or best-dev "
+        "(the best of the stage's dev evaluations: a method evaluated more often gets more "
+        "chances on the set it is ranked on). Records keep both scores either way; part of "
+        "every run id and teacher key (best-dev is the key without it)")
     data: DataConfig = DataConfig()
     teacher: TeacherConfig
     students: dict[Name, StudentShape] = Field(min_length=1)

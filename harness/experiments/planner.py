@@ -225,7 +225,7 @@ class RunPlanner:
     def teacher_key(self, prepared: PreparedTask) -> str:
         return teacher_key(self.checkpoint, prepared.task, prepared.data.fingerprint,
                            self.suite.teacher, self.suite.teacher_train_config(prepared.task.name),
-                           prepared.max_length)
+                           prepared.max_length, self.suite.selection)
 
     @property
     def teacher_config(self) -> PretrainedConfig:
@@ -394,6 +394,9 @@ class RunPlanner:
             "task": task.name,
             "method": method_name,
             "seed": seed,
+            # best-dev, the protocol of the first records, is the spec without it
+            **({"selection": self.suite.selection}
+               if self.suite.selection != "best-dev" else {}),
             "student": {"name": shape_name,
                         **(shape.run_identity() if isinstance(shape, StudentKindConfig)
                            else shape.model_dump()),

@@ -46,6 +46,46 @@ class PredictionsSummary(_Part):
     """Dev split -> the number of examples predicted."""
 
 
+class SelectionSummary(_Part):
+    """Which checkpoint the dev scores are of (the suite's ``selection``), and what the
+    other choice would have given: the scores of the last checkpoint and of the best of the
+    final stage's dev evaluations, kept whichever was chosen."""
+
+    protocol: Literal["last", "best-dev"]
+    stage: str
+    """The stage whose evaluations these are (the last that evaluated)."""
+    evaluations: int
+    """How many times that stage looked at the dev set."""
+    last_step: int
+    last: dict[str, float]
+    """The metrics at the stage's last evaluation (its last step)."""
+    best_step: int
+    best: dict[str, float]
+    """The metrics of its best evaluation on the task's main metric."""
+    gain: float
+    """best minus last on the main metric, in points: what choosing the checkpoint on the
+    dev set adds to the dev score (0 when the last evaluation was the best)."""
+
+    @classmethod
+    def of(cls, protocol: str, stage: str, evaluations: list[dict[str, Any]],
+           main_metric: str) -> SelectionSummary | None:
+        """From a stage's ``evaluations`` (``step``, ``epoch`` and the metrics of each, in
+        order); the best is the first of the highest main scores, as the training loop
+        keeps it.  None for a stage that never evaluated."""
+        if not evaluations:
+            return None
+
+        def metrics(evaluation: dict[str, Any]) -> dict[str, float]:
+            return {k: float(v) for k, v in evaluation.items() if k not in ("step", "epoch")}
+
+        best = max(evaluations, key=lambda evaluation: evaluation[main_metric])
+        last = evaluations[-1]
+        return cls(protocol=protocol, stage=stage, evaluations=len(evaluations),
+                   last_step=int(last["step"]), last=metrics(last),
+                   best_step=int(best["step"]), best=metrics(best),
+                   gain=float(best[main_metric]) - float(last[main_metric]))
+
+
 class TeacherSummary(_Part):
     """The fine-tuned teacher the run distilled from (its cache key identifies it)."""
 
@@ -64,6 +104,9 @@ class TeacherSummary(_Part):
     predictions: PredictionsSummary | None = None
     """Its dev predictions in the results store (None: a record made before they were
     kept)."""
+    selection: SelectionSummary | None = None
+    """Which of its fine-tuning's checkpoints it is (None: used as it is, or a record made
+    before records said)."""
 
 
 class DataSummary(_Part):
@@ -172,6 +215,10 @@ class RunRecord(_Part):
     predictions: PredictionsSummary | None = None
     """The student's dev predictions, in a file beside the record, outside the run id
     (None: a failed run, or a record made before they were kept)."""
+    selection: SelectionSummary | None = None
+    """Which checkpoint ``dev`` scores, and the last and best-of-dev checkpoints' scores
+    (None: no task stage evaluated, a failed run, or a record made before they were
+    kept)."""
 
     # A failed run.
     error: str | None = None

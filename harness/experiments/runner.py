@@ -64,7 +64,7 @@ from harness.experiments.predictions import (
     write_predictions,
 )
 from harness.experiments.provenance import code_change, general_cache_key
-from harness.experiments.record import RunRecord
+from harness.experiments.record import RunRecord, SelectionSummary
 from harness.experiments.space import space_needed
 from harness.experiments.store import (
     InvalidRecordError,
@@ -218,7 +218,8 @@ class SuiteRunner(RunPlanner):
                     teacher=self.suite.teacher,
                     training=self.suite.teacher_train_config(name),
                     max_length=prepared.max_length, cache=self.cache,
-                    accelerator=self.accelerator, log=self.log)
+                    accelerator=self.accelerator, selection=self.suite.selection,
+                    log=self.log)
             except TeacherError as error:
                 # Its message, not the error: the error's traceback (and the divergence it
                 # replaced, its __context__) holds the frames of the fine-tuning, and with
@@ -404,6 +405,8 @@ class SuiteRunner(RunPlanner):
                         "inference_precision": teacher.inference_precision,
                         "pooling": teacher.pooling,
                         "dev": teacher.dev_metrics, "baseline": teacher.summary["baseline"],
+                        **({"selection": selection} if (selection := _teacher_selection(
+                            teacher, task.main_metric)) else {}),
                         "parameters": teacher.summary["parameters"],
                         # How it was fine-tuned: the key hashes it, the record shows it.
                         "training": (self.suite.teacher_train_config(task.name).model_dump(
@@ -583,6 +586,9 @@ class SuiteRunner(RunPlanner):
                        for stage, result in zip(stages[len(general):], stage_results,
                                                 strict=True)],
         }
+        if (selection := _selection_summary(self.suite.selection, stage_results,
+                                            task.main_metric)) is not None:
+            outcome["selection"] = selection
         if general_summary is not None:  # the key identifies it; the cache path is local
             outcome["general_distillation"] = {
                 **{key: value for key, value in general_summary.items() if key != "path"},
@@ -636,7 +642,7 @@ class SuiteRunner(RunPlanner):
                 accelerator=self.accelerator, seed=seed,
                 description=f"{spec['method']} {task.name} s{seed} {stage.name}",
                 task_train_size=len(prepared.splits["train"]), on_evaluate=evaluated,
-                on_log=tracker.log_losses)
+                on_log=tracker.log_losses, selection=self.suite.selection)
             tracker.end_stage(result.steps)
             student = self.accelerator.unwrap_model(student)
             results.append(result)
@@ -1027,6 +1033,28 @@ class SuiteRunner(RunPlanner):
             outcomes.append(self.run_one(method, task, seed, variation,
                                          annotations={"tuned": params.annotation()}))
         return outcomes
+
+
+def _teacher_selection(teacher: TeacherArtifacts, main_metric: str) -> dict[str, Any] | None:
+    """The teacher's ``selection``, from its fine-tuning stage (None: not fine-tuned here,
+    or a cache entry made before entries said which checkpoint they keep)."""
+    stage = teacher.summary.get("stage") or {}
+    if "selection" not in stage:
+        return None
+    summary = SelectionSummary.of(stage["selection"], "teacher", stage["evaluations"],
+                                  main_metric)
+    return summary.model_dump() if summary is not None else None
+
+
+def _selection_summary(protocol: str, results: list[StageResult], main_metric: str
+                       ) -> dict[str, Any] | None:
+    """The record's ``selection``: of the last task stage that evaluated on dev."""
+    evaluated = [result for result in results if result.evaluations]
+    if not evaluated:
+        return None
+    summary = SelectionSummary.of(protocol, evaluated[-1].name, evaluated[-1].evaluations,
+                                  main_metric)
+    return summary.model_dump() if summary is not None else None
 
 
 def _stage_summary(result: StageResult, terms: dict[str, float]) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from harness.assets.checkpoints import (
     reading,
 )
 from harness.common.cache import CACHE_VERSION, ArtifactCache, content_hash
-from harness.config.schema import TeacherConfig, TrainConfig
+from harness.config.schema import Selection, TeacherConfig, TrainConfig
 from harness.data.features import EncodedSplit
 from harness.data.loading import single_class_problem
 from harness.data.metrics import TaskEvaluator
@@ -117,11 +117,15 @@ class TeacherArtifacts:
 
 
 def teacher_key(checkpoint: Checkpoint, task: TaskSpec, data_fingerprint: str,
-                teacher: TeacherConfig, training: TrainConfig, max_length: int) -> str:
+                teacher: TeacherConfig, training: TrainConfig, max_length: int,
+                selection: Selection = "last") -> str:
     """The key of the teacher's cache entry (and of the run ids that use it).  fp32 logits
     (the default) keep the key they always had; other inference precisions key an entry
-    of their own, which holds only the logits and points at the fp32 entry's model."""
-    key = _model_key(checkpoint, task, data_fingerprint, teacher, training, max_length)
+    of their own, which holds only the logits and points at the fp32 entry's model.
+    ``selection``: the suite's checkpoint selection (``last`` is in the key, ``best-dev``
+    is the key without it)."""
+    key = _model_key(checkpoint, task, data_fingerprint, teacher, training, max_length,
+                     selection)
     if teacher.inference_precision == "fp32":
         return key
     return content_hash({"kind": "teacher_logits", "cache_version": CACHE_VERSION,
@@ -144,7 +148,8 @@ def teacher_pooling(checkpoint: Checkpoint, teacher: TeacherConfig) -> str:
 
 
 def _model_key(checkpoint: Checkpoint, task: TaskSpec, data_fingerprint: str,
-               teacher: TeacherConfig, training: TrainConfig, max_length: int) -> str:
+               teacher: TeacherConfig, training: TrainConfig, max_length: int,
+               selection: Selection) -> str:
     pooling = teacher_pooling(checkpoint, teacher) if teacher.finetune else None
     return content_hash({
         "kind": "teacher",
@@ -158,6 +163,7 @@ def _model_key(checkpoint: Checkpoint, task: TaskSpec, data_fingerprint: str,
         "max_seq_length": max_length,
         # Keys made before pooling was a setting (BERT's pooler) stay as they were.
         **({"pooling": pooling} if pooling not in (None, "pooler") else {}),
+        **({"selection": selection} if teacher.finetune and selection != "best-dev" else {}),
     })
 
 
@@ -172,6 +178,7 @@ def prepare_teacher(
     max_length: int,
     cache: ArtifactCache,
     accelerator: Accelerator,
+    selection: Selection = "last",
     log=print,
 ) -> TeacherArtifacts:
     """Fine-tune (or reuse) the task's teacher and its logits on the training and dev splits
@@ -180,7 +187,8 @@ def prepare_teacher(
     Under ``accelerate launch`` every process calls this alike: they fine-tune together
     (DDP) and label the splits together, the main process of each machine writes the
     entry, and all wait for it before reading it."""
-    key = teacher_key(checkpoint, task, data_fingerprint, teacher, training, max_length)
+    key = teacher_key(checkpoint, task, data_fingerprint, teacher, training, max_length,
+                      selection)
     model_dir = None
     if teacher.inference_precision != "fp32":
         # The fine-tuned model (and its fp32 logits) first, then this precision's logits.
@@ -189,7 +197,7 @@ def prepare_teacher(
             checkpoint=checkpoint, teacher=teacher.model_copy(
                 update={"inference_precision": "fp32"}),
             training=training, max_length=max_length, cache=cache,
-            accelerator=accelerator, log=log)
+            accelerator=accelerator, selection=selection, log=log)
         model_dir = base.model_path
         if any_process(not cache.has("teachers", key), accelerator):
             log(f"[teacher] {task.name}: {teacher.inference_precision} logits of the cached "
@@ -201,7 +209,7 @@ def prepare_teacher(
                 log(f"[teacher] {task.name}: no cached teacher; "
                     f"{'fine-tuning' if teacher.finetune else 'scoring'} {checkpoint.spec}")
                 _build_teacher(key, task, splits, data_fingerprint, checkpoint, teacher,
-                               training, max_length, cache, accelerator, log)
+                               training, max_length, cache, accelerator, log, selection)
     path = cache.path("teachers", key)
     summary = json.loads((path / "summary.json").read_text())
     artifacts = TeacherArtifacts(key, path, checkpoint, task, summary, model_dir)
@@ -254,7 +262,7 @@ def _label_splits(model, splits, task, evaluator, teacher, accelerator):
 
 
 def _build_teacher(key, task, splits, data_fingerprint, checkpoint, teacher, training,
-                   max_length, cache, accelerator, log) -> None:
+                   max_length, cache, accelerator, log, selection: Selection) -> None:
     evaluator = TaskEvaluator(task)
     started = time.perf_counter()
     base_config = load_base_config(checkpoint)
@@ -287,7 +295,7 @@ def _build_teacher(key, task, splits, data_fingerprint, checkpoint, teacher, tra
                 config=training, train_split=splits["train"],
                 eval_split=splits[task.selection_split], evaluator=evaluator,
                 teacher=TeacherRuntime(), accelerator=accelerator, seed=teacher.seed,
-                description=f"teacher {task.name}")
+                selection=selection, description=f"teacher {task.name}")
         except NonFiniteLossError as error:  # not the finetune method's stage of that name
             raise TeacherError(
                 f"the {task.display_name} teacher ({checkpoint.spec}) diverged while it was "
@@ -296,7 +304,8 @@ def _build_teacher(key, task, splits, data_fingerprint, checkpoint, teacher, tra
                 f"(now {training.lr:g}) and run again") from None
         model = accelerator.unwrap_model(model)
         stage_summary = {"steps": result.steps, "examples_seen": result.examples_seen,
-                         "seconds": result.seconds, "best_step": result.best_step,
+                         "seconds": result.seconds, "selection": selection,
+                         "best_step": result.best_step,
                          "evaluations": result.evaluations, "final_losses": result.final_losses}
     # The training and dev splits' logits, by every process (a collective under DDP).
     model.to(accelerator.device)

@@ -4,8 +4,8 @@ Built on ``accelerate`` for device placement, distributed data parallelism and g
 synchronisation, so the same code runs on this CPU and on multi-GPU nodes.  The loop:
 AdamW with linear warm-up and decay, gradient accumulation, loss scaling under fp16,
 length-bucketed dynamic padding, per-term loss logging, evaluation per epoch (or every N
-steps) with best-checkpoint selection on the task's main metric, and a hard stop on a
-non-finite loss.
+steps) keeping the last or the best-scoring checkpoint (the suite's ``selection``), and a
+hard stop on a non-finite loss.
 
 Under ``accelerate launch`` (DDP) every process walks the same global batches and trains
 on its slice of each (:func:`harness.training.distributed.local_rows`), its loss weighted by its
@@ -41,7 +41,7 @@ from harness.common.devices import batch_to_device
 from harness.common.interrupts import raise_if_interrupted
 from harness.common.precision import to_float32
 from harness.common.progress import progress_bar
-from harness.config.schema import TrainConfig
+from harness.config.schema import Selection, TrainConfig
 from harness.data.features import (
     BucketBatchSampler,
     EncodedSplit,
@@ -395,9 +395,13 @@ def train_stage(
     on_evaluate: Callable[[dict[str, Any]], None] | None = None,
     on_log: Callable[[dict[str, float]], None] | None = None,
     checkpoint: StageCheckpoint | None = None,
+    selection: Selection = "last",
     log: Callable[[str], None] = print,
 ) -> StageResult:
-    """Train ``student`` (and ``extra``) for one stage; leaves the best checkpoint loaded.
+    """Train ``student`` (and ``extra``) for one stage; leaves the checkpoint ``selection``
+    names loaded: the last (``last``) or the best dev evaluation's (``best-dev``).  The
+    result records the best evaluation either way (``best_metrics``, ``best_step``), and
+    every evaluation (``evaluations``), the last one at the stage's last step.
 
     ``on_evaluate`` sees every dev evaluation (stage, step, epoch, metrics, ``main``) as it
     happens; an exception it raises (e.g. a pruned tuning trial) stops the stage.
@@ -598,8 +602,9 @@ def train_stage(
                         best_score = main
                         result.best_metrics = metrics
                         result.best_step = step
-                        best_state = {k: v.detach().cpu().clone() for k, v in
-                                      accelerator.unwrap_model(student).state_dict().items()}
+                        if selection == "best-dev":
+                            best_state = {k: v.detach().cpu().clone() for k, v in
+                                          accelerator.unwrap_model(student).state_dict().items()}
                     student.train()
                 if checkpoint is not None and step < total_steps and (
                         time.perf_counter() - last_save >= checkpoint.every_seconds
