@@ -587,6 +587,24 @@ class PaperOrdering(StrictModel):
     source: str = Field(min_length=1, description="the paper and table the ordering is from")
 
 
+class VerdictsConfig(StrictModel):
+    """What the report's verdicts assume: the margins it tests against and the sampling it
+    does.  Not part of any run id (a report setting)."""
+
+    low_teacher_margin: float = Field(
+        5.0, ge=0, description="points of the main metric: a task whose teacher is less "
+        "than this above its majority / mean baseline is flagged, and the cross-task "
+        "aggregate is shown without it too (its shares of the teacher's margin divide by a "
+        "small, noisy number)")
+    non_inferiority_margin: float = Field(
+        1.0, gt=0, description="points of the main metric: a '>=' claim holds on a task where "
+        "the lower end of the difference's interval is above minus this")
+    confidence: float = Field(0.95, gt=0.5, lt=1)
+    resamples: int = Field(2000, ge=200, le=100_000, description="bootstrap resamples of "
+                           "each two-level comparison and aggregate interval")
+    seed: int = Field(0, ge=0, description="the bootstrap's random seed (reports repeat)")
+
+
 class PaperShare(StrictModel):
     """A method's published share of its teacher's score (% of teacher), shown beside ours."""
 
@@ -628,6 +646,9 @@ class SuiteConfig(StrictModel):
     paper_orderings: list[PaperOrdering] = Field(
         default_factory=list, description="the papers' orderings of methods the report tests "
         "on this suite's runs (paired over tasks x seeds)")
+    verdicts: VerdictsConfig = Field(
+        default_factory=VerdictsConfig, description="margins and sampling of the report's "
+        "comparisons and aggregates")
     paper_shares: list[PaperShare] = Field(
         default_factory=list, description="published % of teacher the report shows beside "
         "the same method's row")
