@@ -123,4 +123,10 @@ def test_the_family_adjusts_every_task_together_and_a_damaged_file_is_named(
                            {"rte": 10.0}, settings)
     table = family_table(run_family(inputs, "orderings", pairs[:1], ["rte"]))
     assert table.iloc[0]["p_source"] == "t over seeds"
+    # the smallest detectable difference from the seeds: t quantiles, 2 degrees of freedom
+    paired = (runs[runs["label"] == "a"]["score"].to_numpy()
+              - runs[runs["label"] == "b"]["score"].to_numpy())
+    se = paired.std(ddof=1) / math.sqrt(3)
+    assert table.iloc[0]["detectable"] == pytest.approx(
+        (stats.t.ppf(0.975, 2) + stats.t.ppf(0.8, 2)) * se)
     assert len(inputs.problems) == 1 and victim.predictions.file in inputs.problems[0]

@@ -8,7 +8,8 @@ both have, seed s of one paired with seed s of the other. Per task it gives:
 - where both rows' runs kept their dev predictions, the two-level bootstrap that resamples
   seeds and dev examples (``two_level``: interval, two-sided p, probability of improvement);
 - the smallest difference the design could have detected (80% power at the suite's level),
-  from the two-level standard error (else the seed-level one);
+  from the two-level standard error (normal quantiles), else from the seeds' (t quantiles
+  with n - 1 degrees of freedom);
 - the p the family adjusts: the two-level p where predictions exist, else the paired t-test's.
 
 Across tasks a comparison states the difference of the shares of the teacher's margin over
@@ -33,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from harness.config.schema import VerdictsConfig
 from harness.data.tasks import get_task
@@ -49,6 +51,9 @@ from harness.reporting.comparisons import (
     two_level_bootstrap,
 )
 from harness.reporting.stats import holm_adjust
+
+POWER = 0.8
+"""The power at which ``detectable`` is the smallest difference a test would detect."""
 
 Labels = Mapping[str, tuple[np.ndarray, np.ndarray]]
 """task -> (example ids, gold labels) of the task's selection split."""
@@ -184,13 +189,16 @@ def compare_task(inputs: VerdictInputs, a: str, b: str, task: str) -> TaskVerdic
             np.stack(predicted[0]), np.stack(predicted[1]), inputs.labels[task][1],
             get_task(task).main_metric, resamples=settings.resamples, seed=settings.seed,
             confidence=settings.confidence)
+    alpha = 1.0 - settings.confidence
     if two_level is not None:
-        se, p = two_level.se, two_level.pvalue
-    else:
-        se = seed_level.sd / math.sqrt(len(seeds)) if len(seeds) > 1 else math.nan
+        p = two_level.pvalue
+        detectable = minimum_detectable_difference(two_level.se, alpha=alpha)
+    else:  # the paired t-test's: t quantiles with n - 1 degrees of freedom
         p = seed_level.pvalue
-    detectable = (minimum_detectable_difference(se, alpha=1.0 - settings.confidence)
-                  if math.isfinite(se) else math.nan)
+        se = seed_level.sd / math.sqrt(len(seeds)) if len(seeds) > 1 else math.nan
+        degrees = len(seeds) - 1
+        detectable = ((stats.t.ppf(1.0 - alpha / 2.0, degrees) + stats.t.ppf(POWER, degrees))
+                      * se if math.isfinite(se) else math.nan)
     return TaskVerdict(task, tuple(int(seed) for seed in seeds), seed_level, two_level,
                        detectable, p)
 
