@@ -20,6 +20,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
+from harness.config.published import load_published
 from harness.experiments.record import RunRecord
 from harness.reporting import figures
 from tests.records import run_record
@@ -162,23 +163,173 @@ def test_score_vs_cost_with_nothing_to_plot_writes_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def share_board() -> pd.DataFrame:
+    """Three students and the teacher with the leaderboard's share columns (the teacher's
+    aggregate missing: the plot sets it to 1)."""
+    return pd.DataFrame({
+        "label": ["teacher", "kd", "bilstm", "tinybert"],
+        "student": ["MiniLM-L6", "4L-192", "BiLSTM-150", "4L-192"],
+        "is_teacher": [True, False, False, False],
+        "params_millions": [22.7, 7.78, 0.57, 7.78],
+        "average": [70.0, 60.0, 58.0, 62.0],
+        "dev_share_mean": [np.nan, 0.42, 0.31, 0.55],
+        "dev_share_mean_low": [np.nan, 0.30, 0.12, 0.49],
+        "dev_share_mean_high": [np.nan, 0.51, 0.40, 0.70],
+    })
+
+
+def interval_segments(ax) -> list[tuple[float, float, float]]:
+    """The error bars drawn in ``ax`` (collections with the gid ``interval``) as sorted
+    (x, low, high), in data coordinates, rounded to 6 decimals."""
+    found = []
+    for collection in ax.collections:
+        if collection.get_gid() == "interval":
+            for (xa, ya), (xb, yb) in collection.get_segments():
+                assert xa == xb  # vertical
+                found.append((round(float(xa), 6), round(float(min(ya, yb)), 6),
+                              round(float(max(ya, yb)), 6)))
+    return sorted(found)
+
+
+def test_score_vs_cost_error_bars_are_the_share_interval_columns():
+    board = share_board()
+    data, axis, caption = figures.score_axis(board, pd.DataFrame(), ["mrpc", "rte"])
+    assert axis == {"y": "dev_share_mean", "y_low": "dev_share_mean_low",
+                    "y_high": "dev_share_mean_high",
+                    "y_label": "2-task dev: share of teacher margin"}
+    assert "bootstrap" in caption
+    data["label"] = figures.row_names(data)
+    fig = figures.score_vs_cost_figure(data, "params_millions", x_label="params",
+                                       title="t", **axis)
+    ax = fig.axes[0]
+    # one bar per student row with an interval, none for the teacher
+    assert interval_segments(ax) == [(0.57, 0.12, 0.40), (7.78, 0.30, 0.51),
+                                     (7.78, 0.49, 0.70)]
+    assert ax.get_ylabel() == "2-task dev: share of teacher margin"
+    low, high = ax.get_ylim()
+    assert low < 0.12 and high > 1.0  # every bar and the teacher (set to 1) inside
+    teacher = next(c for c in ax.collections if c.get_label() == "teacher")
+    assert teacher.get_offsets().tolist() == [[22.7, 1.0]]
+    fig.clear()
+
+
+def test_score_vs_cost_falls_back_to_the_average_with_its_seed_interval():
+    from scipy import stats
+
+    board = share_board().drop(columns=[c for c in share_board() if "share" in c])
+    runs = pd.DataFrame(
+        [("kd", "4L-192", task, seed, score) for task, scores in
+         {"mrpc": [80.0, 82.0, 85.0], "rte": [55.0, 54.0, 58.0]}.items()
+         for seed, score in enumerate(scores, start=1)]
+        + [("bilstm", "BiLSTM-150", "mrpc", 1, 83.0), ("bilstm", "BiLSTM-150", "rte", 1, 57.0),
+           ("bilstm", "BiLSTM-150", "mrpc", 2, 84.0)],  # seed 2 misses RTE: left out
+        columns=["label", "student", "task", "seed", "score"])
+    data, axis, caption = figures.score_axis(board, runs, ["mrpc", "rte"])
+    assert axis["y"] == "average" and axis["y_label"] == "2-task dev: average score (0–100)"
+    assert "t interval over seeds" in caption
+    averages = np.array([67.5, 68.0, 71.5])  # each seed's mean over the two tasks
+    half = stats.t.ppf(0.975, 2) * averages.std(ddof=1) / math.sqrt(3)
+    kd = data.set_index("label").loc["kd"]
+    assert kd["average_low"] == pytest.approx(averages.mean() - half)
+    assert kd["average_high"] == pytest.approx(averages.mean() + half)
+    assert data.set_index("label").loc["bilstm", ["average_low", "average_high"]].isna().all()
+    data["average"] = [70.0, averages.mean(), 70.0, 62.0]
+    fig = figures.score_vs_cost_figure(data, "params_millions", x_label="params",
+                                       title="t", **axis)
+    assert interval_segments(fig.axes[0]) == [
+        (7.78, round(averages.mean() - half, 6), round(averages.mean() + half, 6))]
+    fig.clear()
+
+
 # ------------------------------------------------------------------------------ heatmap
 
 
 def test_heatmap_annotates_raw_values_with_metric_labels(tmp_path):
     scores = pd.DataFrame(
         {"SST-2": [81.07, 80.6, 87.5], "MRPC": [81.3, np.nan, 86.1],
-         "CoLA": [3.24, -0.46, 13.1], "average": [55.2, 40.07, 62.2]},
+         "CoLA": [3.24, -0.46, 13.1], "2-task dev": [0.553, 0.401, 1.0]},
         index=["kd · 4L-192", "bert-pkd · 3L-384", "teacher"])
-    paths = figures.plot_task_heatmap(scores, tmp_path, "heat", title="Dev scores",
+    shares = pd.DataFrame({"SST-2": [0.5, 0.4, 1.0], "MRPC": [0.2, np.nan, 1.0],
+                           "CoLA": [0.25, -0.04, 1.0], "2-task dev": [0.553, 0.401, 1.0]},
+                          index=scores.index)
+    paths = figures.plot_task_heatmap(scores, shares, tmp_path, "heat", title="Dev scores",
                                       metric_labels={"MRPC": "F1", "CoLA": "MCC"},
-                                      reference=["teacher"])
+                                      formats={"2-task dev": "{:.2f}"},
+                                      separate=["2-task dev"], reference=["teacher"])
     texts = check_written(paths, tmp_path, "heat", (600, 250))
-    for expected in ("81.1", "81.3", "3.2", "\N{MINUS SIGN}0.5", "40.1", "87.5", "13.1",
-                     "–", "MRPC", "F1", "MCC", "SST-2", "average", "kd · 4L-192",
-                     "teacher", "Dev scores", "lowest", "highest"):
+    for expected in ("81.1", "81.3", "3.2", "\N{MINUS SIGN}0.5", "0.55", "0.40", "87.5",
+                     "13.1", "1.00", "–", "MRPC", "F1", "MCC", "SST-2", "2-task dev",
+                     "kd · 4L-192", "teacher", "Dev scores", "0 = baseline", "≥ 1 = teacher",
+                     "\N{MINUS SIGN}1 (below)".replace("\N{MINUS SIGN}", "≤ \N{MINUS SIGN}")):
         assert expected in texts
-    assert any("relative within" in text for text in texts)
+    assert any("share of the teacher's margin" in text for text in texts)
+    assert not any("hatched" in text for text in texts)  # nothing marked: no note
+
+
+def heat_cells(fig) -> tuple[np.ma.MaskedArray, np.ndarray]:
+    """The heatmap's colour values and face colours, as (rows, columns) arrays."""
+    ax = fig.axes[0]
+    mesh = ax.collections[0]
+    fig.draw_without_rendering()
+    rows, columns = len(ax.get_yticks()), len(ax.get_xticks())
+    return (mesh.get_array().reshape(rows, columns),
+            np.asarray(mesh.get_facecolors()).reshape(rows, columns, 4))
+
+
+def test_heatmap_colours_are_shares_on_one_scale_for_every_column():
+    """A share of 0.5 has one colour in a column spread over [-0.3, 1] and in one spread
+    over [0.5, 0.55]: no column is min-max scaled. Shares beyond 1 are clipped to 1;
+    below the baseline is red, above it blue."""
+    index = ["teacher", "a · S", "b · S", "c · S"]
+    shares = pd.DataFrame({"SST-2": [1.0, 0.5, 0.1, -0.3], "MRPC": [1.0, 0.5, 0.55, 1.7]},
+                          index=index)
+    scores = pd.DataFrame({"SST-2": [90.0, 85.0, 83.0, 80.0],
+                           "MRPC": [86.0, 83.6, 83.8, 90.0]}, index=index)
+    fig = figures.task_heatmap_figure(scores, shares, title="t", reference=["teacher"])
+    values, colours = heat_cells(fig)
+    assert values.mask[0].all()  # the teacher is not coloured
+    assert values[1:].tolist() == [[0.5, 0.5], [0.1, 0.55], [-0.3, 1.0]]
+    assert colours[1, 0].tolist() == colours[1, 1].tolist()  # the same share, one colour
+    assert colours[1, 0].tolist() != colours[2, 1].tolist()
+    mesh = fig.axes[0].collections[0]
+    assert colours[3, 1].tolist() == list(mesh.to_rgba(1.0))  # 1.7 clipped to the teacher
+    below, above = colours[3, 0], colours[2, 1]
+    assert below[0] > below[2] and above[2] > above[0]  # red under the baseline, blue over
+    assert mesh.norm(0.0) == pytest.approx(0.5)  # the diverging scale's centre is 0
+    fig.clear()
+
+
+def test_heatmap_marks_exactly_the_cells_not_above_the_baseline():
+    board = pd.DataFrame({
+        "label": ["teacher", "a", "b", "c"], "student": ["T", "S", "S", "S"],
+        "is_teacher": [True, False, False, False],
+        "mrpc": [86.0, 83.0, 81.0, 81.2], "mrpc_share": [1.0, 0.375, -0.04, 0.0],
+        "mrpc_ci_low": [86.0, 80.0, 80.0, 81.0], "mrpc_ci_high": [86.0, 86.0, 82.0, 81.4],
+        # RTE: no teacher margin known, so no shares; judged on the seed interval alone
+        "rte": [60.0, 55.0, 52.0, 53.5], "rte_share": [np.nan] * 4,
+        "rte_ci_low": [60.0, 53.0, 50.0, 52.0], "rte_ci_high": [60.0, 57.0, 52.7, 55.0],
+        "dev_share_mean": [1.0, 0.4, -0.05, 0.1],
+        "dev_share_mean_high": [1.0, 0.6, 0.1, 0.3],
+    })
+    scores, shares, marked = figures.heatmap_frames(
+        board, ["mrpc", "rte"], {"mrpc": 81.2, "rte": 52.7}, {"mrpc": "MRPC", "rte": "RTE"})
+    assert list(scores.columns) == ["MRPC", "RTE", "2-task dev"]
+    assert list(scores.index) == ["teacher", "a · S", "b · S", "c · S"]
+    expected = {("b · S", "MRPC"), ("c · S", "MRPC"),  # share below and at 0
+                ("b · S", "RTE"),  # the interval's top at the baseline
+                ("b · S", "2-task dev")}  # the aggregate's share below 0
+    assert {(r, c) for r in marked.index for c in marked.columns if marked.loc[r, c]} \
+        == expected
+    fig = figures.task_heatmap_figure(scores, shares, title="t", marked=marked,
+                                      reference=["teacher"])
+    ax = fig.axes[0]
+    hatched = {(scores.index[int(p.get_y())], scores.columns[int(p.get_x())])
+               for p in ax.patches if p.get_gid() == "not-above-baseline"}
+    assert hatched == expected
+    assert all(p.get_hatch() for p in ax.patches if p.get_gid() == "not-above-baseline")
+    assert [t.get_text().replace("\n", " ") for t in ax.texts if "hatched" in t.get_text()] \
+        == [figures.MARK_NOTE]
+    fig.clear()
 
 
 # -------------------------------------------------------------------------- loss curves
@@ -222,6 +373,41 @@ def test_loss_curves_without_history_write_nothing(tmp_path):
     assert figures.plot_loss_curves(empty, tmp_path, "none") == []
 
 
+def loss_record(method: str, seed: int, losses: list[float], **fields) -> RunRecord:
+    """A run whose last stage with a history ("task", steps 10, 20, ...) has ``losses``."""
+    task = [{"step": 10 * (k + 1), "epoch": k, "lr": 1e-4, "loss": value}
+            for k, value in enumerate(losses)]
+    general = [{"step": 5, "epoch": 0, "lr": 1e-4, "loss": 99.0}]
+    return run_record(**{"method": method, "seed": seed, "stages": [
+        stage("general", general), stage("task", task), stage("after", [])], **fields})
+
+
+def test_task_losses_draw_each_methods_mean_over_seeds_with_its_range():
+    runs = [("kd · 4L-192", loss_record("kd", 1, [1.0, 0.6, 0.4])),
+            ("kd · 4L-192", loss_record("kd", 2, [1.2, 0.8, 0.2])),
+            ("kd · 4L-192", loss_record("kd", 3, [0.8, 0.7, 0.3])),
+            ("bilstm · BiLSTM-150", loss_record("bilstm", 1, [2.0, 1.5, 1.0])),
+            ("empty", run_record(stages=[stage("task", [])]))]
+    curves = figures.final_stage_losses(runs)
+    assert set(curves["stage"]) == {"task"}  # the last stage with a history, nothing else
+    assert len(curves) == 3 * 3 + 3 and 99.0 not in set(curves["loss"])
+    fig = figures.task_losses_figure(curves, title="glue-cpu: training loss on MRPC")
+    ax = fig.axes[0]
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert set(lines) == {"kd · 4L-192 (3 seeds, task)", "bilstm · BiLSTM-150 (1 seed, task)"}
+    kd = lines["kd · 4L-192 (3 seeds, task)"]
+    assert kd.get_xdata().tolist() == [10, 20, 30]
+    assert kd.get_ydata() == pytest.approx([1.0, 0.7, 0.3])
+    bands = [c for c in ax.collections if c.get_gid() == "seed-range"]
+    assert len(bands) == 1  # one seed: no band
+    vertices = bands[0].get_paths()[0].vertices
+    for step, low, high in ((10, 0.8, 1.2), (20, 0.6, 0.8), (30, 0.2, 0.4)):
+        ys = vertices[np.isclose(vertices[:, 0], step), 1]
+        assert ys.min() == pytest.approx(low) and ys.max() == pytest.approx(high)
+    fig.clear()
+    assert figures.plot_task_losses(curves.iloc[:0], Path("."), "none", title="t") == []
+
+
 # ----------------------------------------------------------------------------- ablation
 
 
@@ -249,6 +435,47 @@ def test_ablation_uses_given_deltas(tmp_path):
                           "delta": [0.0, 5.0]})
     texts = svg_texts(figures.plot_ablation(frame, tmp_path, "delta", title="t")[1])
     assert "+5.0" in texts and "+2.0" not in texts
+
+
+def test_ablation_error_bars_are_the_seed_t_interval_of_the_change():
+    """Our change for w/o GD has the paired t interval over seeds (scipy, ddof 1) of the
+    variant's mean over the tasks minus the full model's; the paper's bars have none, nor
+    has a variant with a single seed."""
+    from scipy import stats
+
+    full = {("mrpc", 1): 80.0, ("mrpc", 2): 82.0, ("mrpc", 3): 81.0,
+            ("rte", 1): 60.0, ("rte", 2): 58.0, ("rte", 3): 62.0}
+    no_gd = {("mrpc", 1): 76.0, ("mrpc", 2): 79.0, ("mrpc", 3): 75.0,
+             ("rte", 1): 59.0, ("rte", 2): 55.0, ("rte", 3): 58.0}
+    rows = [(method, task, seed, score) for method, scores in
+            (("tinybert", full), ("tinybert-no-gd", no_gd)) for (task, seed), score in
+            scores.items()]
+    rows.append(("tinybert-top", "mrpc", 1, 70.0))  # one seed, one task
+    scores = pd.DataFrame(rows, columns=["method", "task", "seed", "score"])
+    ours, paper = "ours: glue-cpu dev, MRPC, RTE", "paper: GLUE dev"
+    frame = pd.DataFrame([
+        ("procedure", "full", ours, 70.5, 0.0), ("procedure", "full", paper, 75.6, 0.0),
+        ("procedure", "w/o GD", ours, 67.0, -3.5), ("procedure", "w/o GD", paper, 72.5, -3.1),
+        ("mapping", "full", ours, 80.0, 0.0), ("mapping", "top", ours, 70.0, -10.0),
+    ], columns=["group", "variant", "source", "value", "delta"])
+    result = figures.ablation_intervals(frame, scores, load_published())
+    per_seed = np.array([(76 + 59) / 2 - (80 + 60) / 2, (79 + 55) / 2 - (82 + 58) / 2,
+                         (75 + 58) / 2 - (81 + 62) / 2])
+    half = stats.t.ppf(0.975, 2) * per_seed.std(ddof=1) / math.sqrt(3)
+    row = result[(result["variant"] == "w/o GD") & (result["source"] == ours)].iloc[0]
+    assert (row["delta_low"], row["delta_high"]) == pytest.approx(
+        (per_seed.mean() - half, per_seed.mean() + half))
+    with_interval = result[result["delta_low"].notna()]
+    assert list(with_interval["variant"]) == ["w/o GD"]  # not the paper's, not "top"
+
+    fig = figures.ablation_figure(result, title="TinyBERT ablations")
+    drawn = [interval_segments(ax) for ax in fig.axes]
+    assert [len(bars) for bars in drawn] == [1, 0]  # procedure: ours; mapping: none
+    (_, low, high), = drawn[0]
+    assert (low, high) == pytest.approx((row["delta_low"], row["delta_high"]), abs=1e-6)
+    labels = [text.get_text() for text in fig.legends[0].get_texts()]
+    assert "95% t interval over seeds" in labels
+    fig.clear()
 
 
 # ------------------------------------------------------------------------------- Optuna
@@ -363,3 +590,50 @@ def test_regenerating_a_figure_gives_identical_files(tmp_path):
     svg = first[1].read_text()
     assert "<dc:date>" not in svg
     assert plt.rcParams["svg.hashsalt"] is None  # the style did not leak
+
+
+# ------------------------------------------------------------------- the report's figures
+
+
+def test_report_figures_one_loss_figure_per_task_and_intervals_on_the_ablation(tmp_path):
+    """make_figures on a small store: score-vs-parameters, the heatmap, one loss-curve file
+    per task holding every complete row (the partial finetune row left out), the ablation
+    with its seed interval; nothing per run."""
+    from harness.experiments.store import ResultsStore
+    from harness.reporting.report import (
+        ReportInputs,
+        collect_runs,
+        leaderboard,
+        make_figures,
+    )
+    from tests.test_report import SCORES, suite, write_record
+
+    results = tmp_path / "results"
+    store = ResultsStore(results)
+    ablation = {("tinybert", "4L-192"): {"mrpc": [84.0, 83.0, 85.0], "rte": [56.0, 57.0, 55.0]},
+                ("tinybert-no-gd", "4L-192"): {"mrpc": [82.0, 82.5, 81.0],
+                                               "rte": [54.0, 56.0, 53.0]}}
+    for (method, student), tasks in {**SCORES, **ablation}.items():
+        for task, scores in tasks.items():
+            for seed, score in enumerate(scores, start=1):
+                write_record(store, method, student, task, seed, score)
+    config = suite()
+    runs, records = collect_runs(config, results, log=lambda _: None)
+    inputs = ReportInputs(config=config, runs=runs, records=records,
+                          board=leaderboard(runs, config.tasks), anchors=load_published(),
+                          published=pd.DataFrame(), bench=None, comparisons=pd.DataFrame(),
+                          claims=[])
+    made = make_figures(inputs, results, tmp_path / "out", log=lambda _: None)
+    names = sorted(png.stem for _, png in made)
+    assert names == ["ablation-tinybert", "curves-mrpc", "curves-rte", "score-vs-parameters",
+                     "task-heatmap"]
+    written = sorted(path.name for path in (tmp_path / "out" / "figures").iterdir())
+    assert written == sorted(f"{name}{suffix}" for name in names for suffix in (".png", ".svg"))
+    captions = dict((png.stem, caption) for caption, png in made)
+    assert "t interval over seeds of the change" in captions["ablation-tinybert"]
+    assert "share of the teacher's margin" in captions["task-heatmap"]
+    texts = svg_texts(tmp_path / "out" / "figures" / "curves-rte.svg")
+    for row in ("kd · 4L-192", "bilstm · BiLSTM-150", "tinybert · 4L-192",
+                "tinybert-no-gd · 4L-192"):
+        assert any(text.startswith(f"{row} (3 seeds") for text in texts)
+    assert not any(text.startswith("finetune") for text in texts)

@@ -11,15 +11,22 @@ is left registered (open) however many a report builds; the style (seaborn's
 Output is deterministic so that a regenerated report does not churn in git: a fixed SVG hash
 salt, no dates in the metadata, text kept as text in the SVG (searchable, and smaller).
 
-Figures:
+Figures (each ``plot_*`` writes what a ``*_figure`` function builds, which tests read back):
 
-* :func:`plot_score_vs_cost`: score vs latency or parameters, Pareto front as a step line
-  (:func:`pareto_front`), every point labelled (labels spread so that none overlap);
-* :func:`plot_task_heatmap`: method x task scores, coloured per column, raw values printed;
-* :func:`plot_loss_curves`: a run's per-loss-term training curves, one panel per stage, the
+* :func:`plot_score_vs_cost`: score (the 5-task dev share of the teacher's margin, or the
+  plain average) vs latency or parameters, each point's interval as an error bar, the
+  Pareto front as a step line (:func:`pareto_front`), every point labelled (labels spread
+  so that none overlap); :func:`average_intervals` gives the average's seed interval;
+* :func:`plot_task_heatmap`: method x task, coloured by share of the teacher's margin on
+  one scale for every column, the task's mean score printed, cells not above the baseline
+  hatched (:func:`marked_cells`);
+* :func:`plot_task_losses`: one task's final-stage training loss of every method, mean
+  over seeds with the seeds' range as a band (:func:`final_stage_losses`);
+  :func:`plot_loss_curves`: a single run's per-loss-term curves, one panel per stage, the
   dev main metric on a twin axis;
-* :func:`plot_ablation`: change vs the full model per ablated variant, ours beside the
-  paper's, one facet per table (procedure / objective / mapping);
+* :func:`plot_ablation`: change vs the full model per ablated variant, ours (with the seed
+  interval of :func:`ablation_intervals`) beside the paper's, one facet per table
+  (procedure / objective / mapping);
 * :func:`plot_optuna_history` and :func:`plot_param_importances`, for which
   :func:`study_from_history` and :func:`param_importances` rebuild an in-memory Optuna study
   from a tuned-parameters file's ``history``.
@@ -28,7 +35,8 @@ Figures:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+import textwrap
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -52,7 +60,15 @@ from harness.common.paths import contained
 from harness.experiments.record import RunRecord
 
 __all__ = [
+    "MARK_NOTE",
     "METRIC_NAMES",
+    "SHARE_LIMITS",
+    "ablation_figure",
+    "ablation_intervals",
+    "average_intervals",
+    "final_stage_losses",
+    "heatmap_frames",
+    "marked_cells",
     "metric_label",
     "param_importances",
     "pareto_front",
@@ -62,8 +78,14 @@ __all__ = [
     "plot_param_importances",
     "plot_score_vs_cost",
     "plot_task_heatmap",
+    "plot_task_losses",
+    "row_names",
     "save",
+    "score_axis",
+    "score_vs_cost_figure",
     "study_from_history",
+    "task_heatmap_figure",
+    "task_losses_figure",
     "trials_frame",
 ]
 
@@ -164,6 +186,84 @@ def pareto_front(frame: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
     dominated = (no_worse & better).any(axis=1)
     front = valid[~dominated]
     return front.sort_values([x, y], ascending=[True, False], kind="stable")
+
+
+# ------------------------------------------------------------------ from the leaderboard
+
+
+def row_names(board: pd.DataFrame) -> list[str]:
+    """A leaderboard's rows as the figures name them: ``label · student``, the teacher by
+    its label alone."""
+    teacher = (board["is_teacher"].fillna(False).astype(bool) if "is_teacher" in board
+               else pd.Series(False, index=board.index))
+    return [label if is_teacher else f"{label} · {student}" for label, student, is_teacher
+            in zip(board["label"], board["student"], teacher, strict=True)]
+
+
+def score_axis(board: pd.DataFrame, runs: pd.DataFrame, tasks: Sequence[str]
+               ) -> tuple[pd.DataFrame, dict[str, str], str]:
+    """What the score-vs-cost plots put on y, from a leaderboard (``board``) and its runs:
+    the board with the columns used, the ``y``/``y_low``/``y_high``/``y_label`` arguments
+    of :func:`plot_score_vs_cost` and a sentence for the caption.
+
+    The cross-task aggregate ``dev_share_mean`` (the mean share of the teacher's margin
+    over the baseline) with its bootstrap interval where the board has it for some student
+    row (the teacher, 1 by definition, is set to 1 where missing); otherwise the plain
+    ``average`` with its seed interval (:func:`average_intervals`)."""
+    n = len(tasks)
+    teacher = board["is_teacher"].fillna(False).astype(bool)
+    if "dev_share_mean" in board and board.loc[~teacher, "dev_share_mean"].notna().any():
+        data = board.copy()
+        data.loc[teacher & data["dev_share_mean"].isna(), "dev_share_mean"] = 1.0
+        return data, {"y": "dev_share_mean", "y_low": "dev_share_mean_low",
+                      "y_high": "dev_share_mean_high",
+                      "y_label": f"{n}-task dev: share of teacher margin"}, (
+            f"{n}-task dev: mean over tasks of the share of the teacher's margin over the "
+            "majority / mean baseline (0 = baseline, 1 = teacher), error bars its "
+            "task-stratified bootstrap 95% interval")
+    data = board.drop(columns=["average_low", "average_high"], errors="ignore").merge(
+        average_intervals(runs, tasks), on=["label", "student"], how="left")
+    data.index = board.index
+    return data, {"y": "average", "y_low": "average_low", "y_high": "average_high",
+                  "y_label": f"{n}-task dev: average score (0–100)"}, (
+        f"{n}-task dev: plain average of the task scores, error bars the 95% t interval "
+        "over seeds of each seed's average")
+
+
+def heatmap_frames(board: pd.DataFrame, tasks: Sequence[str], baselines: dict[str, float],
+                   names: dict[str, str]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The ``scores``, ``shares`` and ``marked`` frames of :func:`plot_task_heatmap` from a
+    leaderboard: rows :func:`row_names`, a column per task (``names[task]``) with its mean
+    score and ``{task}_share``, and, where the board has ``dev_share_mean``, a column
+    ``<n>-task dev`` holding that aggregate as both score and share. ``baselines`` (task ->
+    majority / mean baseline) decide which cells are marked (:func:`marked_cells`; the
+    aggregate's baseline is a share of 0, judged on ``dev_share_mean_high``). A board
+    without ``{task}_share`` gets the share of its mean,
+    (mean - baseline) / (teacher - baseline), the teacher being the ``is_teacher`` row."""
+    from harness.reporting.comparisons import share_of_teacher_margin
+
+    index = row_names(board)
+    teacher = board[board["is_teacher"].fillna(False).astype(bool)]
+    scores, shares, high, bases = {}, {}, {}, {}
+    for task in tasks:
+        column = names[task]
+        scores[column] = board[task].to_numpy(dtype=float)
+        if f"{task}_share" in board:
+            shares[column] = board[f"{task}_share"].to_numpy(dtype=float)
+        else:
+            top = float(teacher[task].iloc[0]) if len(teacher) else math.nan
+            shares[column] = share_of_teacher_margin(
+                board[task].to_numpy(dtype=float), baselines.get(task, math.nan), top)[0]
+        high[column] = board[f"{task}_ci_high"].to_numpy(dtype=float)
+        bases[column] = baselines.get(task, math.nan)
+    if "dev_share_mean" in board:
+        column = f"{len(tasks)}-task dev"
+        scores[column] = shares[column] = board["dev_share_mean"].to_numpy(dtype=float)
+        high[column] = board.get("dev_share_mean_high", pd.Series(math.nan, board.index)
+                                 ).to_numpy(dtype=float)
+        bases[column] = 0.0
+    frames = [pd.DataFrame(values, index=index) for values in (scores, shares, high)]
+    return frames[0], frames[1], marked_cells(frames[1], frames[2], bases)
 
 
 # ---------------------------------------------------------------------- label placement
@@ -344,10 +444,25 @@ def _log_x(ax: Any, low: float, high: float) -> None:
 def plot_score_vs_cost(board: pd.DataFrame, x: str, out_dir: Path, name: str, *,
                        x_label: str, title: str, y: str = "average",
                        y_label: str = "GLUE average, dev (0–100)",
+                       y_low: str | None = None, y_high: str | None = None,
                        hue: str = "student", hue_title: str = "student") -> list[Path]:
+    """:func:`score_vs_cost_figure` written as ``<name>.png`` and ``.svg``; [] when no row
+    has both ``x`` and ``y``."""
+    fig = score_vs_cost_figure(board, x, x_label=x_label, title=title, y=y, y_label=y_label,
+                               y_low=y_low, y_high=y_high, hue=hue, hue_title=hue_title)
+    return save(fig, out_dir, name) if fig is not None else []
+
+
+def score_vs_cost_figure(board: pd.DataFrame, x: str, *, x_label: str, title: str,
+                         y: str = "average", y_label: str = "GLUE average, dev (0–100)",
+                         y_low: str | None = None, y_high: str | None = None,
+                         hue: str = "student", hue_title: str = "student") -> Figure | None:
     """Score against a cost (latency, parameters): one point per model, coloured by
     ``hue`` (student shape by default), the teacher a black star, the Pareto front (lower
-    cost, higher score) a dashed step line, every point labelled with ``label``.
+    cost, higher score, on the points) a dashed step line, every point labelled with
+    ``label``; where ``y_low`` and ``y_high`` name columns, each point's interval as an
+    error bar (its line collection has the gid ``interval``; rows with a missing end have
+    none).
 
     ``board``: columns ``label``, ``y`` (``average``), ``x``, ``hue`` and boolean
     ``is_teacher`` (optional). Rows with a missing ``x`` or ``y`` are left out (and off
@@ -355,7 +470,7 @@ def plot_score_vs_cost(board: pd.DataFrame, x: str, out_dir: Path, name: str, *,
     """
     data = board[board[x].notna() & board[y].notna()].copy()
     if data.empty:
-        return []
+        return None
     data["is_teacher"] = (data["is_teacher"].fillna(False).astype(bool)
                           if "is_teacher" in data else False)
     hue_values = data[hue].fillna("?").astype(str) if hue in data else pd.Series("?", data.index)
@@ -371,6 +486,9 @@ def plot_score_vs_cost(board: pd.DataFrame, x: str, out_dir: Path, name: str, *,
         ax = fig.add_subplot()
         front = pareto_front(data, x, y)
         handles: list[Any] = []
+        bars = _interval_bars(ax, data, x, y, y_low, y_high)
+        if bars is not None:
+            handles.append(bars)
         for level in levels:
             rows = students[students["_hue"] == level]
             handles.append(ax.scatter(rows[x], rows[y], s=55, color=palette[level],
@@ -386,16 +504,7 @@ def plot_score_vs_cost(board: pd.DataFrame, x: str, out_dir: Path, name: str, *,
             ax.scatter(front[x], front[y], s=140, facecolor="none", edgecolor="0.35",
                        lw=1.0, zorder=2)
             handles.append(line)
-
-        low, high = float(data[x].min()), float(data[x].max())
-        if low > 0 and high / low > 10:
-            _log_x(ax, low / 10 ** 0.12, high * 10 ** 0.12)
-        else:
-            span = (high - low) or max(abs(high), 1.0)
-            ax.set_xlim(low - 0.08 * span, high + 0.08 * span)
-        ylow, yhigh = float(data[y].min()), float(data[y].max())
-        yspan = (yhigh - ylow) or 1.0
-        ax.set_ylim(ylow - 0.12 * yspan, yhigh + 0.12 * yspan)
+        _cost_limits(ax, data, x, [y, *(c for c in (y_low, y_high) if c and c in data)])
         ax.set_xlabel(x_label)
         ax.set_ylabel(y_label)
         ax.set_title(title)
@@ -407,42 +516,133 @@ def plot_score_vs_cost(board: pd.DataFrame, x: str, out_dir: Path, name: str, *,
         for (xa, ya), (xb, yb) in zip(front[[x, y]].to_numpy()[:-1],
                                       front[[x, y]].to_numpy()[1:], strict=True):
             steps += [(xa, ya, xb, ya), (xb, ya, xb, yb)]
+        if bars is not None:  # labels keep off the error bars too
+            steps += [(xa, ya, xb, yb) for (xa, ya), (xb, yb) in bars.lines[2][0].get_segments()]
         # label text in a darker shade of its point's colour, to tell apart neighbours
         colours = [(0.1, 0.1, 0.1) if teacher_row else
                    tuple(0.62 * c for c in palette[level])
                    for teacher_row, level in zip(data["is_teacher"], data["_hue"], strict=True)]
         _spread_labels(ax, data[x].tolist(), data[y].tolist(), labels.tolist(),
                        radius_pt=radius.tolist(), segments=steps, colours=colours)
-        return save(fig, out_dir, name)
+        return fig
+
+
+def _interval_bars(ax: Any, data: pd.DataFrame, x: str, y: str, low: str | None,
+                   high: str | None) -> Any:
+    """Vertical error bars from column ``low`` to column ``high`` at each row with both;
+    the errorbar container (labelled for the legend), or None where there are none."""
+    if not low or not high or low not in data or high not in data:
+        return None
+    rows = data[data[low].notna() & data[high].notna()]
+    if rows.empty:
+        return None
+    below = (rows[y] - rows[low]).clip(lower=0).to_numpy(dtype=float)
+    above = (rows[high] - rows[y]).clip(lower=0).to_numpy(dtype=float)
+    bars = ax.errorbar(rows[x].to_numpy(dtype=float), rows[y].to_numpy(dtype=float),
+                       yerr=[below, above], fmt="none", ecolor="0.45", elinewidth=1.0,
+                       capsize=2.5, zorder=2.5, label="95% interval")
+    bars.lines[2][0].set_gid("interval")
+    return bars
+
+
+def _cost_limits(ax: Any, data: pd.DataFrame, x: str, ys: list[str]) -> None:
+    """x limits (logarithmic where the costs span more than 10x) and y limits with a margin
+    around every value of the columns ``ys``."""
+    low, high = float(data[x].min()), float(data[x].max())
+    if low > 0 and high / low > 10:
+        _log_x(ax, low / 10 ** 0.12, high * 10 ** 0.12)
+    else:
+        span = (high - low) or max(abs(high), 1.0)
+        ax.set_xlim(low - 0.08 * span, high + 0.08 * span)
+    values = data[ys].to_numpy(dtype=float)
+    ylow, yhigh = float(np.nanmin(values)), float(np.nanmax(values))
+    yspan = (yhigh - ylow) or 1.0
+    ax.set_ylim(ylow - 0.12 * yspan, yhigh + 0.12 * yspan)
+
+
+def average_intervals(runs: pd.DataFrame, tasks: Sequence[str], *,
+                      confidence: float = 0.95) -> pd.DataFrame:
+    """Per (``label``, ``student``) of ``runs`` (one row per run: ``task``, ``seed``,
+    ``score``), the Student-t interval over seeds (ddof 1) of the average over ``tasks``:
+    each seed's mean over the tasks, for the seeds that have every task. Columns
+    ``label``, ``student``, ``average_low``, ``average_high`` (NaN under two seeds)."""
+    from harness.reporting.stats import t_ci
+
+    rows = []
+    chosen = runs[runs["task"].isin(list(tasks))]
+    for (label, student), group in chosen.groupby(["label", "student"], sort=False):
+        per_seed = group.groupby(["seed", "task"])["score"].mean().unstack("task")
+        per_seed = per_seed.reindex(columns=list(tasks)).dropna()
+        low, high = t_ci(per_seed.mean(axis=1).to_numpy(dtype=float), confidence=confidence)
+        rows.append({"label": label, "student": student, "average_low": low,
+                     "average_high": high})
+    return pd.DataFrame(rows, columns=["label", "student", "average_low", "average_high"])
 
 
 # --------------------------------------------------------------------------- heatmap
 
 
-def plot_task_heatmap(scores: pd.DataFrame, out_dir: Path, name: str, *, title: str,
-                      metric_labels: dict[str, str] | None = None,
-                      separate: Sequence[str] = ("average",),
-                      reference: Sequence[str] = ()) -> list[Path]:
-    """Scores of methods (rows) on tasks (columns), raw values printed with one decimal.
+SHARE_LIMITS = (-1.0, 1.0)
+"""The heatmap's colour scale of the share of the teacher's margin, the same for every
+column: 0 (the baseline) is white, 1 (the teacher) the deepest blue, shares below the
+baseline red; values outside are clipped."""
+MARK_NOTE = ("hatched: not above the baseline (the seed interval's upper end is at or below "
+             "the task's majority / mean baseline, or the share is ≤ 0)")
 
-    Tasks have different scales (an MCC beside an accuracy), so the colour is relative
-    within each column: min-max scaled, the column's lowest score at one end of the colour
-    map and its highest at the other (a constant column is mid-scale). Missing cells show a
-    dash. ``metric_labels`` (column -> metric name) go under the task names; columns in
-    ``separate`` (the average) are set off by a gap. Rows in ``reference`` (the teacher)
-    are printed on a neutral background and left out of the colour scale, so that they do
-    not compress the students' range.
+
+def marked_cells(shares: pd.DataFrame, ci_high: pd.DataFrame,
+                 baselines: dict[str, float]) -> pd.DataFrame:
+    """The cells not above their baseline: share <= 0, or the upper end of the seed
+    interval (``ci_high``, same shape) at or below the column's baseline (``baselines``,
+    column -> value; a column without one is judged on its share alone). NaN compares as
+    not marked."""
+    base = pd.Series({c: baselines.get(c, np.nan) for c in ci_high.columns}, dtype=float)
+    at_or_below = ci_high.astype(float).le(base, axis=1)
+    return shares.astype(float).le(0.0) | at_or_below
+
+
+def plot_task_heatmap(scores: pd.DataFrame, shares: pd.DataFrame, out_dir: Path, name: str, *,
+                      title: str, marked: pd.DataFrame | None = None,
+                      metric_labels: dict[str, str] | None = None,
+                      formats: dict[str, str] | None = None,
+                      separate: Sequence[str] = (),
+                      reference: Sequence[str] = ()) -> list[Path]:
+    """:func:`task_heatmap_figure` written as ``<name>.png`` and ``.svg``; [] when there
+    are no scores."""
+    fig = task_heatmap_figure(scores, shares, title=title, marked=marked,
+                              metric_labels=metric_labels, formats=formats,
+                              separate=separate, reference=reference)
+    return save(fig, out_dir, name) if fig is not None else []
+
+
+def task_heatmap_figure(scores: pd.DataFrame, shares: pd.DataFrame, *, title: str,
+                        marked: pd.DataFrame | None = None,
+                        metric_labels: dict[str, str] | None = None,
+                        formats: dict[str, str] | None = None,
+                        separate: Sequence[str] = (),
+                        reference: Sequence[str] = ()) -> Figure | None:
+    """Methods (rows) on tasks (columns): each cell coloured by its share of the teacher's
+    margin over the baseline (``shares``, same index and columns as ``scores``) on one
+    scale for every column (:data:`SHARE_LIMITS`, diverging at 0, clipped), so that a
+    colour means the same in every column, and annotated with ``scores`` (one decimal, or
+    ``formats[column]``; a dash where missing).
+
+    ``marked`` (booleans, same shape; :func:`marked_cells`): cells hatched as not above the
+    baseline (each hatch a patch with the gid ``not-above-baseline``), explained under the
+    figure. ``metric_labels`` (column -> metric name) go under the column names; columns in
+    ``separate`` (an aggregate) are set off by a gap. Rows in ``reference`` (the teacher,
+    whose share is 1 by definition) are printed on a neutral background.
     """
     raw = scores.apply(pd.to_numeric, errors="coerce").astype(float)
     if raw.empty:
-        return []
+        return None
     is_reference = np.array([str(i) in {str(r) for r in reference} for i in raw.index])
-    scaled = raw[~is_reference]
-    low, high = scaled.min(), scaled.max()
-    span = (high - low).where(high > low)
-    norm = ((raw - low) / span).fillna(0.5).where(raw.notna())
-    norm.loc[is_reference] = np.nan
-    annot = raw.map(lambda v: "" if pd.isna(v) else _signed(v, "{:.1f}"))
+    colour = shares.reindex(index=raw.index, columns=raw.columns).astype(float)
+    colour = colour.clip(*SHARE_LIMITS).where(raw.notna())
+    colour.loc[is_reference] = np.nan
+    formats = formats or {}
+    annot = pd.DataFrame({c: [("" if pd.isna(v) else _signed(v, formats.get(c, "{:.1f}")))
+                              for v in raw[c]] for c in raw.columns}, index=raw.index)
     metric_labels = metric_labels or {}
     columns = [f"{c}\n{metric_labels[c]}" if c in metric_labels else str(c)
                for c in raw.columns]
@@ -450,28 +650,20 @@ def plot_task_heatmap(scores: pd.DataFrame, out_dir: Path, name: str, *, title: 
     longest = max((len(r) for r in rows), default=10)
 
     with _style():
-        width = 2.6 + 0.068 * longest + 0.95 * len(columns)
-        height = 1.5 + 0.36 * len(rows)
-        fig = _figure(figsize=(width, height))
+        fig = _figure(figsize=(2.6 + 0.068 * longest + 0.95 * len(columns),
+                               1.9 + 0.36 * len(rows)))
         ax = fig.add_subplot()
         ax.set_facecolor("0.93")
-        sns.heatmap(norm, ax=ax, annot=annot.to_numpy(), fmt="", cmap="viridis", vmin=0.0,
-                    vmax=1.0, linewidths=0.6, linecolor="white",
-                    annot_kws={"fontsize": 9},
-                    cbar_kws={"ticks": [0, 1], "shrink": 0.8 if len(rows) > 4 else 1.0,
-                              "aspect": 18})
+        sns.heatmap(colour, ax=ax, annot=annot.to_numpy(), fmt="", cmap="RdBu",
+                    vmin=SHARE_LIMITS[0], vmax=SHARE_LIMITS[1],
+                    linewidths=0.6, linecolor="white", annot_kws={"fontsize": 9},
+                    cbar_kws={"ticks": [SHARE_LIMITS[0], 0, SHARE_LIMITS[1]],
+                              "shrink": 0.8 if len(rows) > 4 else 1.0, "aspect": 18})
         ax.grid(False)
-        colorbar = ax.collections[0].colorbar
-        colorbar.set_ticklabels(["lowest", "highest"])
-        colorbar.ax.tick_params(labelsize=8)
-        colorbar.set_label("colour: relative within each column", fontsize=9)
-        for (i, j), value in np.ndenumerate(raw.to_numpy()):
-            if np.isnan(value):
-                ax.text(j + 0.5, i + 0.5, "–", ha="center", va="center", color="0.45",
-                        fontsize=9)
-            elif is_reference[i]:
-                ax.text(j + 0.5, i + 0.5, _signed(value, "{:.1f}"), ha="center", va="center",
-                        color="0.15", fontsize=9)
+        _share_colorbar(ax.collections[0].colorbar)
+        _neutral_cells(ax, raw, annot, is_reference)
+        _hatch(ax, marked.reindex(index=raw.index, columns=raw.columns)
+               if marked is not None else None)
         for k, column in enumerate(raw.columns):
             if column in separate and k > 0:
                 ax.axvline(k, color="white", lw=5)
@@ -488,7 +680,43 @@ def plot_task_heatmap(scores: pd.DataFrame, out_dir: Path, name: str, *, title: 
         ax.set_xlabel("")
         ax.set_ylabel("")
         ax.set_title(title, pad=8)
-        return save(fig, out_dir, name)
+        if marked is not None and bool(marked.fillna(False).to_numpy(dtype=bool).any()):
+            ax.annotate(textwrap.fill(MARK_NOTE, width=int(14 * fig.get_figwidth() * 0.7)),
+                        xy=(0, 0), xycoords="axes fraction", xytext=(0, -6),
+                        textcoords="offset points", ha="left", va="top", fontsize=8,
+                        color="0.25")
+        return fig
+
+
+def _share_colorbar(colorbar: Any) -> None:
+    low, high = SHARE_LIMITS
+    colorbar.set_ticklabels([_signed(low, "≤ {:g}") + " (below)", "0 = baseline",
+                             f"≥ {high:g} = teacher"])
+    colorbar.ax.tick_params(labelsize=8)
+    colorbar.set_label("colour: share of the teacher's margin", fontsize=9)
+
+
+def _neutral_cells(ax: Any, raw: pd.DataFrame, annot: pd.DataFrame,
+                   is_reference: np.ndarray) -> None:
+    """The text of the cells seaborn leaves blank: a dash where there is no score, the
+    score of a reference row (not coloured)."""
+    for (i, j), value in np.ndenumerate(raw.to_numpy()):
+        if np.isnan(value):
+            ax.text(j + 0.5, i + 0.5, "–", ha="center", va="center", color="0.45",
+                    fontsize=9)
+        elif is_reference[i]:
+            ax.text(j + 0.5, i + 0.5, annot.iat[i, j], ha="center", va="center",
+                    color="0.15", fontsize=9)
+
+
+def _hatch(ax: Any, marked: pd.DataFrame | None) -> None:
+    if marked is None:
+        return
+    for (i, j), flag in np.ndenumerate(marked.fillna(False).to_numpy(dtype=bool)):
+        if flag:
+            ax.add_patch(mpl.patches.Rectangle(
+                (j, i), 1, 1, fill=False, hatch="//", edgecolor="0.55", linewidth=0,
+                zorder=1.5, gid="not-above-baseline"))
 
 
 # ----------------------------------------------------------------------- loss curves
@@ -574,16 +802,165 @@ def plot_loss_curves(record: RunRecord, out_dir: Path, name: str, *,
         return save(fig, out_dir, name)
 
 
+def final_stage_losses(runs: Iterable[tuple[str, RunRecord]]) -> pd.DataFrame:
+    """The training loss of each run's last stage with a history, in long form for
+    :func:`plot_task_losses`: ``method`` (the name given with the record), ``seed``,
+    ``stage``, ``step``, ``loss`` (the weighted total the optimiser minimised). Runs
+    without a history give no rows."""
+    rows = []
+    for method, record in runs:
+        stages = [stage for stage in record.stages if stage.history]
+        if not stages:
+            continue
+        last = stages[-1]
+        rows += [{"method": method, "seed": record.seed, "stage": last.name,
+                  "step": entry["step"], "loss": entry.get("loss", math.nan)}
+                 for entry in last.history]
+    return pd.DataFrame(rows, columns=["method", "seed", "stage", "step", "loss"])
+
+
+def plot_task_losses(curves: pd.DataFrame, out_dir: Path, name: str, *,
+                     title: str) -> list[Path]:
+    """:func:`task_losses_figure` written as ``<name>.png`` and ``.svg``; [] when there is
+    no loss to draw."""
+    fig = task_losses_figure(curves, title=title)
+    return save(fig, out_dir, name) if fig is not None else []
+
+
+def task_losses_figure(curves: pd.DataFrame, *, title: str) -> Figure | None:
+    """Every method's final-stage training loss on one task: a line per method, the mean
+    over its seeds at each optimiser step, and a band from the seeds' lowest to highest
+    value (each band a collection with the gid ``seed-range``; a single seed has none).
+    The y axis is logarithmic where the losses span more than 20x. Methods minimise
+    different objectives, so the levels of two lines are not comparable, their shapes are.
+
+    ``curves``: ``method``, ``seed``, ``step``, ``loss`` (:func:`final_stage_losses`);
+    optionally ``stage`` (named in the legend).
+    """
+    data = curves[curves["loss"].notna()]
+    if data.empty:
+        return None
+    methods = list(dict.fromkeys(data["method"]))
+    palette = sns.color_palette("colorblind", 10)
+    styles = ["-", "--", ":", "-."]
+    with _style():
+        fig = _figure(figsize=(9.5, 5.2))
+        ax = fig.add_subplot()
+        values = data["loss"].to_numpy(dtype=float)
+        positive = values[np.isfinite(values) & (values > 0)]
+        if positive.size == values.size and positive.max() / positive.min() > 20:
+            ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        for k, method in enumerate(methods):
+            rows = data[data["method"] == method]
+            by_step = rows.groupby("step")["loss"].agg(["mean", "min", "max", "count"])
+            colour = palette[k % len(palette)]
+            seeds = rows["seed"].nunique()
+            stage = (f", {rows['stage'].iloc[0]}" if "stage" in rows
+                     and rows["stage"].nunique() == 1 else "")
+            ax.plot(by_step.index, by_step["mean"], color=colour, lw=1.6,
+                    ls=styles[(k // len(palette)) % len(styles)],
+                    label=f"{method} ({seeds} seed{'s' if seeds != 1 else ''}{stage})")
+            if seeds > 1:
+                band = ax.fill_between(by_step.index, by_step["min"], by_step["max"],
+                                       color=colour, alpha=0.18, lw=0)
+                band.set_gid("seed-range")
+        ax.set_xlabel("optimiser step (final stage)")
+        ax.set_ylabel("training loss, mean over seeds"
+                      + (" (log scale)" if ax.get_yscale() == "log" else ""))
+        ax.set_title(title)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=8))
+        ax.set_xlim(left=0)
+        ax.legend(title="method (band: lowest to highest seed)", loc="upper left",
+                  bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
+        return fig
+
+
 # -------------------------------------------------------------------------- ablation
+
+
+def ablation_intervals(ablation: pd.DataFrame, scores: pd.DataFrame,
+                       published: pd.DataFrame, *, confidence: float = 0.95) -> pd.DataFrame:
+    """``ablation`` (the report's ablation frame: ``group``, ``variant``, ``source``,
+    ``delta``) with ``delta_low`` and ``delta_high`` on our bars (``source`` starting with
+    "ours"): the Student-t interval over seeds (scipy, ddof 1;
+    :func:`~harness.reporting.comparisons.per_task_difference`) of the variant's mean over
+    the table's tasks minus the full model's, paired by seed.
+
+    ``scores``: our runs (``method``, ``task``, ``seed``, ``score``); ``published``: the
+    published values (``group``, ``method``, ``task``, ``source_label``), whose ``average``
+    rows list each table's methods, the full model first, and name its variants as the
+    ablation frame does. Seeds and tasks are those every variant with runs shares with the
+    full model (the ablation frame's); seeds missing one of those tasks are left out. A
+    bar with fewer than two seeds, or whose seeds all differ by the same amount, gets none.
+    """
+    from harness.reporting.comparisons import per_task_difference
+
+    result = ablation.assign(delta_low=np.nan, delta_high=np.nan)
+    tables = published[(published["group"] != "") & (published["task"] == "average")]
+    ours = result["source"].astype(str).str.startswith("ours")
+    for group, listed in tables.groupby("group", sort=False):
+        methods = list(dict.fromkeys(listed["method"]))
+        full_label = str(listed["source_label"].iloc[0]).split(" (")[0]
+        have = scores[scores["method"].isin(methods)]
+        if methods[0] not in set(have["method"]):
+            continue
+        pairs = set.intersection(*(set(zip(runs["task"], runs["seed"], strict=True))
+                                   for _, runs in have.groupby("method")))
+        tasks = {task for task, _ in pairs}
+        seeds = sorted(seed for seed in {s for _, s in pairs}
+                       if all((task, seed) in pairs for task in tasks))
+        keep = [(t, s) in pairs and s in seeds
+                for t, s in zip(have["task"], have["seed"], strict=True)]
+        means = (have[keep].groupby(["method", "task", "seed"])["score"].mean()
+                 .groupby(["method", "seed"]).mean().unstack("seed"))
+        for method in methods[1:]:
+            if method not in means.index:
+                continue
+            label = str(listed.loc[listed["method"] == method, "source_label"].iloc[0])
+            variant = label.replace(full_label, "").strip() or label
+            change = per_task_difference(means.loc[method, seeds].to_numpy(dtype=float),
+                                         means.loc[methods[0], seeds].to_numpy(dtype=float),
+                                         confidence=confidence)
+            at = ours & (result["group"] == group) & (result["variant"] == variant)
+            result.loc[at, ["delta_low", "delta_high"]] = [change.low, change.high]
+    return result
 
 
 def plot_ablation(frame: pd.DataFrame, out_dir: Path, name: str, *, title: str,
                   full: str = "full",
                   y_label: str = "change vs full model (score points)") -> list[Path]:
+    """:func:`ablation_figure` written as ``<name>.png`` and ``.svg``; [] when there is no
+    variant besides the full model."""
+    fig = ablation_figure(frame, title=title, full=full, y_label=y_label)
+    return save(fig, out_dir, name) if fig is not None else []
+
+
+def _ablation_data(frame: pd.DataFrame, full: str) -> tuple[pd.DataFrame, dict[str, float]]:
+    """The variants' rows (``delta`` filled in as value minus the source's full model where
+    it is missing; ``delta_low``/``delta_high`` NaN where absent) and each source's full
+    model value."""
+    data = frame.copy()
+    sources = list(dict.fromkeys(data["source"]))
+    fulls = {s: data.loc[(data["variant"] == full) & (data["source"] == s), "value"]
+             for s in sources}
+    full_value = {s: (float(v.iloc[0]) if len(v) else math.nan) for s, v in fulls.items()}
+    for column in ("delta", "delta_low", "delta_high"):
+        if column not in data:
+            data[column] = np.nan
+    computed = data["value"] - data["source"].map(full_value)
+    data["delta"] = data["delta"].astype(float).fillna(computed)
+    return data[data["variant"] != full], full_value
+
+
+def ablation_figure(frame: pd.DataFrame, *, title: str, full: str = "full",
+                    y_label: str = "change vs full model (score points)") -> Figure | None:
     """Ablations as the change against the full model: one facet per ``group`` (the
     paper's procedure / objective / mapping tables, shared y axis), one pair of bars per
     ``variant``: each ``source`` (ours, the paper's) beside the other, a zero line, each
-    bar labelled with its change.
+    bar labelled with its change and, where ``delta_low`` and ``delta_high`` are given
+    (:func:`ablation_intervals`), an error bar over that interval (a line collection with
+    the gid ``interval``).
 
     ``frame``: ``group``, ``variant``, ``source``, ``value``; optionally ``delta`` (else
     computed as value minus the ``full`` variant's value in the same source). Our scores
@@ -591,54 +968,33 @@ def plot_ablation(frame: pd.DataFrame, out_dir: Path, name: str, *, title: str,
     model's own value per source is given in the legend. A variant missing from a source
     shows "n/a" in that slot.
     """
-    data = frame.copy()
+    if frame.empty:
+        return None
+    sources = list(dict.fromkeys(frame["source"]))
+    data, full_value = _ablation_data(frame, full)
     if data.empty:
-        return []
-    sources = list(dict.fromkeys(data["source"]))
-    fulls = {s: data.loc[(data["variant"] == full) & (data["source"] == s), "value"]
-             for s in sources}
-    full_value = {s: (float(v.iloc[0]) if len(v) else math.nan) for s, v in fulls.items()}
-    if "delta" not in data:
-        data["delta"] = np.nan
-    computed = data["value"] - data["source"].map(full_value)
-    data["delta"] = data["delta"].astype(float).fillna(computed)
-    data = data[data["variant"] != full]
-    if data.empty:
-        return []
+        return None
     groups = list(dict.fromkeys(data["group"]))
     variants = {g: list(dict.fromkeys(data.loc[data["group"] == g, "variant"]))
                 for g in groups}
     colours = dict(zip(sources, sns.color_palette("colorblind", len(sources)), strict=True))
-    longest = max(len(str(v)) for vs in variants.values() for v in vs)
-    rotate = longest > 9
-    bar_w = 0.8 / len(sources)
+    rotate = max(len(str(v)) for vs in variants.values() for v in vs) > 9
+    ends = data[["delta", "delta_low", "delta_high"]].to_numpy(dtype=float)
+    top = max(float(np.nanmax(ends)) if np.isfinite(ends).any() else 0.0, 0.0)
+    bottom = min(float(np.nanmin(ends)) if np.isfinite(ends).any() else 0.0, 0.0)
+    margin = 0.14 * ((top - bottom) or 1.0)
 
     with _style():
         n_bars = sum(len(v) for v in variants.values())
         fig = _figure(figsize=(max(6.5, 1.3 + 0.8 * n_bars + 0.5 * len(groups)), 4.9))
         axes = fig.subplots(1, len(groups), sharey=True, squeeze=False,
                             width_ratios=[max(len(variants[g]), 1.5) for g in groups])[0]
-        deltas = data["delta"].dropna()
-        top = max(float(deltas.max()) if len(deltas) else 0.0, 0.0)
-        bottom = min(float(deltas.min()) if len(deltas) else 0.0, 0.0)
-        margin = 0.14 * ((top - bottom) or 1.0)
         for ax, group in zip(axes, groups, strict=True):
             rows = data[data["group"] == group]
             for k, source in enumerate(sources):
-                offset = (k - (len(sources) - 1) / 2) * bar_w
-                for i, variant in enumerate(variants[group]):
-                    cell = rows[(rows["variant"] == variant) & (rows["source"] == source)]
-                    xpos = i + offset
-                    if cell.empty or pd.isna(cell["delta"].iloc[0]):
-                        ax.text(xpos, 0.01 * (top - bottom), "n/a", ha="center",
-                                va="bottom", fontsize=7.5, color="0.4", style="italic")
-                        continue
-                    value = float(cell["delta"].iloc[0])
-                    ax.bar(xpos, value, width=bar_w * 0.95, color=colours[source],
-                           edgecolor="white", linewidth=0.5, zorder=3)
-                    ax.text(xpos, value + (0.01 if value >= 0 else -0.01) * (top - bottom),
-                            _signed(value, "{:+.1f}"), ha="center",
-                            va="bottom" if value >= 0 else "top", fontsize=7.5, zorder=4)
+                offset = (k - (len(sources) - 1) / 2) * 0.8 / len(sources)
+                _ablation_bars(ax, rows[rows["source"] == source], variants[group], offset,
+                               0.8 / len(sources), colours[source], top - bottom)
             ax.axhline(0, color="0.2", lw=0.9, zorder=2)
             ax.set_xticks(range(len(variants[group])), [str(v) for v in variants[group]],
                           rotation=30 if rotate else 0, ha="right" if rotate else "center",
@@ -651,10 +1007,45 @@ def plot_ablation(frame: pd.DataFrame, out_dir: Path, name: str, *, title: str,
         handles = [mpl.patches.Patch(color=colours[s], label=(
             f"{s} (full model: {full_value[s]:.1f})" if not math.isnan(full_value[s]) else s))
             for s in sources]
+        if data[["delta_low", "delta_high"]].notna().all(axis=1).any():
+            handles.append(mpl.lines.Line2D([], [], color="0.2", lw=1.0, marker="_", ms=8,
+                                            label="95% t interval over seeds"))
         fig.suptitle(title)
-        fig.legend(handles=handles, loc="outside lower center", ncol=len(sources),
-                   frameon=False)
-        return save(fig, out_dir, name)
+        fig.legend(handles=handles, loc="outside lower center",
+                   ncol=min(len(handles), 3), frameon=False)
+        return fig
+
+
+def _ablation_bars(ax: Any, rows: pd.DataFrame, variants: list[str], offset: float,
+                   width: float, colour: Any, span: float) -> None:
+    """One source's bars in a facet: each variant's change at ``variant index + offset``
+    with its label beyond the bar (or beyond its error bar), "n/a" where it has none."""
+    xs, values, below, above = [], [], [], []
+    for i, variant in enumerate(variants):
+        cell = rows[rows["variant"] == variant]
+        xpos = i + offset
+        if cell.empty or pd.isna(cell["delta"].iloc[0]):
+            ax.text(xpos, 0.01 * span, "n/a", ha="center", va="bottom", fontsize=7.5,
+                    color="0.4", style="italic")
+            continue
+        value = float(cell["delta"].iloc[0])
+        low, high = float(cell["delta_low"].iloc[0]), float(cell["delta_high"].iloc[0])
+        ax.bar(xpos, value, width=width * 0.95, color=colour, edgecolor="white",
+               linewidth=0.5, zorder=3)
+        end = value
+        if math.isfinite(low) and math.isfinite(high):
+            xs.append(xpos)
+            values.append(value)
+            below.append(max(value - low, 0.0))
+            above.append(max(high - value, 0.0))
+            end = high if value >= 0 else low
+        ax.text(xpos, end + (0.01 if value >= 0 else -0.01) * span,
+                _signed(value, "{:+.1f}"), ha="center",
+                va="bottom" if value >= 0 else "top", fontsize=7.5, zorder=4)
+    if xs:
+        bars = ax.errorbar(xs, values, yerr=[below, above], fmt="none", ecolor="0.2",
+                           elinewidth=1.0, capsize=3, zorder=4)
+        bars.lines[2][0].set_gid("interval")
 
 
 # ------------------------------------------------------------------------------ Optuna

@@ -829,61 +829,59 @@ def make_figures(inputs: ReportInputs, results: Path, out: Path,
         made.append((caption, png))
         log(f"  figure {png.relative_to(out)}")
 
-    board = inputs.board[inputs.board["complete"]].copy()
-    board["method"] = board["label"]
+    board, y_axis, y_text = figures.score_axis(inputs.board[inputs.board["complete"]],
+                                               inputs.runs, tasks)
+    complete = list(zip(board["label"], board["student"], strict=True))
     board["params_millions"] = board["params_total"] / 1e6
-    board["label"] = [label if teacher else f"{label} · {student}" for label, student, teacher
-                      in zip(board["label"], board["student"], board["is_teacher"], strict=True)]
+    board["label"] = figures.row_names(board)
     device = _bench_device(inputs.bench)
     seq = _bench_seq(inputs.bench)
     if board["latency_ms"].notna().sum() > 1:
-        keep(f"GLUE average (dev) vs latency at batch 1, sequence length {seq}, {device}; "
-             "the line is the Pareto front.",
+        keep(f"{y_text}; vs latency at batch 1, sequence length {seq}, {device}; the line is "
+             "the Pareto front of the points.",
              figures.plot_score_vs_cost(
-                 board, "latency_ms", directory, "score-vs-latency",
+                 board, "latency_ms", directory, "score-vs-latency", **y_axis,
                  x_label=f"latency per example at batch 1, seq {seq} (ms, {device})",
                  title=f"{config.name}: score vs latency"))
-    keep("GLUE average (dev) vs parameters (counted on the trained models); the line is the "
-         "Pareto front.",
+    keep(f"{y_text}; vs parameters (counted on the trained models); the line is the Pareto "
+         "front of the points.",
          figures.plot_score_vs_cost(
-             board, "params_millions", directory, "score-vs-parameters",
+             board, "params_millions", directory, "score-vs-parameters", **y_axis,
              x_label="parameters (millions, embeddings included)",
              title=f"{config.name}: score vs parameters"))
-    rows = inputs.board
-    scores = pd.DataFrame(
-        {get_task(task).display_name: rows[task].to_numpy() for task in tasks},
-        index=[label if teacher else f"{label} · {student}" for label, student, teacher
-               in zip(rows["label"], rows["student"], rows["is_teacher"], strict=True)])
-    scores["average"] = rows["average"].to_numpy()
-    keep("Main dev metric per task (mean over seeds); colour is relative within each task.",
+    names = {task: get_task(task).display_name for task in tasks}
+    scores, shares, marked = figures.heatmap_frames(
+        inputs.board, tasks, task_baselines(inputs.records, tasks), names)
+    keep("Main dev metric per task (mean over seeds), coloured by the share of the teacher's "
+         "margin over the majority / mean baseline (0 = baseline, 1 = teacher; one scale for "
+         f"every column); {figures.MARK_NOTE}.",
          figures.plot_task_heatmap(
-             scores, directory, "task-heatmap", title=f"{config.name}: task x method",
-             reference=[label for label, teacher in zip(scores.index, rows["is_teacher"],
-                                                         strict=True) if teacher],
-             metric_labels={get_task(task).display_name:
-                            METRIC_NAMES.get(task_metric(task), task_metric(task))
+             scores, shares, directory, "task-heatmap", title=f"{config.name}: task x method",
+             marked=marked, separate=[c for c in scores.columns if c not in names.values()],
+             formats={c: "{:.2f}" for c in scores.columns if c not in names.values()},
+             reference=[name for name, teacher in zip(scores.index, inputs.board["is_teacher"],
+                                                      strict=True) if teacher],
+             metric_labels={names[task]: METRIC_NAMES.get(task_metric(task), task_metric(task))
                             for task in tasks}))
-    complete = set(zip(board["method"], board["student"], strict=True))
-    for (label, student), group in inputs.runs.groupby(["label", "student"], sort=False):
-        if (label, student) not in complete:  # one run's curves per leaderboard row
-            continue
-        ordered = group.assign(order=group["task"].map(tasks.index)).sort_values(
-            ["order", "seed"])
-        run = ordered.iloc[0]
-        record = inputs.records[run["run_id"]]
-        if not any(stage.history for stage in record.stages):
-            continue
-        name = f"curves-{_slug(label)}-{_slug(student)}-{run['task']}-seed{run['seed']}"
-        keep(f"Training losses of {label} ({student}) on {get_task(run['task']).display_name}, "
-             f"seed {run['seed']} (run {run['run_id'][:12]}).",
-             figures.plot_loss_curves(record, directory, name,
-                                      title=f"{label} · {student} · "
-                                            f"{get_task(run['task']).display_name} · "
-                                            f"seed {run['seed']}"))
+    runs = inputs.runs
+    for task in tasks:  # one figure per task: every complete row's final-stage loss
+        chosen = [(f"{label} · {student}", inputs.records[run_id])
+                  for label, student in complete
+                  for run_id in runs.loc[(runs["label"] == label) & (runs["student"] == student)
+                                         & (runs["task"] == task), "run_id"]]
+        keep(f"Final-stage training loss on {names[task]}: each complete row's mean over "
+             "seeds, the band from its lowest to its highest seed. Each method minimises its "
+             "own objective: compare the shapes of the curves, not their levels.",
+             figures.plot_task_losses(figures.final_stage_losses(chosen), directory,
+                                      f"curves-{_slug(task)}",
+                                      title=f"{config.name}: training loss on {names[task]}"))
     ablation, described = ablation_frame(results, config, inputs.anchors, log)
     if not ablation.empty:
+        ablation = figures.ablation_intervals(
+            ablation, tables.finished_records(config, results, lambda _: None), inputs.anchors)
         keep("TinyBERT ablations: change against the full model, ours beside the paper's "
-             f"({described}). Our tasks and budget differ from the paper's.",
+             f"({described}); error bars on ours: the 95% t interval over seeds of the change "
+             "(paired by seed). Our tasks and budget differ from the paper's.",
              figures.plot_ablation(ablation, directory, "ablation-tinybert",
                                    title="TinyBERT ablations: ours vs the paper"))
     for path, tuned in inputs.tuned:
