@@ -2,8 +2,10 @@
 
 `make report` runs this after `harness report --suite glue-cpu --grid`: the table between the
 README's ``<!-- leaderboard:start -->`` and ``<!-- leaderboard:end -->`` markers then shows the
-same means, seed counts and % of teacher as ``reports/glue-cpu-grid/leaderboard.csv``, with the
-majority / mean baselines the records' teacher stage measured; the one between
+rows of ``reports/glue-cpu-grid/leaderboard.csv`` in its order, led by the share of the
+teacher's margin over the baseline across tasks (mean and interval), with the same task means,
+seed counts and (secondary) % of teacher, and the majority / mean baselines the records'
+teacher stage measured; the one between
 ``<!-- ablation:start -->`` and ``<!-- ablation:end -->`` is `harness table --suite
 tinybert-ablation` (ours beside the paper's). ``--check`` exits 1 when the README differs from
 what it would write (tests/test_reference_report.py uses it).
@@ -21,7 +23,7 @@ from harness.api.suites import load_suite
 from harness.config.published import load_published
 from harness.data.tasks import get_task
 from harness.reporting.figures import METRIC_NAMES
-from harness.reporting.report import collect_runs, task_baselines
+from harness.reporting.report import PCT_HEADER, collect_runs, share_headers, task_baselines
 from harness.reporting.tables import finished_records, suite_table
 
 REPO = Path(__file__).resolve().parent.parent
@@ -36,30 +38,55 @@ def _cell(value: float, seeds: float | None = None) -> str:
 
 
 def leaderboard_table(suite: str = "glue-cpu", repo: Path = REPO) -> str:
-    """The README's table: baseline row, teacher row, then the grid's rows in the suite's
-    method order, each cell the mean over the seeds run so far with their number."""
+    """The README's table from ``reports/<suite>-grid/leaderboard.csv`` and the grid's
+    records' baselines (:func:`board_table`)."""
     config = load_suite(suite)
-    tasks = config.tasks
     board = pd.read_csv(repo / "reports" / f"{suite}-grid" / "leaderboard.csv")
     _, records = collect_runs(config, repo / "results", grid=True)
-    baselines = task_baselines(records, tasks)
-    header = ["method", "student"] + [_task_header(task) for task in tasks] + ["% of teacher"]
+    return board_table(board, config.tasks, task_baselines(records, config.tasks),
+                       low_teacher_margin=config.verdicts.low_teacher_margin,
+                       confidence=config.verdicts.confidence)
+
+
+def board_table(board: pd.DataFrame, tasks: list[str], baselines: dict[str, float], *,
+                low_teacher_margin: float, confidence: float) -> str:
+    """Baseline row, teacher row, then our rows in the leaderboard's order (``board``: the
+    report's leaderboard.csv, ranked by the share of the teacher's margin): each row's
+    cross-task share of the teacher's margin (mean [interval]; also without the flagged
+    tasks, a teacher less than ``low_teacher_margin`` points above its baseline, where any
+    is), each task's mean over the seeds run so far with their number, and the secondary
+    % of teacher (no baseline subtracted)."""
+    teacher = board[board["source"] == "teacher (ours)"].iloc[0]
+    flagged = [task for task in tasks if task in baselines
+               and teacher[task] - baselines[task] < low_teacher_margin]
+    board.attrs.update(flagged_tasks=flagged, confidence=confidence)
+    headers = share_headers(board, tasks)
+    shares = ["dev_share_mean"] + (["dev_share_mean_unflagged"] if flagged else [])
+    header = (["method", "student"] + [headers[name] for name in shares]
+              + [_task_header(task) for task in tasks] + [PCT_HEADER])
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines.append("| majority / mean baseline | | "
+    lines.append("| majority / mean baseline | | " + " | ".join("0" for _ in shares) + " | "
                  + " | ".join(_cell(baselines.get(task, float("nan"))) for task in tasks)
                  + " | |")
-    teacher = board[board["source"] == "teacher (ours)"].iloc[0]
-    lines.append(f"| teacher | {teacher['student']} | "
-                 + " | ".join(_cell(teacher[task]) for task in tasks) + " | 100 |")
-    ours = board[board["source"] == "ours"].set_index("label")
-    order = [method for method in config.grid.methods if method in ours.index]
-    for method in order:
-        row = ours.loc[method]
+    lines.append(f"| teacher | {teacher['student']} | " + " | ".join("1" for _ in shares)
+                 + " | " + " | ".join(_cell(teacher[task]) for task in tasks) + " | 100 |")
+    for _, row in board[board["source"] == "ours"].iterrows():
         pct = "" if pd.isna(row["pct_of_teacher"]) else f"{row['pct_of_teacher']:.1f}"
-        lines.append(f"| {method} | {row['student']} | "
+        lines.append(f"| {row['label']} | {row['student']} | "
+                     + " | ".join(_share(row, name) for name in shares) + " | "
                      + " | ".join(_cell(row[task], row[f"{task}_n"]) for task in tasks)
                      + f" | {pct} |")
     return "\n".join(lines)
+
+
+def _share(row: pd.Series, name: str) -> str:
+    """``dev_share_mean`` or ``dev_share_mean_unflagged`` as "mean [low, high]"."""
+    suffix = "_unflagged" if name.endswith("_unflagged") else ""
+    value = row[name]
+    if pd.isna(value):
+        return ""
+    return (f"{value:.3f} [{row[f'dev_share_mean_low{suffix}']:.3f}, "
+            f"{row[f'dev_share_mean_high{suffix}']:.3f}]")
 
 
 def _task_header(task: str) -> str:

@@ -1,16 +1,19 @@
-"""The papers' orderings put through the report's paired test, and published shares of the
-teacher beside ours (harness.reporting.paper_claims)."""
+"""The papers' orderings as a family of task-by-task verdicts (harness.reporting.verdicts),
+and published shares of the teacher beside ours (harness.reporting.paper_claims)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from harness.api.suites import load_suite
-from harness.config.schema import PaperOrdering, PaperShare
-from harness.reporting.paper_claims import check_orderings, orderings_table, shares_table
+from harness.config.schema import PaperOrdering, PaperShare, VerdictsConfig
+from harness.reporting.paper_claims import shares_table
 from harness.reporting.report import grid_shares, leaderboard
+from harness.reporting.verdicts import VerdictInputs, family_table, run_family
 
 TASKS = ["sst2", "mrpc", "rte", "stsb", "cola"]
 
@@ -25,50 +28,71 @@ def runs_of(label: str, base: float, gap: np.ndarray, seeds: int = 3) -> pd.Data
     return pd.DataFrame(rows)
 
 
-def test_verdicts_follow_the_sign_flip_test_and_the_relation():
-    rng = np.random.default_rng(0)
-    noise = rng.normal(0, 0.3, size=15)
-    runs = pd.concat([
-        runs_of("finetune", 70.0, np.zeros(15)),
-        runs_of("kd", 71.0, noise),            # +1 on every pair: significant
-        runs_of("tinybert", 69.0, noise),      # -1 on every pair: significant the other way
-        runs_of("bert-pkd", 70.0, np.resize([0.5, -0.5, 0.4], 15)),  # no clear difference
-    ])
-    tests = check_orderings(runs, [
-        PaperOrdering(better="kd", worse="finetune", source="a"),
-        PaperOrdering(better="tinybert", worse="finetune", source="b"),
-        PaperOrdering(better="bert-pkd", worse="finetune", relation=">=", source="c"),
-        PaperOrdering(better="bert-pkd", worse="finetune", source="d"),
-        PaperOrdering(better="finetune", worse="kd", relation=">=", source="e"),
-        PaperOrdering(better="bilstm-soft", worse="bilstm", source="f"),
-    ])
-    verdicts = [test.verdict for test in tests]
-    assert verdicts == ["agrees (significant)", "contradicts (significant)",
-                        "consistent (no significant loss)", "not separated",
-                        "contradicts (significant)", "no common runs yet"]
-    kd = tests[0].result
-    assert kd.n_pairs == 15 and kd.wins == 15 and kd.p_permutation < 0.001
-    assert abs(kd.mean_diff - (1.0 + noise.mean())) < 1e-9
-
-    table = orderings_table(tests)
-    assert list(table["paper's ordering"]) == [
-        "kd > finetune", "tinybert > finetune", "bert-pkd >= finetune", "bert-pkd > finetune",
-        "finetune >= kd", "bilstm-soft > bilstm"]
-    assert table.loc[0, "sign-flip p"] == "< 0.001"
-    assert table.loc[0, "wins/losses"] == "15/0"
-    assert table.loc[5, "pairs"] == 0 and pd.isna(table.loc[5, "mean diff"])
+def _family(runs: pd.DataFrame, orderings: list[PaperOrdering]) -> pd.DataFrame:
+    inputs = VerdictInputs(runs, {}, Path("."), {}, {}, VerdictsConfig())
+    pairs = [(o.better, o.worse, o.relation, o.source) for o in orderings]
+    return family_table(run_family(inputs, "paper orderings", pairs, TASKS))
 
 
-def test_only_pairs_both_methods_have_are_compared_and_other_rows_take_no_part():
-    kd = runs_of("kd", 71.0, np.zeros(15))
+def test_an_ordering_is_decided_task_by_task_after_the_familys_holm_adjustment():
+    """kd is 2 points above finetune on SST-2 on every seed give or take 0.1 (a paired t
+    p under 0.001), level elsewhere; tinybert is 2 below finetune on MRPC alike. The
+    level tasks' differences do not vary over seeds (no interval, no test); Holm over the
+    family's two tests keeps both: kd wins on SST-2 only, tinybert loses on MRPC only; a
+    pair without runs gives no row."""
+    level = np.zeros(15)
+    up = level.copy()
+    up[:3] = [2.0, 2.1, 1.9]          # sst2, seeds 1-3
+    down = level.copy()
+    down[3:6] = [-2.0, -2.1, -1.9]    # mrpc
+    wobble = np.resize([0.3, -0.2, 0.1], 15)
+    runs = pd.concat([runs_of("finetune", 70.0, wobble), runs_of("kd", 70.0, wobble + up),
+                      runs_of("tinybert", 70.0, wobble + down)])
+    table = _family(runs, [PaperOrdering(better="kd", worse="finetune", source="a"),
+                           PaperOrdering(better="tinybert", worse="finetune", source="b"),
+                           PaperOrdering(better="bilstm-soft", worse="bilstm", source="c")])
+    outcome = table.set_index(["comparison", "task"])["outcome"]
+    assert outcome[("kd > finetune", "sst2")] == "wins"
+    assert outcome[("tinybert > finetune", "mrpc")] == "loses"
+    # the other tasks: no difference, every seed alike (no interval, no test)
+    assert set(outcome.drop([("kd > finetune", "sst2"),
+                             ("tinybert > finetune", "mrpc")])) == {"no test"}
+    assert "bilstm-soft > bilstm" not in set(table["comparison"])
+    tested = table[np.isfinite(table["p"])]
+    assert len(tested) == 2
+    assert (tested["p_holm"] == np.minimum(1.0, 2 * tested["p"].min())).any()
+
+
+def test_a_no_worse_claim_is_tested_as_non_inferiority():
+    """bert-pkd >= kd-3L: 0.2 points below on every task (within the 1-point margin, seeds
+    agreeing) is non-inferior; 3 points below on RTE loses there."""
+    wobble = np.resize([0.3, -0.2, 0.1], 15)
+    close = wobble + np.resize([-0.2, -0.25, -0.15], 15)
+    far = close.copy()
+    far[6:9] = [-3.0, -3.1, -2.9]  # rte
+    runs = pd.concat([runs_of("kd-3L", 70.0, wobble), runs_of("bert-pkd", 70.0, close),
+                      runs_of("distilbert", 70.0, far)])
+    table = _family(runs, [
+        PaperOrdering(better="bert-pkd", worse="kd-3L", relation=">=", source="a"),
+        PaperOrdering(better="distilbert", worse="kd-3L", relation=">=", source="b")])
+    outcome = table.set_index(["comparison", "task"])["outcome"]
+    assert outcome[("bert-pkd >= kd-3L", "sst2")] == "non-inferior"
+    assert outcome[("distilbert >= kd-3L", "rte")] == "loses"
+    assert (table["p_non_inferiority_holm"].dropna() >= table["p_non_inferiority"].dropna()).all()
+
+
+def test_only_seeds_both_rows_have_are_compared_and_other_rows_take_no_part():
+    kd = runs_of("kd", 71.0, np.resize([0.3, -0.2, 0.1], 15))
     finetune = runs_of("finetune", 70.0, np.zeros(15))
-    finetune = finetune[finetune["task"] != "cola"]          # 12 common pairs
+    finetune = finetune[~((finetune["task"] == "cola") | (finetune["seed"] == 3))]
     tuned = runs_of("kd [tuned]", 10.0, np.zeros(15))        # its own row: not "kd"
-    (test,) = check_orderings(pd.concat([kd, finetune, tuned]),
-                             [PaperOrdering(better="kd", worse="finetune", source="x")])
-    assert test.result.n_pairs == 12
-    assert test.result.tasks == ("mrpc", "rte", "sst2", "stsb")
-    assert test.result.mean_diff == 1.0
+    table = _family(pd.concat([kd, finetune, tuned]),
+                    [PaperOrdering(better="kd", worse="finetune", source="x")])
+    # no predictions files: per-task rows only, no across-task row
+    assert list(table["task"]) == ["sst2", "mrpc", "rte", "stsb"]
+    per_task = table[table["task"].isin(TASKS)]
+    assert set(per_task["seeds"]) == {2}
+    assert per_task["difference"].to_numpy() == pytest.approx(np.full(4, 1.05))
 
 
 def test_shares_put_our_pct_of_teacher_beside_the_papers():
@@ -93,28 +117,6 @@ def test_the_grid_report_gives_the_shares_of_grid_rows_only():
     config = load_suite("glue-cpu")
     assert "tinybert-full-da" in {share.method for share in config.paper_shares}
     assert [share.method for share in grid_shares(config)] == ["tinybert", "distilbert"]
-
-
-def test_orderings_are_one_family_whose_holm_adjusted_p_decides_significance():
-    """Two orderings read together: one +1 on each of 5 pairs of one task (exact two-sided
-    sign-flip p 2/32 = 0.0625 alone would not pass; on 6 pairs 2/64 = 0.031 would), the
-    other no difference.  Holm over the two doubles the smaller p, so the first is not
-    called significant, though its raw p is under 0.05."""
-    gap = np.zeros(15)
-    gap[:6] = 1.0  # sst2's 3 pairs and mrpc's 3 pairs: 6 positive, 9 ties
-    runs = pd.concat([runs_of("finetune", 70.0, np.zeros(15)), runs_of("kd", 70.0, gap),
-                      runs_of("bert-pkd", 70.0, np.zeros(15))])
-    tests = check_orderings(runs, [
-        PaperOrdering(better="kd", worse="finetune", source="a"),
-        PaperOrdering(better="bert-pkd", worse="finetune", source="b")])
-    first = tests[0].result
-    assert first.p_permutation < 0.05 and first.family == 2
-    assert first.p_holm == min(1.0, 2 * first.p_permutation) >= 0.05
-    assert not first.significant and tests[0].verdict == "not separated"
-    table = orderings_table(tests)
-    assert table.loc[0, "Holm p"] == "0.062" and table.loc[0, "sign-flip p"] == "0.031"
-    alone = check_orderings(runs, [PaperOrdering(better="kd", worse="finetune", source="a")])
-    assert alone[0].result.significant and alone[0].verdict == "agrees (significant)"
 
 
 def test_a_cells_interval_is_the_student_t_interval_over_its_seeds():

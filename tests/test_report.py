@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from scipy import stats
 from typer.testing import CliRunner
 
 from harness.api.suites import load_suite
@@ -138,7 +139,7 @@ def test_leaderboard_rows_match_a_hand_computation(store):
     assert list(board["label"]) == ["teacher", "bilstm", "kd", "finetune"]
     kd = board.set_index("label").loc["kd"]
     assert kd["mrpc"] == pytest.approx(np.mean([81.0, 82.0, 84.0]))
-    assert kd["mrpc_std"] == pytest.approx(np.std([81.0, 82.0, 84.0]))
+    assert kd["mrpc_std"] == pytest.approx(np.std([81.0, 82.0, 84.0], ddof=1))
     assert kd["mrpc_n"] == 3
     assert kd["mrpc_ci_low"] <= kd["mrpc"] <= kd["mrpc_ci_high"]
     average = (np.mean([81.0, 82.0, 84.0]) + np.mean([53.0, 55.0, 54.0])) / 2
@@ -243,7 +244,7 @@ def test_report_writes_every_format_and_opens_in_headless_chromium(store, tmp_pa
     assert not list((out / "figures").glob("curves-gone-*"))
     names = {path.name for path in result.files}
     assert names == {"leaderboard.md", "leaderboard.html", "leaderboard.tex",
-                     "leaderboard.csv", "runs.csv", "comparisons.csv", "paper-orderings.csv"}
+                     "leaderboard.csv", "runs.csv", "comparisons.csv", "verdicts.csv"}
     figures = {path.stem for path in result.figures}
     assert {"score-vs-latency", "score-vs-parameters", "task-heatmap"} <= figures
     assert any(name.startswith("optuna-history") for name in figures)
@@ -257,8 +258,8 @@ def test_report_writes_every_format_and_opens_in_headless_chromium(store, tmp_pa
     assert (csv.loc[csv["source"] == "ours", "split"] == "dev").all()
     markdown = (out / "leaderboard.md").read_text()
     assert "Reproduce: `harness report --suite glue-cpu`" in markdown
-    assert "| kd " in markdown and "82.33 ± 1.25 (3)" in markdown
-    assert "bilstm · BiLSTM-150 vs kd · 4L-192" in markdown  # the claim, with its test
+    assert "| kd " in markdown and "82.33 ± 1.53 (3)" in markdown
+    assert "- bilstm - kd: " in markdown  # the neighbours' claim, task by task
     assert "Majority-class (mean score for STS-B) dev baseline: MRPC 81.20, RTE 52.70." \
         in markdown
     page = (out / "leaderboard.html").read_text()  # the page `make run` points to says it too
@@ -269,15 +270,20 @@ def test_report_writes_every_format_and_opens_in_headless_chromium(store, tmp_pa
     # kd's MRPC (82.33) and RTE (54.0) are under 2 points above; bilstm's MRPC (83.0) is 1.8
     assert [line.split("|")[1].strip() for line in below.splitlines()
             if line.startswith(("| kd", "| bilstm"))] == ["bilstm", "kd", "kd"]
-    # the suite's paper orderings: kd > finetune on MRPC (+1, +1.5, +3: 3 of 3 pairs, the
-    # smallest two-sided sign-flip p of 3 pairs is 2/8); bilstm-soft has no runs
-    orderings = pd.read_csv(out / "paper-orderings.csv").set_index("ordering")
-    assert orderings.loc["kd > finetune", "pairs"] == 3
-    assert orderings.loc["kd > finetune", "mean_diff"] == pytest.approx(11 / 6, abs=1e-6)
-    assert orderings.loc["kd > finetune", "p_permutation"] == 0.25
-    assert orderings.loc["kd > finetune", "verdict"] == "not separated"
-    assert orderings.loc["bilstm-soft > bilstm", "verdict"] == "no common runs yet"
-    assert "## The papers' orderings, tested on our runs" in markdown
+    # the suite's paper orderings, task by task: kd > finetune on MRPC (+1, +1.5, +3 over 3
+    # seeds; no predictions files, so the paired t-test over seeds); bilstm-soft has no runs
+    verdicts = pd.read_csv(out / "verdicts.csv")
+    orderings = verdicts[verdicts["family"] == "paper orderings"].set_index(
+        ["comparison", "task"])
+    row = orderings.loc[("kd > finetune", "mrpc")]
+    assert row["seeds"] == 3 and row["p_source"] == "t over seeds"
+    assert row["difference"] == pytest.approx(11 / 6, abs=1e-6)
+    expected = stats.ttest_rel([81.0, 82.0, 84.0], [80.0, 80.5, 81.0]).pvalue
+    assert row["p"] == pytest.approx(expected, abs=1e-6)
+    assert row["p_holm"] >= row["p"] and row["outcome"] in ("wins", "ties")
+    assert "bilstm-soft > bilstm" not in set(orderings.index.get_level_values(0))
+    assert "- bilstm-soft - bilstm: no common runs." in markdown
+    assert "### Paper orderings (one Holm family)" in markdown
     latex = (out / "leaderboard.tex").read_text()
     assert "\\toprule" in latex and "$\\pm$" in latex and "\\% of teacher" in latex
 
@@ -309,8 +315,8 @@ def test_cli_report_and_its_errors(store, tmp_path):
     start = lines.index("Leaderboard: glue-cpu (dev; mean ± std over seeds (seeds))")
     rows = {line.split()[0]: line for line in lines[start + 3:start + 7]}
     assert set(rows) == {"teacher", "kd", "bilstm", "finetune"}
-    assert "82.33 ± 1.25 (3)" in rows["kd"] and "83.00 ± 0.41 (3)" in rows["bilstm"]
-    assert "80.50 ± 0.41 (3)" in rows["finetune"]
+    assert "82.33 ± 1.53 (3)" in rows["kd"] and "83.00 ± 0.50 (3)" in rows["bilstm"]
+    assert "80.50 ± 0.50 (3)" in rows["finetune"]
     assert "majority / mean baseline: MRPC 81.20, RTE 52.70" in lines
     # the store's records are stubs, not runs of glue-cpu as it reads: shown, and named
     assert [line for line in lines if line.startswith("WARNING")] == [
@@ -319,7 +325,10 @@ def test_cli_report_and_its_errors(store, tmp_path):
     assert f"**Warning:** {NOT_CURRENT_WARNING}" in (out / "leaderboard.md").read_text()
     assert "- teachers' dev scores: MRPC 86.00; RTE 60.00" \
         in (out / "leaderboard.md").read_text().splitlines()
-    assert "Differences (paired sign-flip test over tasks x seeds, complete rows):" in lines
+    # no row has all five tasks: no neighbours; the paper orderings on the tasks there are
+    assert "Verdicts, paper orderings (Holm within the family):" in lines
+    assert "  kd - finetune: ties on mrpc" in lines
+    assert "Verdicts, neighbours in the ranking (Holm within the family):" not in lines
     assert lines[-1] == f"report: {out / 'leaderboard.html'} (6 files, 0 figures)"
     (tmp_path / "nothing").mkdir()
     empty = runner.invoke(app, ["report", "--suite", "glue-cpu", "--results",

@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from itertools import pairwise
+from itertools import combinations, pairwise
 from pathlib import Path
 from typing import Any
 
@@ -51,20 +51,21 @@ from harness.data.tasks import get_task
 from harness.experiments.record import RunRecord
 from harness.experiments.store import ResultsStore
 from harness.reporting import tables
-from harness.reporting.paper_claims import (
-    ORDERINGS_NOTE,
-    SHARES_NOTE,
-    OrderingTest,
-    check_orderings,
-    orderings_table,
-    shares_table,
-)
+from harness.reporting.paper_claims import SHARES_NOTE, shares_table
 from harness.reporting.predictions import (
     AGREEMENT_NOTE,
     PredictionsCheck,
     agreement_table,
     check_predictions,
 )
+from harness.reporting.verdicts import (
+    Comparison,
+    VerdictInputs,
+    dev_labels,
+    family_table,
+    run_family,
+)
+from harness.reporting.verdicts import display_table as verdict_table
 
 METRIC_NAMES = {"accuracy": "acc", "f1": "F1", "matthews_correlation": "MCC", "mcc": "MCC",
                 "pearson": "Pearson", "spearmanr": "Spearman", "spearman": "Spearman",
@@ -73,10 +74,25 @@ ANCHOR_METRIC = {"matthews_correlation": "mcc", "spearmanr": "spearman"}
 """Our metric names -> the anchors file's vocabulary."""
 
 RUN_COLUMNS = ["label", "method", "student", "task", "seed", "score", "teacher_score",
+               "baseline", "selection_gain", "last_score", "best_dev_score",
                "params_total", "params_non_embedding", "run_id", "seconds", "train_examples"]
+"""``baseline``: the majority-class (mean score) dev baseline the teacher stage measured on
+the main metric; ``selection_gain``, ``last_score``, ``best_dev_score``: the record's
+``selection`` (best-of-dev minus last checkpoint, and each one's main score), NaN where
+the record has none."""
 
 
 # --------------------------------------------------------------------------- runs
+
+
+def _selection_scores(record: RunRecord) -> dict[str, float]:
+    """The record's selection gain and its last and best-of-dev main scores (NaN: none)."""
+    selection, metric = record.selection, record.main_metric
+    if selection is None:
+        return {"selection_gain": np.nan, "last_score": np.nan, "best_dev_score": np.nan}
+    return {"selection_gain": selection.gain,
+            "last_score": selection.last.get(metric, np.nan),
+            "best_dev_score": selection.best.get(metric, np.nan)}
 
 
 def _run_row(label: str, record: RunRecord) -> dict[str, Any]:
@@ -84,6 +100,8 @@ def _run_row(label: str, record: RunRecord) -> dict[str, Any]:
     return {"label": label, "method": record.method, "student": record.student_shape,
             "task": record.task, "seed": record.seed, "score": record.main_score,
             "teacher_score": record.teacher_main_score,
+            "baseline": record.teacher.baseline.get(record.main_metric, np.nan),
+            **_selection_scores(record),
             "params_total": parameters.total if parameters else None,
             "params_non_embedding": parameters.non_embedding if parameters else None,
             "run_id": record.run_id, "seconds": record.wall_seconds,
@@ -171,65 +189,189 @@ def task_header(task: str) -> str:
     return f"{spec.display_name or task} ({METRIC_NAMES.get(spec.metrics[0], spec.metrics[0])})"
 
 
-def _cell_stats(scores: pd.Series) -> dict[str, float]:
+def _cell_stats(scores: pd.Series) -> dict[str, Any]:
+    """Mean, SD (ddof 1; NaN for one seed), seeds, the Student-t interval of the mean, and
+    whether every seed scored the same (n >= 2): that interval then has zero width, which
+    says the seeds agreed, not that the mean is certain."""
     from harness.reporting.stats import t_ci
 
     values = scores.to_numpy(dtype=float)
     low, high = t_ci(values)  # a bootstrap over 3 seeds is their range, not 95%
-    return {"mean": float(values.mean()), "std": float(values.std(ddof=0)),
-            "n": len(values), "ci_low": float(low), "ci_high": float(high)}
+    n = len(values)
+    return {"mean": float(values.mean()),
+            "std": float(values.std(ddof=1)) if n > 1 else np.nan,
+            "n": n, "ci_low": float(low), "ci_high": float(high),
+            "zero_variance": bool(n >= 2 and np.ptp(values) == 0)}
+
+
+SHARE_STATISTICS = ("dev_share_mean", "dev_share_mean_low", "dev_share_mean_high",
+                    "dev_share_iqm", "dev_share_iqm_low", "dev_share_iqm_high")
+"""The leaderboard's cross-task aggregate of the share of the teacher's margin over every
+task; the same six with ``_unflagged`` are over the tasks that are not flagged."""
+SHARE_COLUMNS = (*SHARE_STATISTICS, *(f"{name}_unflagged" for name in SHARE_STATISTICS))
+TASK_SUFFIXES = ("", "_std", "_n", "_ci_low", "_ci_high", "_zero_variance", "_share")
+"""A leaderboard's columns per task ``t``: ``t{suffix}``."""
+
+
+def run_shares(runs: pd.DataFrame) -> pd.Series:
+    """Each run's share of its teacher's margin over the task's baseline,
+    (score - baseline) / (teacher - baseline) (:func:`comparisons.share_of_teacher_margin`):
+    0 is the majority / mean baseline, 1 the teacher; NaN where the baseline is unknown or
+    the teacher is not above it."""
+    from harness.reporting.comparisons import share_of_teacher_margin
+
+    baseline = runs.get("baseline", np.nan)
+    share, _ = share_of_teacher_margin(runs["score"].to_numpy(dtype=float),
+                                       np.asarray(baseline, dtype=float),
+                                       runs["teacher_score"].to_numpy(dtype=float))
+    return pd.Series(share, index=runs.index, dtype=float)
+
+
+def teacher_margins(runs: pd.DataFrame, tasks: list[str]) -> dict[str, float]:
+    """Per task with a known baseline, the teacher's score minus the baseline (points)."""
+    if "baseline" not in runs:
+        return {}
+    means = runs.groupby("task")[["teacher_score", "baseline"]].mean()
+    margins = means["teacher_score"] - means["baseline"]
+    return {task: float(margins[task]) for task in tasks
+            if task in margins.index and pd.notna(margins[task])}
+
+
+def _share_aggregates(shares: pd.DataFrame, tasks: list[str], *, resamples: int, seed: int,
+                      confidence: float) -> dict[int, dict[str, float]]:
+    """Per row key (``method``), the mean and IQM of its (task, seed) shares on ``tasks`` with
+    task-stratified bootstrap intervals (:func:`comparisons.aggregate`), for the rows with a
+    share on every one of ``tasks``."""
+    from harness.reporting.comparisons import aggregate
+
+    data = shares[shares["task"].isin(tasks) & np.isfinite(shares["share"])]
+    covered = data.groupby("method")["task"].nunique()
+    data = data[data["method"].isin(covered.index[covered == len(tasks)])]
+    if not tasks or data.empty:
+        return {}
+    table = aggregate(data, resamples=resamples, seed=seed, confidence=confidence)
+    return {int(row["method"]): {f"dev_share_{name}": float(row[name]) for name in
+                                 ("mean", "mean_low", "mean_high", "iqm", "iqm_low",
+                                  "iqm_high")}
+            for _, row in table.iterrows()}
+
+
+def _add_shares(board: pd.DataFrame, runs: pd.DataFrame, keys: list[int], tasks: list[str],
+                flagged: list[str], *, resamples: int, seed: int, confidence: float) -> None:
+    """The share columns of ``board`` (row 0 the teacher, whose share is 1 on every task with
+    a margin); ``keys``: each run's board row."""
+    margins = teacher_margins(runs, tasks)
+    shares = pd.DataFrame({"method": keys, "task": runs["task"].to_numpy(),
+                           "seed": runs["seed"].to_numpy(), "share": run_shares(runs)})
+    shares = pd.concat([shares, pd.DataFrame(
+        {"method": 0, "task": [task for task in tasks if margins.get(task, 0) > 0],
+         "seed": 0, "share": 1.0})], ignore_index=True)
+    means = shares.groupby(["method", "task"])["share"].mean()
+    for task in tasks:
+        board[f"{task}_share"] = [means.get((row, task), np.nan) for row in board.index]
+    unflagged = [task for task in tasks if task not in flagged]
+    options = {"resamples": resamples, "seed": seed, "confidence": confidence}
+    scopes = {"": _share_aggregates(shares, tasks, **options),
+              "_unflagged": _share_aggregates(shares, unflagged, **options) if flagged else {}}
+    for suffix, values in scopes.items():
+        for name in SHARE_STATISTICS:
+            board[f"{name}{suffix}"] = [values.get(row, {}).get(name, np.nan)
+                                        for row in board.index]
+
+
+def _task_columns(scores: pd.Series) -> dict[str, Any]:
+    stats = _cell_stats(scores)
+    return {"": stats["mean"], "_std": stats["std"], "_n": stats["n"],
+            "_ci_low": stats["ci_low"], "_ci_high": stats["ci_high"],
+            "_zero_variance": stats["zero_variance"]}
+
+
+def _method_row(label: str, student: str, group: pd.DataFrame, tasks: list[str]
+                ) -> dict[str, Any]:
+    """A leaderboard row from its runs: per task columns (:func:`_task_columns`), runs,
+    parameters, selection gain and training examples."""
+    row: dict[str, Any] = {"label": label, "student": student, "efficiency_key": student,
+                           "is_teacher": False, "runs": len(group),
+                           "params_total": group["params_total"].mean(),
+                           "params_non_embedding": group["params_non_embedding"].mean(),
+                           "selection_gain": group["selection_gain"].mean()
+                           if "selection_gain" in group else np.nan}
+    if "train_examples" in group:
+        examples = group.groupby("task")["train_examples"].mean()
+        row["train_examples"] = (float(sum(examples[task] for task in tasks))
+                                 if all(task in examples for task in tasks) else np.nan)
+    for task, scores in group.groupby("task")["score"]:
+        if task in tasks:
+            row |= {f"{task}{suffix}": value for suffix, value in _task_columns(scores).items()}
+    return row
 
 
 def leaderboard(runs: pd.DataFrame, tasks: list[str], *,
                 efficiency: pd.DataFrame | None = None,
                 teacher_label: str = "teacher", teacher_shape: str = "teacher",
-                teacher_params: int | None = None) -> pd.DataFrame:
-    """One row per (label, student) with per-task statistics, GLUE average, % of teacher,
-    parameters, training examples and efficiency; the teacher first, then complete rows by
-    average, then rows missing a task. Columns per task ``t``: ``t`` (mean), ``t_std``,
-    ``t_n``, ``t_ci_low``, ``t_ci_high``.  ``train_examples``: the examples the task stages
-    trained on (repeats and augmented copies counted; general distillation, a one-off
-    shared by many runs, not), each task's mean over seeds summed over the tasks; only
-    for a row with every task."""
+                teacher_params: int | None = None, resamples: int = 2000, seed: int = 0,
+                confidence: float = 0.95, low_teacher_margin: float = 5.0) -> pd.DataFrame:
+    """One row per (label, student): the teacher first, then complete rows ranked by
+    ``dev_share_mean`` (ties and rows without shares by average), then rows missing a task.
+
+    Per task ``t``: ``t`` (mean over seeds), ``t_std`` (ddof 1, NaN for one seed), ``t_n``,
+    ``t_ci_low``/``t_ci_high`` (Student-t), ``t_zero_variance`` (two or more seeds, all
+    equal) and ``t_share`` (the mean over seeds of :func:`run_shares`; the teacher's is 1).
+    Across tasks: :data:`SHARE_COLUMNS`, the mean and IQM of the row's (task, seed) shares
+    with task-stratified bootstrap intervals (``resamples``, ``seed``, ``confidence``), over
+    every task (NaN unless each has a share) and without the flagged tasks
+    (``attrs["flagged_tasks"]``: teacher less than ``low_teacher_margin`` points above the
+    baseline; NaN when none is); ``selection_gain`` (mean over the row's runs); secondary,
+    ``average`` (of the task means, complete rows only) and ``pct_of_teacher`` (100 x the
+    average / the teacher's, no baseline subtracted); parameters, ``train_examples`` (the
+    task stages' examples, repeats and augmented copies counted, general distillation not:
+    each task's mean over seeds summed over the tasks, complete rows only) and efficiency."""
     efficiency = efficiency if efficiency is not None else pd.DataFrame()
     teacher_scores = runs.groupby("task")["teacher_score"].mean()
     rows = []
     teacher_row: dict[str, Any] = {"label": teacher_label, "student": teacher_shape,
-                                   "efficiency_key": "teacher", "is_teacher": True}
+                                   "efficiency_key": "teacher", "is_teacher": True,
+                                   "selection_gain": np.nan}
     for task in tasks:
         if task in teacher_scores and pd.notna(teacher_scores[task]):
-            teacher_row |= {task: teacher_scores[task], f"{task}_std": 0.0, f"{task}_n": 1,
+            teacher_row |= {task: teacher_scores[task], f"{task}_std": np.nan, f"{task}_n": 1,
                             f"{task}_ci_low": teacher_scores[task],
                             f"{task}_ci_high": teacher_scores[task]}
     rows.append(teacher_row)
-    for (label, student), group in runs.groupby(["label", "student"], sort=False):
-        row: dict[str, Any] = {"label": label, "student": student, "efficiency_key": student,
-                               "is_teacher": False,
-                               "runs": len(group),
-                               "params_total": group["params_total"].mean(),
-                               "params_non_embedding": group["params_non_embedding"].mean()}
-        if "train_examples" in group:
-            examples = group.groupby("task")["train_examples"].mean()
-            row["train_examples"] = (float(sum(examples[task] for task in tasks))
-                                     if all(task in examples for task in tasks) else np.nan)
-        for task, scores in group.groupby("task")["score"]:
-            if task not in tasks:
-                continue
-            stats = _cell_stats(scores)
-            row |= {task: stats["mean"], f"{task}_std": stats["std"], f"{task}_n": stats["n"],
-                    f"{task}_ci_low": stats["ci_low"], f"{task}_ci_high": stats["ci_high"]}
-        rows.append(row)
+    rows += [_method_row(label, student, group, tasks)
+             for (label, student), group in runs.groupby(["label", "student"], sort=False)]
     board = pd.DataFrame(rows)
     for task in tasks:
-        for suffix in ("", "_std", "_n", "_ci_low", "_ci_high"):
+        for suffix in TASK_SUFFIXES:
             if f"{task}{suffix}" not in board:
                 board[f"{task}{suffix}"] = np.nan
+        board[f"{task}_zero_variance"] = board[f"{task}_zero_variance"].eq(True)
+    flagged = [task for task, margin in teacher_margins(runs, tasks).items()
+               if margin < low_teacher_margin]
+    group_number = runs.groupby(["label", "student"], sort=False).ngroup().to_numpy()
+    keys = np.where(group_number >= 0, group_number + 1, -1).tolist()  # each run's board row
+    _add_shares(board, runs, keys, tasks, flagged, resamples=resamples, seed=seed,
+                confidence=confidence)
     means = board[tasks]
     board["average"] = means.mean(axis=1, skipna=False)
     teacher_average = means.iloc[0].mean(skipna=False)
     board["teacher_average"] = teacher_average
     board["pct_of_teacher"] = 100.0 * board["average"] / teacher_average
     board["complete"] = means.notna().all(axis=1)
+    board = _add_efficiency(board, efficiency, teacher_params)
+    ours = board.iloc[1:].sort_values(["complete", "dev_share_mean", "average", "label"],
+                                      ascending=[False, False, False, True], kind="stable",
+                                      na_position="last")
+    ranked = pd.concat([board.iloc[:1], ours], ignore_index=True)
+    ranked.attrs["flagged_tasks"] = flagged
+    ranked.attrs["confidence"] = confidence
+    return ranked
+
+
+def _add_efficiency(board: pd.DataFrame, efficiency: pd.DataFrame,
+                    teacher_params: int | None) -> pd.DataFrame:
+    """The parameter and efficiency columns (the bench record's, by the row's efficiency
+    key); the teacher's parameters are the trained teacher's where given."""
     for column in ("params_total", "params_non_embedding", "train_examples"):
         if column not in board:
             board[column] = np.nan
@@ -249,11 +391,8 @@ def leaderboard(runs: pd.DataFrame, tasks: list[str], *,
     missing_non_embedding = board["params_non_embedding"].isna()
     board.loc[missing_non_embedding, "params_non_embedding"] = (
         board.loc[missing_non_embedding, "bench_params_non_embedding"])
-    board = board.drop(columns=["bench_params_total", "bench_params_non_embedding",
-                                "efficiency_key"])
-    ours = board.iloc[1:].sort_values(["complete", "average", "label"],
-                                      ascending=[False, False, True], kind="stable")
-    return pd.concat([board.iloc[:1], ours], ignore_index=True)
+    return board.drop(columns=["bench_params_total", "bench_params_non_embedding",
+                               "efficiency_key"])
 
 
 BASELINE_MARGIN = 2.0
@@ -547,7 +686,22 @@ def _count(value: Any) -> str:
     return f"{value / 1e3:.0f}k"
 
 
+ZERO_VARIANCE = "all seeds equal"
+"""A cell's mark when two or more seeds scored the same: its SD and interval are zero,
+which says the seeds agreed, not that the mean is certain."""
+SELECTION_GAIN_HEADER = "selection gain"
+AVERAGE_HEADER = "average (points, secondary)"
+PCT_HEADER = "% of teacher (no baseline, secondary)"
+
+
+def _flag(value: Any) -> bool:
+    """A boolean cell's value (a missing one, NaN or None, is False)."""
+    return isinstance(value, bool | np.bool_) and bool(value)
+
+
 def format_cell(row: pd.Series, task: str, plus_minus: str = " ± ") -> str:
+    """Mean ± SD (ddof 1) over seeds with their number; one seed shows no spread, and seeds
+    that all scored the same are marked (:data:`ZERO_VARIANCE`)."""
     mean = row.get(task)
     if mean is None or pd.isna(mean):
         return "-"
@@ -556,18 +710,61 @@ def format_cell(row: pd.Series, task: str, plus_minus: str = " ± ") -> str:
     seeds = int(row[f"{task}_n"])
     if seeds == 1:  # one seed has no spread to show
         return f"{mean:.2f} (1)"
-    return f"{mean:.2f}{plus_minus}{row[f'{task}_std']:.2f} ({seeds})"
+    mark = f", {ZERO_VARIANCE}" if _flag(row.get(f"{task}_zero_variance")) else ""
+    return f"{mean:.2f}{plus_minus}{row[f'{task}_std']:.2f} ({seeds}{mark})"
+
+
+def share_headers(board: pd.DataFrame, tasks: list[str]) -> dict[str, str]:
+    """The display headers of the cross-task aggregates (:data:`SHARE_STATISTICS`' mean and
+    IQM, and the mean without the flagged tasks), by their board column, named for the
+    number of tasks they cover ("5-task dev")."""
+    level = f"{100 * board.attrs.get('confidence', 0.95):g}% CI"
+    n = len(tasks)
+    flagged = [task for task in board.attrs.get("flagged_tasks", []) if task in tasks]
+    without = (f"{n - len(flagged)}-task dev without "
+               + ", ".join(get_task(task).display_name or task for task in flagged)
+               if flagged else "dev without the flagged tasks")
+    return {"dev_share_mean": f"{n}-task dev (share of teacher margin, mean [{level}])",
+            "dev_share_iqm": f"{n}-task dev IQM [{level}]",
+            "dev_share_mean_unflagged": f"{without} (mean [{level}])"}
+
+
+def _share_cell(row: pd.Series, name: str, suffix: str = "") -> str:
+    value = row.get(f"{name}{suffix}")
+    if value is None or pd.isna(value):
+        return "-"
+    low, high = row.get(f"{name}_low{suffix}"), row.get(f"{name}_high{suffix}")
+    if row.get("is_teacher") or pd.isna(low):
+        return f"{value:.3f}"
+    return f"{value:.3f} [{low:.3f}, {high:.3f}]"
+
+
+def _share_columns(board: pd.DataFrame, tasks: list[str]) -> dict[str, list[str]]:
+    """The aggregate columns a displayed table leads with: the mean and IQM of the share of
+    the teacher's margin, and the mean without the flagged tasks where any is flagged."""
+    headers = share_headers(board, tasks)
+    columns = {headers[name]: [_share_cell(row, name) for _, row in board.iterrows()]
+               for name in ("dev_share_mean", "dev_share_iqm")}
+    if "dev_share_mean_unflagged" in board and board["dev_share_mean_unflagged"].notna().any():
+        columns[headers["dev_share_mean_unflagged"]] = [
+            _share_cell(row, "dev_share_mean", "_unflagged") for _, row in board.iterrows()]
+    return columns
 
 
 def display_table(board: pd.DataFrame, tasks: list[str], plus_minus: str = " ± "
                   ) -> pd.DataFrame:
-    """The leaderboard as strings, in reading order."""
+    """The leaderboard as strings, in reading order: the cross-task share of the teacher's
+    margin (:func:`share_headers`), the task cells, the selection gain, the secondary plain
+    average and % of teacher, then parameters and efficiency."""
     table = pd.DataFrame({
         "method": board["label"], "student": board["student"],
+        **_share_columns(board, tasks),
         **{task_header(task): [format_cell(row, task, plus_minus) for _, row in board.iterrows()]
            for task in tasks},
-        "GLUE avg": board["average"].map(_number),
-        "% of teacher": board["pct_of_teacher"].map(lambda v: _number(v, 1)),
+        SELECTION_GAIN_HEADER: board["selection_gain"].map(
+            lambda v: "" if pd.isna(v) else f"{v:+.2f}"),
+        AVERAGE_HEADER: board["average"].map(_number),
+        PCT_HEADER: board["pct_of_teacher"].map(lambda v: _number(v, 1)),
         "params": board["params_total"].map(_count),
         "params w/o emb.": board["params_non_embedding"].map(_count),
         "train ex.": board["train_examples"].map(_count),
@@ -580,14 +777,23 @@ def display_table(board: pd.DataFrame, tasks: list[str], plus_minus: str = " ± 
     return table
 
 
+def _interval_cell(row: pd.Series, task: str) -> str:
+    if pd.isna(row[f"{task}_ci_low"]):
+        return "-"
+    cell = f"[{row[f'{task}_ci_low']:.2f}, {row[f'{task}_ci_high']:.2f}]"
+    return cell + (f" ({ZERO_VARIANCE})" if _flag(row.get(f"{task}_zero_variance")) else "")
+
+
 def ci_table(board: pd.DataFrame, tasks: list[str]) -> pd.DataFrame:
-    """95% Student-t confidence intervals of each task mean over seeds ("-" with one seed)."""
+    """Our rows' cross-task aggregates with their task-stratified bootstrap intervals, and
+    the 95% Student-t intervals of each task mean over seeds ("-" with one seed; a
+    zero-width one, every seed equal, marked)."""
     ours = board[~board["is_teacher"].astype(bool)]
     return pd.DataFrame({
         "method": ours["label"], "student": ours["student"],
-        **{task_header(task): [
-            "-" if pd.isna(row[f"{task}_ci_low"]) else f"[{row[f'{task}_ci_low']:.2f}, "
-            f"{row[f'{task}_ci_high']:.2f}]" for _, row in ours.iterrows()] for task in tasks}})
+        **_share_columns(ours, tasks),
+        **{task_header(task): [_interval_cell(row, task) for _, row in ours.iterrows()]
+           for task in tasks}})
 
 
 def display_published(board: pd.DataFrame, tasks: list[str]) -> pd.DataFrame:
@@ -636,10 +842,16 @@ class ReportInputs:
     """The published rows shown beside ours (:func:`published_board`)."""
     bench: dict[str, Any] | None
     comparisons: pd.DataFrame
+    """Every pair of complete rows, task by task (the exploratory family, ``comparisons.csv``)."""
     claims: list[str]
+    """The neighbours in the ranking, in words (their family's verdicts)."""
     tuned: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)
-    orderings: list[OrderingTest] = field(default_factory=list)
-    """The suite's paper orderings with their paired tests (harness.reporting.paper_claims)."""
+    verdicts: dict[str, list[Comparison]] = field(default_factory=dict)
+    """Family name -> its comparisons, Holm-adjusted within it
+    (:mod:`harness.reporting.verdicts`): the paper orderings, the neighbours in the ranking,
+    the ablation table, every pair."""
+    verdict_problems: list[str] = field(default_factory=list)
+    """Predictions files the comparisons could not read (their tasks rest on seeds)."""
     shares: pd.DataFrame = field(default_factory=pd.DataFrame)
     teachers: dict[str, list[TeacherGroup]] = field(default_factory=dict)
     """Per task, the teachers its runs read (:func:`teacher_groups`)."""
@@ -690,25 +902,96 @@ def _git_revision(results: Path, source: Path = CHECKOUT) -> str:
     return revision + (" (with uncommitted changes)" if dirty else "")
 
 
-def comparisons(runs: pd.DataFrame, board: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
-    """Paired tests over tasks x seeds between every two complete rows (a table), and the
-    claims the report makes in words: each complete row against the next in the ranking,
-    called a difference only where the paired test says so."""
-    from harness.reporting.stats import holm_family, paired_comparison, pairwise_table
+PAPER_ORDERINGS = "paper orderings"
+NEIGHBOURS = "neighbours in the ranking"
+ABLATIONS = "ablation table"
+ALL_PAIRS = "every pair (exploratory)"
+FAMILY_NOTES = {
+    PAPER_ORDERINGS: "The suite's paper orderings, each on every task; a '>=' claim is also "
+                     "tested as non-inferiority.",
+    NEIGHBOURS: "Each complete row against the next one down the ranking.",
+    ABLATIONS: "Each ablation variant against the full model, on the tasks and seeds both "
+               "have.",
+    ALL_PAIRS: "Every two complete rows (comparisons.csv): for looking, not for claims.",
+}
+VERDICTS_NOTE = (
+    "Per task, a - b in points: the mean over the seeds both rows have, with its Student-t "
+    "95% CI over seeds, and, where both rows kept their dev predictions, the 95% CI and p of "
+    "a two-level bootstrap that resamples seeds and dev examples. P(a > b): the probability "
+    "that a run of a beats a run of b on resampled dev examples. detectable: the smallest "
+    "difference this design would detect with 80% power. The p-values of a family are "
+    "Holm-adjusted together; the adjusted p decides wins / loses (below 0.05) or ties. "
+    "Across tasks: the mean over tasks of a - b as a share of each task's teacher margin "
+    "over its baseline, with the two-level 95% CI.")
 
+
+def _ranked_rows(board: pd.DataFrame) -> list[str]:
+    """The complete rows' labels, best first (the leaderboard's order)."""
     ours = board[board["complete"] & ~board["is_teacher"].astype(bool)]
-    ranked = [f"{label} · {student}" for label, student in
-              zip(ours["label"], ours["student"], strict=True)]
-    keyed = runs.assign(method=runs["label"] + " · " + runs["student"])
-    if len(ranked) < 2:
-        return pd.DataFrame(), []
-    table = pairwise_table(keyed[["method", "task", "seed", "score"]], ranked)
-    neighbours = [paired_comparison(keyed[keyed["method"] == better],
-                                    keyed[keyed["method"] == worse],
-                                    name_a=better, name_b=worse)
-                  for better, worse in pairwise(ranked)]
-    # the claims are read together: significant only after Holm over all of them
-    return table, [result.summary() + "." for result in holm_family(neighbours)]
+    return list(dict.fromkeys(ours["label"]))
+
+
+def verdict_inputs(config: SuiteConfig, runs: pd.DataFrame, records: dict[str, RunRecord],
+                   results: Path) -> VerdictInputs:
+    """What the comparisons read: the runs, their predictions in the store, the tasks' dev
+    labels and each task's teacher margin over its baseline."""
+    teacher = runs.groupby("task")["teacher_score"].mean()
+    baselines = task_baselines(records, config.tasks)
+    margins = {task: float(teacher[task] - baselines[task]) for task in config.tasks
+               if task in teacher.index and task in baselines}
+    return VerdictInputs(runs, records, results, dev_labels(config, sorted(set(runs["task"]))),
+                         margins, config.verdicts)
+
+
+def verdict_families(inputs: VerdictInputs, config: SuiteConfig, board: pd.DataFrame
+                     ) -> dict[str, list[Comparison]]:
+    """The report's families of claims on its own rows (the ablation table's are read from
+    the store: :func:`ablation_verdicts`)."""
+    tasks = config.tasks
+    ranked = _ranked_rows(board)
+    families = {}
+    if config.paper_orderings:
+        families[PAPER_ORDERINGS] = run_family(
+            inputs, PAPER_ORDERINGS, [(ordering.better, ordering.worse, ordering.relation,
+                                       ordering.source) for ordering in config.paper_orderings],
+            tasks)
+    families[NEIGHBOURS] = run_family(
+        inputs, NEIGHBOURS, [(a, b, "vs", "") for a, b in pairwise(ranked)], tasks)
+    families[ALL_PAIRS] = run_family(
+        inputs, ALL_PAIRS, [(a, b, "vs", "") for a, b in combinations(ranked, 2)], tasks)
+    return families
+
+
+def ablation_verdicts(config: SuiteConfig, results: Path, published: pd.DataFrame,
+                      labels_of: VerdictInputs, log: Callable[[str], None] = print
+                      ) -> list[Comparison]:
+    """Each published ablation table's variants against its full model, on the runs of the
+    store (the ablation suite's seeds included), one family for all the tables."""
+    groups = published[(published["group"] != "") & (published["task"] == "average")]
+    if groups.empty:
+        return []
+    methods = set(groups["method"])
+    finished = [record for record in ResultsStore(results / config.record_suite).records(log)
+                if record.finished and record.method in methods and not record.variation]
+    kept, _ = tables.recipe_runs(config, finished, log)
+    if not kept:
+        return []
+    runs = pd.DataFrame([{"label": record.label(), "task": record.task, "seed": record.seed,
+                          "score": record.main_score, "run_id": record.run_id}
+                         for record in kept])
+    records = {record.run_id: record for record in kept}
+    tasks = [task for task in config.tasks if task in set(runs["task"])]
+    inputs = VerdictInputs(runs, records, results, labels_of.labels, labels_of.margins,
+                           config.verdicts)
+    pairs = []
+    for _, group in groups.groupby("group", sort=False):
+        listed = list(dict.fromkeys(group["method"]))
+        full = listed[0]
+        pairs += [(variant, full, "vs", "") for variant in listed[1:]
+                  if variant in set(runs["label"]) and full in set(runs["label"])]
+    family = run_family(inputs, ABLATIONS, pairs, tasks)
+    labels_of.problems.extend(inputs.problems)
+    return family
 
 
 # --------------------------------------------------------------------------- figure inputs
@@ -938,6 +1221,26 @@ def _bench_seq(bench: dict[str, Any] | None) -> int | None:
 # --------------------------------------------------------------------------- writers
 
 
+def _selection_line(inputs: ReportInputs) -> str:
+    """The suite's selection protocol, and what the records say about it: how often the
+    runs looked at dev, and what choosing the checkpoint on dev would have added."""
+    protocol = inputs.config.selection
+    said = (f"{protocol}: every run and teacher is scored and ranked at its last checkpoint"
+            if protocol == "last" else
+            f"{protocol}: every run and teacher is scored at its best dev evaluation")
+    kept = [record.selection for record in inputs.records.values() if record.selection]
+    if not kept:
+        return said + " (no record says how often it evaluated)"
+    looks = sorted(selection.evaluations for selection in kept)
+    gains = [selection.gain for selection in kept]
+    other = [record for record in inputs.records.values()
+             if record.selection is not None and record.selection.protocol != protocol]
+    return (f"{said}; dev evaluations per run {looks[0]}-{looks[-1]} (median "
+            f"{looks[len(looks) // 2]}); best-of-dev over last: mean {np.mean(gains):+.2f}, "
+            f"max {max(gains):+.2f} points (the 'selection gain' column)"
+            + (f"; {len(other)} runs under another protocol" if other else ""))
+
+
 def _header(inputs: ReportInputs, command: str, grid: bool, results: Path) -> dict[str, Any]:
     config = inputs.config
     runs = inputs.runs
@@ -970,6 +1273,7 @@ def _header(inputs: ReportInputs, command: str, grid: bool, results: Path) -> di
         "teacher_scores": teacher_scores,
         "warnings": report_warnings(inputs),
         "missing_cells": inputs.runs.attrs.get("missing_cells"),
+        "selection": _selection_line(inputs),
         "data": f"{' / '.join(sorted(folders))} GLUE files; content fingerprints: "
                 + "; ".join(data_lines),
         "bench": (f"{bench['created_at'][:16].replace('T', ' ')} UTC on "
@@ -1006,6 +1310,34 @@ DEFINITIONS = [
 ]
 
 
+def _verdict_lines(inputs: ReportInputs) -> list[str]:
+    """The report's verdicts: each family's claims in words and its table."""
+    lines = ["## Verdicts, task by task", "", VERDICTS_NOTE, ""]
+    if inputs.verdict_problems:
+        lines += ["**Warning:** predictions files that could not be read (those tasks "
+                  "rest on the seeds alone):", "",
+                  *[f"- {problem}" for problem in inputs.verdict_problems], ""]
+    for name, family in inputs.verdicts.items():
+        if name == ALL_PAIRS or not family:
+            continue
+        lines += [f"### {name[0].upper()}{name[1:]} (one Holm family)", "", FAMILY_NOTES[name],
+                  "", *[f"- {comparison.summary()}." for comparison in family], "",
+                  verdict_table(family).to_markdown(index=False), ""]
+    if not inputs.comparisons.empty:
+        lines += [f"Every pair of complete rows, task by task: `comparisons.csv` "
+                  f"({FAMILY_NOTES[ALL_PAIRS].split(' (')[0].lower()}, Holm-adjusted "
+                  "within that family).", ""]
+    return lines
+
+
+def _comparisons_csv(table: pd.DataFrame) -> pd.DataFrame:
+    """The exploratory family's rows, with the unadjusted test's verdict named as such."""
+    alpha = 0.05
+    return table.assign(
+        significant_unadjusted=table["p"] < alpha,
+        significant_holm=table["p_holm"] < alpha).round(6)
+
+
 def _markdown(inputs: ReportInputs, header: dict[str, Any], figure_list: list[tuple[str, Path]],
               out: Path) -> str:
     tasks = inputs.config.tasks
@@ -1018,7 +1350,8 @@ def _markdown(inputs: ReportInputs, header: dict[str, Any], figure_list: list[tu
              f"{header['generated']}",
              f"- efficiency: {header['bench']}",
              f"- data: {header['data']}",
-             f"- teachers' dev scores: {header['teacher_scores']}", ""]
+             f"- teachers' dev scores: {header['teacher_scores']}",
+             f"- checkpoint selection: {header['selection']}", ""]
     for warning in header["warnings"]:
         lines += [f"**Warning:** {warning.text}", "", *[f"- {line}" for line in warning.lines],
                   ""]
@@ -1043,14 +1376,7 @@ def _markdown(inputs: ReportInputs, header: dict[str, Any], figure_list: list[tu
     if not published.empty:
         lines += ["## Published numbers (the papers' rows: not our runs, not in our averages)",
                   "", published.to_markdown(index=False), ""]
-    lines += ["## Comparisons (paired over tasks x seeds)", ""]
-    lines += [f"- {claim}" for claim in inputs.claims] or ["- fewer than two complete rows"]
-    if not inputs.comparisons.empty:
-        lines += ["", "Every pair: `comparisons.csv`."]
-    if inputs.orderings:
-        lines += ["", "## The papers' orderings, tested on our runs", "",
-                  ORDERINGS_NOTE, "",
-                  orderings_table(inputs.orderings).to_markdown(index=False)]
+    lines += _verdict_lines(inputs)
     if not inputs.shares.empty:
         lines += ["", SHARES_NOTE, "",
                   inputs.shares.to_markdown(index=False)]
@@ -1175,10 +1501,13 @@ def _html(inputs: ReportInputs, header: dict[str, Any], figure_list: list[tuple[
         partial=table(display_table(partial, tasks), "partial") if not partial.empty else "",
         intervals=table(ci_table(board, tasks), "intervals"),
         published=table(published, "published") if not published.empty else "",
-        orderings=table(orderings_table(inputs.orderings), "orderings")
-        if inputs.orderings else "",
+        families=[{"name": name, "note": FAMILY_NOTES[name],
+                   "claims": [comparison.summary() + "." for comparison in family],
+                   "table": table(verdict_table(family), "verdicts")}
+                  for name, family in inputs.verdicts.items() if name != ALL_PAIRS and family],
+        verdicts_note=VERDICTS_NOTE,
         shares=table(inputs.shares, "shares") if not inputs.shares.empty else "",
-        orderings_note=ORDERINGS_NOTE, shares_note=SHARES_NOTE,
+        shares_note=SHARES_NOTE,
         images=images, escape=html.escape)
 
 
@@ -1257,12 +1586,17 @@ def build_report(config: SuiteConfig, results: Path, out: Path, *, grid: bool = 
     published = published_board(anchors, set(runs["method"]), config.tasks)
     log(f"{len(runs)} runs -> {len(board) - 1} rows; {len(published)} published rows; "
         f"bench: {'yes' if bench else 'none'}")
-    comparison_table, claims = comparisons(runs, board)
+    compared = verdict_inputs(config, runs, records, results)
+    families = verdict_families(compared, config, board)
+    if ablations := ablation_verdicts(config, results, anchors, compared, log):
+        families[ABLATIONS] = ablations
     inputs = ReportInputs(config=config, runs=runs, records=records, board=board,
                           anchors=anchors, published=published, bench=bench,
-                          comparisons=comparison_table, claims=claims,
+                          comparisons=family_table(families[ALL_PAIRS]),
+                          claims=[comparison.summary() + "."
+                                  for comparison in families[NEIGHBOURS]],
                           tuned=tuned_studies(results, config),
-                          orderings=check_orderings(runs, config.paper_orderings),
+                          verdicts=families, verdict_problems=compared.problems,
                           shares=shares_table(board, grid_shares(config) if grid
                                               else config.paper_shares),
                           teachers=teacher_groups(records, config.tasks),
@@ -1287,11 +1621,13 @@ def build_report(config: SuiteConfig, results: Path, out: Path, *, grid: bool = 
     write("leaderboard.tex", _latex(inputs, header))
     write("leaderboard.csv", _csv(inputs).to_csv(index=False))
     write("runs.csv", runs.sort_values(["label", "student", "task", "seed"]).to_csv(index=False))
-    if not comparison_table.empty:
-        write("comparisons.csv", comparison_table.round(6).to_csv(index=False))
-    if inputs.orderings:
-        write("paper-orderings.csv",
-              orderings_table(inputs.orderings, numbers=True).round(6).to_csv(index=False))
+    if not inputs.comparisons.empty:
+        write("comparisons.csv", _comparisons_csv(inputs.comparisons).to_csv(index=False))
+    named = [family for name, family in families.items() if name != ALL_PAIRS]
+    if any(named):
+        write("verdicts.csv", family_table([comparison for family in named
+                                            for comparison in family]).round(6)
+              .to_csv(index=False))
     return ReportResult(out=out, files=files, figures=[png for _, png in figure_list],
                         board=board, summary=terminal_summary(inputs))
 
@@ -1301,8 +1637,8 @@ def terminal_summary(inputs: ReportInputs) -> list[str]:
     majority baseline, and the differences the paired tests support, for a terminal."""
     tasks = inputs.config.tasks
     table = display_table(inputs.board, tasks, plus_minus=" ± ")
-    table = table[["method", "student", *(task_header(task) for task in tasks), "GLUE avg",
-                   "% of teacher"]]
+    table = table[["method", "student", share_headers(inputs.board, tasks)["dev_share_mean"],
+                   *(task_header(task) for task in tasks), AVERAGE_HEADER, PCT_HEADER]]
     lines = [f"Leaderboard: {inputs.config.name} (dev; mean ± std over seeds (seeds))", "",
              *table.to_string(index=False).splitlines(), ""]
     for warning in report_warnings(inputs):
@@ -1312,17 +1648,10 @@ def terminal_summary(inputs: ReportInputs) -> list[str]:
         lines += ["majority / mean baseline: " + ", ".join(
             f"{get_task(task).display_name} {baselines[task]:.2f}" for task in tasks
             if task in baselines), ""]
-    lines += ["Differences (paired sign-flip test over tasks x seeds, complete rows):"]
-    lines += [f"  {claim}" for claim in inputs.claims] or ["  fewer than two complete rows"]
-    if inputs.orderings:
-        lines += ["", "The papers' orderings on these runs:"]
-    for test in inputs.orderings:
-        row = test.row()
-        ordering = row["paper's ordering"]
-        if not row["pairs"]:
-            lines.append(f"  {ordering}: {row['verdict']}")
+    for name, family in inputs.verdicts.items():
+        if name == ALL_PAIRS or not family:
             continue
-        lines.append(f"  {ordering}: {row['verdict']} (mean difference "
-                     f"{row['mean diff']:+.2f} over {row['pairs']} pairs, sign-flip p "
-                     f"{row['sign-flip p']}, Holm-adjusted {row['Holm p']})")
+        lines += [f"Verdicts, {name} (Holm within the family):"]
+        lines += [f"  {comparison.summary()}" for comparison in family]
+        lines += [""]
     return lines

@@ -145,7 +145,8 @@ class VerdictInputs:
         """The run's selection-split predictions in the order of the task's labels
         (logits or scores), or None (none kept, or a damaged file, named in problems)."""
         if run_id not in self._predictions:
-            self._predictions[run_id] = self._read(self.records[run_id])
+            record = self.records.get(run_id)
+            self._predictions[run_id] = self._read(record) if record is not None else None
         return self._predictions[run_id]
 
     def _read(self, record: RunRecord) -> np.ndarray | None:
@@ -181,7 +182,8 @@ def compare_task(inputs: VerdictInputs, a: str, b: str, task: str) -> TaskVerdic
     seed_level = per_task_difference(runs_a.loc[seeds, "score"].to_numpy(float),
                                      runs_b.loc[seeds, "score"].to_numpy(float),
                                      confidence=settings.confidence)
-    predicted = [[inputs.predictions(str(frame.loc[seed, "run_id"])) for seed in seeds]
+    predicted = [[inputs.predictions(str(frame.loc[seed, "run_id"]))
+                  if "run_id" in frame.columns else None for seed in seeds]
                  for frame in (runs_a, runs_b)]
     two_level = None
     if task in inputs.labels and all(p is not None for side in predicted for p in side):
