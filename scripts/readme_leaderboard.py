@@ -100,7 +100,11 @@ def ablation_table(suite: str = "tinybert-ablation", repo: Path = REPO) -> str:
     config = load_suite(suite)
     tasks = config.tasks
     records = finished_records(config, repo / "results")
-    records = records[records["task"].isin(tasks) & records["seed"].isin(config.seeds)]
+    records = records[records["task"].isin(tasks) & records["seed"].isin(config.seeds)
+                      & records["method"].isin(config.default_methods())]
+    if config.default_methods()[0] not in set(records["method"]):
+        return (f"No runs of {suite} under the current protocol yet (`harness run --suite "
+                f"{suite}`); the report's ablation table gives the verdicts task by task.")
     table = suite_table(config, records)
     published = load_published()
     groups = published[published["group"].isin(config.anchor_groups)]
