@@ -194,7 +194,7 @@ def test_committed_reference_records_keep_their_run_ids():
 
     store = ResultsStore(Path(__file__).resolve().parent.parent / "results" / "glue-cpu")
     records = list(store.records())
-    assert len(records) >= 20  # the grid's committed records, however far it has got
+    assert records  # the grid's committed records, however far it has got
     runners = {(name, precision["mixed_precision"]): SuiteRunner(
                    load_suite(name), store.root.parent, log=lambda _: None, precision=precision)
                for name in ("glue-cpu", "tinybert-ablation") for precision in (FP32, BF16)}
