@@ -9,12 +9,17 @@ our averages) -> writers and figures (:func:`build_report`).
 
 Definitions (also printed in every report):
 
-- a task cell: the main dev metric, mean +- std (ddof 0) over seeds, and the seeds counted;
-  95% confidence intervals are Student-t intervals of the mean over seeds
-  (harness.reporting.stats);
-- GLUE average: the mean of the task means, only where every task of the suite has runs;
-- % of teacher: 100 x the row's GLUE average / the teacher's average on the same tasks
-  (a ratio of averages, as the papers compute it: per-task ratios explode near 0 MCC);
+- the ranked figure, "n-task dev": each run's share of the teacher's margin over the
+  majority / mean baseline, (score - baseline) / (teacher - baseline), averaged over the
+  row's (task, seed) runs (mean and IQM, task-stratified bootstrap intervals); also without
+  the tasks whose teacher is less than ``verdicts.low_teacher_margin`` above its baseline;
+- a task cell: the main dev metric, mean +- SD (ddof 1) over seeds, and the seeds counted
+  (a cell whose seeds all score alike is marked); 95% confidence intervals are Student-t
+  intervals of the mean over seeds;
+- average (secondary): the mean of the task means, only where every task has runs;
+- % of teacher (secondary): 100 x the row's average / the teacher's average on the same
+  tasks, no baseline subtracted (the papers' ratio of averages);
+- verdicts: task by task, one Holm family per claim set (:mod:`harness.reporting.verdicts`);
 - parameters: counted on the trained models (records), total and without embeddings;
 - FLOPs per example, latency (batch 1) and throughput (batch 32) at one sequence length:
   the latest ``harness bench`` record of the suite on this store; speedup = the row's
@@ -1286,10 +1291,18 @@ def _header(inputs: ReportInputs, command: str, grid: bool, results: Path) -> di
 
 
 DEFINITIONS = [
-    "Task cells: the main dev metric (x100), mean ± std over seeds (ddof 0), with the "
-    "number of seeds in brackets; the teacher row is the fine-tuned teacher's dev score.",
-    "GLUE avg: mean of the task means, only where every task has runs. % of teacher: "
-    "100 x the row's average / the teacher's average on the same tasks.",
+    "n-task dev (the ranked figure): each run's share of the teacher's margin over the "
+    "majority / mean baseline, (score - baseline) / (teacher - baseline), so 0 is the "
+    "baseline and 1 the teacher; its mean and IQM over the row's (task, seed) runs, with "
+    "task-stratified bootstrap 95% intervals; also without a task whose teacher is less "
+    "than the suite's low_teacher_margin above its baseline.",
+    "Task cells: the main dev metric (x100), mean ± SD over seeds (ddof 1), with the "
+    "number of seeds in brackets ('all seeds equal': a zero SD, not certainty); the teacher "
+    "row is the fine-tuned teacher's dev score. selection gain: the mean over the row's runs "
+    "of its best dev evaluation minus its last (the suite's selection scores the last).",
+    "average and % of teacher are secondary: the mean of the task means (only where every "
+    "task has runs), and 100 x the row's average / the teacher's on the same tasks, no "
+    "baseline subtracted.",
     "params: counted on the trained models (mean over the row's runs: a BiLSTM's vocabulary "
     "differs per task); w/o emb.: without the embedding tables.",
     "train ex.: the examples a row's task stages trained on, over all tasks (each task's "
@@ -1300,8 +1313,7 @@ DEFINITIONS = [
     "throughput / the teacher's in the same bench run.",
     "95% confidence intervals: Student-t intervals of the mean over seeds (t with 2 degrees "
     "of freedom is 4.3: with 3 seeds they are wide, as they should be). Differences are "
-    "claimed only where the paired sign-flip test says so after a Holm adjustment over the "
-    "comparisons claimed together (the neighbouring rows; the papers' orderings).",
+    "claimed task by task, only where a family's Holm-adjusted p says so (Verdicts).",
     "Published rows are the papers' numbers, never our runs and never in our averages: "
     "their split (dev or test) is shown; a metric in brackets differs from ours for that "
     "task, '‡' that the source does not name its metric; '?' marks a value transcribed from "
@@ -1579,7 +1591,11 @@ def build_report(config: SuiteConfig, results: Path, out: Path, *, grid: bool = 
     if runs.empty:
         raise FileNotFoundError(f"no finished runs of suite {config.name} under {results}")
     bench = suite_bench(results, config, records)
+    settings = config.verdicts
     board = leaderboard(runs, config.tasks, efficiency=efficiency_table(bench),
+                        resamples=settings.resamples, seed=settings.seed,
+                        confidence=settings.confidence,
+                        low_teacher_margin=settings.low_teacher_margin,
                         teacher_shape=teacher_name(records),
                         teacher_params=teacher_parameters(records))
     anchors = load_published()
