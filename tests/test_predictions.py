@@ -160,6 +160,8 @@ def test_missing_and_damaged_files_are_named_by_the_loader_and_the_report(
     for path in (damaged, missing):
         assert str(path) in done.output and str(path) in markdown
     assert "## Teacher-student agreement (dev)" in markdown
+    page = (out / "leaderboard.html").read_text()
+    assert '<h2 id="agreement">' in page and 'class="dataframe agreement"' in page
     with pytest.raises(PredictionsError, match="damaged"):
         predictions_frame(root, suite="tiny")
 

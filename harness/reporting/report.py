@@ -1518,6 +1518,9 @@ def _html(inputs: ReportInputs, header: dict[str, Any], figure_list: list[tuple[
                    "table": table(verdict_table(family), "verdicts")}
                   for name, family in inputs.verdicts.items() if name != ALL_PAIRS and family],
         verdicts_note=VERDICTS_NOTE,
+        agreement=table(agreement, "agreement") if not (agreement := agreement_table(
+            inputs.predictions.agreement, tasks)).empty else "",
+        agreement_note=AGREEMENT_NOTE,
         shares=table(inputs.shares, "shares") if not inputs.shares.empty else "",
         shares_note=SHARES_NOTE,
         images=images, escape=html.escape)
