@@ -158,7 +158,7 @@ def score_table(records: pd.DataFrame, tasks: list[str], methods: list[str] | No
     table = means.copy()
     table["average"] = means.mean(axis=1, skipna=False)
     table["seeds"] = records.groupby("method")["seed"].nunique().astype(int)
-    spread = grouped.std(ddof=0).unstack("task").reindex(columns=tasks)
+    spread = grouped.std(ddof=1).unstack("task").reindex(columns=tasks)
     table["max_std"] = spread.max(axis=1)
     order = [m for m in (methods or list(table.index)) if m in table.index]
     return table.loc[order]
