@@ -399,9 +399,16 @@ def test_glue_cpu_models_are_the_runners_mean_pooled_ones_as_the_records_count_t
                            teacher=config.teacher)
     assert config_pooling(teacher.model.config) == "mean"
     results = Path(__file__).resolve().parent.parent / "results" / "glue-cpu"
-    for shape, method in (("3L-384", "bert-pkd"), ("4L-192", "kd")):
-        record = json.loads(next((results / method / "mrpc").glob(f"{shape}-seed1-*.json"))
-                            .read_text())
+    checked = []
+    for shape, spec in config.students.items():
+        if getattr(spec, "kind", "bert") != "bert":  # a plugin's student: its own vocabulary
+            continue
+        found = sorted(results.glob(f"*/mrpc/{shape}-seed*-*.json"))
+        if not found:  # the re-run has not reached this shape yet
+            continue
+        record = json.loads(found[0].read_text())
         assert count_parameters(teacher.model)["total"] == record["teacher"]["parameters"]
-        student = build_student(shape, config.students[shape], teacher.model.config, 100)
+        student = build_student(shape, spec, teacher.model.config, 100)
         assert count_parameters(student.model) == record["parameters"]
+        checked.append(shape)
+    assert checked, f"no committed glue-cpu record on MRPC under {results}"

@@ -361,12 +361,24 @@ def test_the_cards_command_names_the_suite_that_trains_the_run_and_a_zero_share_
     """A tinybert-ablation variant records into glue-cpu's store; its card's command must
     name tinybert-ablation, whose recipe gives the run id (glue-cpu does not declare the
     variant). A student at 0% of its teacher (CoLA MCC 0) shows 0.0, not '-'."""
-    from harness.experiments.export import model_card, reproduce_command, suite_for
+    import torch
 
-    store = ResultsStore(Path(__file__).resolve().parents[1] / "results")
-    record = next(record for record in store.records()
-                  if record.method == "tinybert-no-da" and record.task == "cola")
-    assert record.suite == "glue-cpu"
+    from harness.common.cache import content_hash
+    from harness.experiments.export import model_card, reproduce_command, suite_for
+    from harness.experiments.planner import RunPlanner, Variation
+    from harness.experiments.record import RunRecord
+    from tests.records import run_record
+
+    ablation = load_suite("tinybert-ablation")
+    assert ablation.record_suite == "glue-cpu"
+    planner = RunPlanner(ablation, torch.device("cpu"), log=lambda message: None,
+                         precision="fp32")
+    _, spec, _ = planner.resolve("tinybert-no-da", "cola", 2, Variation())
+    planned = run_record(suite="glue-cpu", method="tinybert-no-da", task="cola", seed=2,
+                         student_shape="4L-192", main_metric="mcc", main_score=0.0,
+                         teacher_main_score=40.0).model_dump()
+    record = RunRecord.model_validate({**planned, "config": spec, "run_id": content_hash(spec),
+                                       "config_hash": content_hash(spec)})
     chosen, _ = suite_for(record)
     command = reproduce_command(record, chosen.name)
     assert command == (f"harness run --suite tinybert-ablation --method tinybert-no-da "

@@ -23,18 +23,25 @@ CHECKPOINT = Checkpoint("pypi:x", "/nowhere", {"config": "c", "weights": {"w": "
 
 
 def test_fp32_keeps_the_teacher_key_it_always_had_and_bf16_gets_its_own():
+    """best-dev selection with fp32 logits keys the teacher as before either option existed;
+    selection: last, mean pooling and bf16 logits each key an entry of their own."""
     task, training = get_task("rte"), TrainConfig()
     fp32 = TeacherConfig(checkpoint="pypi:x", pooling="pooler")
     legacy = content_hash({  # the key's recipe before inference_precision existed
         "kind": "teacher", "cache_version": CACHE_VERSION, "checkpoint": CHECKPOINT.identity,
         "task": "rte", "data": "fingerprint", "finetune": True,
         "training": training.identity(), "seed": 42, "max_seq_length": 128})
-    assert teacher_key(CHECKPOINT, task, "fingerprint", fp32, training, 128) == legacy
+    assert teacher_key(CHECKPOINT, task, "fingerprint", fp32, training, 128,
+                       "best-dev") == legacy
+    last = teacher_key(CHECKPOINT, task, "fingerprint", fp32, training, 128)
+    assert last != legacy
+    assert last == teacher_key(CHECKPOINT, task, "fingerprint", fp32, training, 128, "last")
     mean = fp32.model_copy(update={"pooling": "mean"})
-    assert teacher_key(CHECKPOINT, task, "fingerprint", mean, training, 128) != legacy
+    assert teacher_key(CHECKPOINT, task, "fingerprint", mean, training, 128,
+                       "best-dev") != legacy
     bf16 = fp32.model_copy(update={"inference_precision": "bf16"})
     assert teacher_key(CHECKPOINT, task, "fingerprint", bf16, training, 128) not in {
-        legacy, teacher_key(CHECKPOINT, task, "other data", bf16, training, 128)}
+        legacy, last, teacher_key(CHECKPOINT, task, "other data", bf16, training, 128)}
 
 
 def test_options_are_validated_with_their_path(tiny_suite_file):
