@@ -288,32 +288,108 @@ def _spread_labels(ax: Any, xs: Sequence[float], ys: Sequence[float], texts: Seq
     line; their bounding boxes are avoided, so keep them horizontal or vertical);
     ``colours``: each label's text colour.
     """
-    fig = ax.figure
-    fig.draw_without_rendering()
-    fig.set_layout_engine("none")
-    renderer = fig.canvas.get_renderer()
-    box = ax.get_window_extent(renderer)
-    points = ax.transData.transform(np.column_stack([xs, ys]).astype(float))
-    n = len(texts)
-    px_per_pt = fig.dpi / 72
-    radius = np.asarray(radius_pt if radius_pt is not None else [4.0] * n,
-                        dtype=float) * px_per_pt
-    pad = 1.5 * px_per_pt
-    thick = 1.0 * px_per_pt
-    # obstacles as (left, right, bottom, top) in pixels: markers, segments, placed labels
-    obstacles = [(px - r, px + r, py - r, py + r)
-                 for (px, py), r in zip(points, radius, strict=True)]
-    for xa, ya, xb, yb in segments:
-        (pa, qa), (pb, qb) = ax.transData.transform([(xa, ya), (xb, yb)])
-        obstacles.append((min(pa, pb), max(pa, pb), min(qa, qb) - thick, max(qa, qb) + thick))
+    layout = _LabelLayout(ax, xs, ys, texts, fontsize, radius_pt, segments)
+    layout.choose_sides()
+    placed = layout.place()
+    layout.draw(placed, xs, ys, texts, fontsize, colours)
 
-    def nearest_free(left: float, right: float, height: float, want: float,
+
+class _LabelLayout:
+    """The display-space geometry of :func:`_spread_labels`: the points, their labels'
+    sizes, the obstacles (markers, segments, labels placed so far, as (left, right, bottom,
+    top) in pixels) and the columns of points about the same x."""
+
+    def __init__(self, ax: Any, xs: Sequence[float], ys: Sequence[float],
+                 texts: Sequence[str], fontsize: float, radius_pt: Sequence[float] | None,
+                 segments: Sequence[tuple[float, float, float, float]]) -> None:
+        fig = ax.figure
+        fig.draw_without_rendering()
+        fig.set_layout_engine("none")
+        renderer = fig.canvas.get_renderer()
+        self.ax, self.box = ax, ax.get_window_extent(renderer)
+        self.points = ax.transData.transform(np.column_stack([xs, ys]).astype(float))
+        n = len(texts)
+        self.px_per_pt = fig.dpi / 72
+        self.radius = np.asarray(radius_pt if radius_pt is not None else [4.0] * n,
+                                 dtype=float) * self.px_per_pt
+        self.pad = 1.5 * self.px_per_pt
+        thick = 1.0 * self.px_per_pt
+        self.obstacles = [(px - r, px + r, py - r, py + r)
+                          for (px, py), r in zip(self.points, self.radius, strict=True)]
+        for xa, ya, xb, yb in segments:
+            (pa, qa), (pb, qb) = ax.transData.transform([(xa, ya), (xb, yb)])
+            self.obstacles.append((min(pa, pb), max(pa, pb), min(qa, qb) - thick,
+                                   max(qa, qb) + thick))
+        self.widths, self.heights = np.zeros(n), np.zeros(n)
+        for i, text in enumerate(texts):
+            probe = ax.text(0, 0, text, fontsize=fontsize, transform=None)
+            extent = probe.get_window_extent(renderer)
+            probe.remove()
+            self.widths[i], self.heights[i] = extent.width, extent.height
+        self.gaps = self.radius + 3.0 * self.px_per_pt
+        self.columns = self._columns()
+        self.side = np.ones(n, dtype=bool)
+        self.anchor = self.points[:, 0].copy()  # labels of a column align on its outer edge
+        self.channel = np.zeros(n)
+
+    def _columns(self) -> list[list[int]]:
+        """Points about the same x, left to right: a column's labels go on one side."""
+        points, radius = self.points, self.radius
+        columns: list[list[int]] = []
+        for k in sorted(range(len(points)), key=lambda k: (points[k, 0], k)):
+            last = columns[-1][-1] if columns else None
+            if last is not None and (points[k, 0] - points[last, 0]
+                                     <= radius[k] + radius[last] + 3 * self.px_per_pt):
+                columns[-1].append(k)
+            else:
+                columns.append([k])
+        return columns
+
+    def _room(self, column: list[int]) -> tuple[float, float]:
+        """Free room right and left of a column, up to the next column overlapping it in
+        height (or the axes edge)."""
+        points, box = self.points, self.box
+        c_x0, c_x1 = points[column, 0].min(), points[column, 0].max()
+        c_y0, c_y1 = points[column, 1].min(), points[column, 1].max()
+        band = 2.0 * self.heights[column].max()
+        room_right, room_left = box.x1 - c_x1, c_x0 - box.x0
+        for other in self.columns:
+            if other is column:
+                continue
+            o_y0, o_y1 = points[other, 1].min(), points[other, 1].max()
+            if o_y1 < c_y0 - band or o_y0 > c_y1 + band:
+                continue
+            o_x0, o_x1 = points[other, 0].min(), points[other, 0].max()
+            if o_x0 > c_x1:
+                room_right = min(room_right, o_x0 - c_x1)
+            elif o_x1 < c_x0:
+                room_left = min(room_left, c_x0 - o_x1)
+        return room_right, room_left
+
+    def choose_sides(self) -> None:
+        """Each column's side: the one its widest label fits, else the roomier one."""
+        for column in self.columns:
+            room_right, room_left = self._room(column)
+            need = float((self.gaps[column] + self.widths[column]).max())
+            if (room_right >= need) != (room_left >= need):
+                self.side[column] = room_right >= need
+            else:
+                self.side[column] = room_right >= room_left
+            self.anchor[column] = (self.points[column, 0].max() if self.side[column[0]]
+                                   else self.points[column, 0].min())
+            if len(column) > 1:  # a stack: leave a channel for its leader lines
+                self.channel[column] = 9.0 * self.px_per_pt
+
+    def nearest_free(self, left: float, right: float, height: float, want: float,
                      skip: int, ceiling: float | None = None) -> float | None:
+        """The label centre height nearest ``want`` at which a label spanning ``left`` to
+        ``right`` touches no obstacle (but ``skip``, its own marker); None if none is."""
+        pad, box = self.pad, self.box
         low, high = box.y0 + height / 2 + pad, box.y1 - height / 2 - pad
         if ceiling is not None:  # below the labels already stacked for this column
             high = min(high, ceiling - height / 2 - pad)
         blocked = sorted((b - height / 2 - pad, t + height / 2 + pad)
-                         for k, (lft, rgt, b, t) in enumerate(obstacles)
+                         for k, (lft, rgt, b, t) in enumerate(self.obstacles)
                          if k != skip and lft < right + pad and rgt > left - pad)
         free, cursor = [], low  # complement of the blocked intervals within [low, high]
         for b, t in blocked:
@@ -325,98 +401,59 @@ def _spread_labels(ax: Any, xs: Sequence[float], ys: Sequence[float], texts: Seq
         candidates = [min(max(want, a), b) for a, b in free if b >= a]
         return min(candidates, key=lambda c: abs(c - want)) if candidates else None
 
-    widths, heights = np.zeros(n), np.zeros(n)
-    for i, text in enumerate(texts):
-        probe = ax.text(0, 0, text, fontsize=fontsize, transform=None)
-        extent = probe.get_window_extent(renderer)
-        probe.remove()
-        widths[i], heights[i] = extent.width, extent.height
-    gaps = radius + 3.0 * px_per_pt
-
-    # points about the same x form a column whose labels all go on one side: the side with
-    # more free room, up to the next column overlapping it in height (or the axes edge)
-    by_x = sorted(range(n), key=lambda k: (points[k, 0], k))
-    columns: list[list[int]] = []
-    for k in by_x:
-        last = columns[-1][-1] if columns else None
-        if last is not None and (points[k, 0] - points[last, 0]
-                                 <= radius[k] + radius[last] + 3 * px_per_pt):
-            columns[-1].append(k)
-        else:
-            columns.append([k])
-    side = np.ones(n, dtype=bool)
-    anchor = points[:, 0].copy()  # labels of a column align on its outer edge
-    channel = np.zeros(n)
-    for column in columns:
-        c_x0, c_x1 = points[column, 0].min(), points[column, 0].max()
-        c_y0, c_y1 = points[column, 1].min(), points[column, 1].max()
-        band = 2.0 * heights[column].max()
-        room_right, room_left = box.x1 - c_x1, c_x0 - box.x0
-        for other in columns:
-            if other is column:
-                continue
-            o_y0, o_y1 = points[other, 1].min(), points[other, 1].max()
-            if o_y1 < c_y0 - band or o_y0 > c_y1 + band:
-                continue
-            o_x0, o_x1 = points[other, 0].min(), points[other, 0].max()
-            if o_x0 > c_x1:
-                room_right = min(room_right, o_x0 - c_x1)
-            elif o_x1 < c_x0:
-                room_left = min(room_left, c_x0 - o_x1)
-        need = float((gaps[column] + widths[column]).max())
-        if (room_right >= need) != (room_left >= need):
-            side[column] = room_right >= need
-        else:
-            side[column] = room_right >= room_left
-        anchor[column] = c_x1 if side[column[0]] else c_x0
-        if len(column) > 1:  # a stack: leave a channel for its leader lines
-            channel[column] = 9.0 * px_per_pt
-
-    # a column's labels keep its points' top-to-bottom order, so leader lines never cross
-    column_of = {k: number for number, column in enumerate(columns) for k in column}
-    stack_bottom: dict[int, float] = {}
-    order = sorted(range(n), key=lambda k: (-points[k, 1], k))
-    result: dict[int, tuple[float, float, float, bool]] = {}  # x0, cy, height, right
-    for i in order:
-        px, py = points[i]
-        width, height, gap = widths[i], heights[i], gaps[i]
-        options = []
-        for right in (bool(side[i]), not side[i]):
-            edge, off = (anchor[i], gap + channel[i]) if right == side[i] else (px, gap)
+    def _position(self, i: int, ceiling: float | None) -> tuple[float, float, bool]:
+        """Label ``i``'s left edge, centre height and side: its column's side unless that
+        has no room, at the free height nearest its point's."""
+        px, py = self.points[i]
+        width, height, gap = self.widths[i], self.heights[i], self.gaps[i]
+        own = bool(self.side[i])
+        for right in (own, not own):
+            edge, off = (self.anchor[i], gap + self.channel[i]) if right == own else (px, gap)
             left_edge = edge + off if right else edge - off - width
-            if left_edge < box.x0 or left_edge + width > box.x1:
+            if left_edge < self.box.x0 or left_edge + width > self.box.x1:
                 continue
-            cy = nearest_free(left_edge, left_edge + width, height, py, skip=i,
-                              ceiling=stack_bottom.get(column_of[i]) if right == side[i]
-                              else None)
+            cy = self.nearest_free(left_edge, left_edge + width, height, py, skip=i,
+                                   ceiling=ceiling if right == own else None)
             if cy is not None:
-                options.append((abs(cy - py), left_edge, cy, right))
-        if not options:  # nowhere free: beside the point, on its column's side
-            off = gap + channel[i]
-            left_edge = anchor[i] + off if side[i] else anchor[i] - off - width
-            options.append((0.0, left_edge, py, bool(side[i])))
-        _, left_edge, cy, right = options[0]  # the column's side, unless it has no room
-        result[i] = (left_edge, cy, height, right)
-        if right == side[i]:
-            stack_bottom[column_of[i]] = min(stack_bottom.get(column_of[i], np.inf),
-                                             cy - height / 2)
-        obstacles.append((left_edge, left_edge + width, cy - height / 2, cy + height / 2))
+                return left_edge, cy, right
+        off = gap + self.channel[i]  # nowhere free: beside the point, on its column's side
+        return (self.anchor[i] + off if own else self.anchor[i] - off - width), py, own
 
-    inverse = ax.transData.inverted()
-    for i in range(n):
-        x0, cy, height, right = result[i]
-        tx, ty = inverse.transform((x0 if right else x0 + widths[i], cy))
-        near = x0 if right else x0 + widths[i]
-        displaced = (abs(cy - points[i, 1]) > height * 0.6
-                     or abs(near - points[i, 0]) > gaps[i] + 2 * px_per_pt)
-        ax.annotate(
-            texts[i], xy=(xs[i], ys[i]), xytext=(tx, ty), textcoords="data",
-            ha="left" if right else "right", va="center", fontsize=fontsize,
-            color=colours[i] if colours is not None else "0.15", zorder=5,
-            arrowprops=(dict(arrowstyle="-", color="0.55", lw=0.6, shrinkA=1, shrinkB=3,
-                             relpos=(0.0, 0.5) if right else (1.0, 0.5))
-                        if displaced else None),
-        )
+    def place(self) -> dict[int, tuple[float, float, bool]]:
+        """Every label's (left edge, centre height, right side), top to bottom; a column's
+        labels keep its points' order, so leader lines never cross."""
+        column_of = {k: number for number, column in enumerate(self.columns) for k in column}
+        stack_bottom: dict[int, float] = {}
+        placed: dict[int, tuple[float, float, bool]] = {}
+        for i in sorted(range(len(self.points)), key=lambda k: (-self.points[k, 1], k)):
+            left_edge, cy, right = self._position(i, stack_bottom.get(column_of[i]))
+            placed[i] = (left_edge, cy, right)
+            half = self.heights[i] / 2
+            if right == self.side[i]:
+                stack_bottom[column_of[i]] = min(stack_bottom.get(column_of[i], np.inf),
+                                                 cy - half)
+            self.obstacles.append((left_edge, left_edge + self.widths[i], cy - half, cy + half))
+        return placed
+
+    def draw(self, placed: dict[int, tuple[float, float, bool]], xs: Sequence[float],
+             ys: Sequence[float], texts: Sequence[str], fontsize: float,
+             colours: Sequence[Any] | None) -> None:
+        """Annotate each point with its label; a moved label gets a leader line."""
+        inverse = self.ax.transData.inverted()
+        for i in sorted(placed):
+            x0, cy, right = placed[i]
+            near = x0 if right else x0 + self.widths[i]
+            tx, ty = inverse.transform((near, cy))
+            displaced = (abs(cy - self.points[i, 1]) > self.heights[i] * 0.6
+                         or abs(near - self.points[i, 0]) > self.gaps[i] + 2 * self.px_per_pt)
+            self.ax.annotate(
+                texts[i], xy=(xs[i], ys[i]), xytext=(tx, ty), textcoords="data",
+                ha="left" if right else "right", va="center", fontsize=fontsize,
+                color=colours[i] if colours is not None else "0.15", zorder=5,
+                arrowprops=(dict(arrowstyle="-", color="0.55", lw=0.6, shrinkA=1, shrinkB=3,
+                                 relpos=(0.0, 0.5) if right else (1.0, 0.5))
+                            if displaced else None),
+            )
 
 
 def _log_x(ax: Any, low: float, high: float) -> None:
