@@ -341,38 +341,6 @@ def stage(name: str, history: list[dict], evaluations: list[dict] | None = None)
             "evaluations": evaluations or []}
 
 
-def record(**fields) -> RunRecord:
-    inter = [{"step": s, "epoch": s / 100, "lr": 1e-4, "attention": 12.0 - s / 20,
-              "hidden": 0.8 - s / 1000, "embedding": 0.1, "loss": 12.9 - s / 20}
-             for s in (25, 50, 75, 100)]
-    pred = [{"step": s, "epoch": s / 100, "lr": 1e-4, "prediction": 0.7 - s / 2000,
-             "loss": 0.7 - s / 2000} for s in (25, 50, 75, 100, 125, 150, 175, 200)]
-    stages = [stage("general", []), stage("intermediate", inter),
-              stage("prediction", pred, [{"step": 100, "epoch": 1, "f1": 80.1, "accuracy": 70.0},
-                                         {"step": 200, "epoch": 2, "f1": 81.2,
-                                          "accuracy": 71.0}])]
-    return run_record(**{"method": "tinybert", "task": "mrpc", "task_display": "MRPC",
-                         "seed": 1, "student_shape": "4L-192", "main_metric": "f1",
-                         "stages": stages, **fields})
-
-
-def test_loss_curves_one_panel_per_stage_with_history(tmp_path):
-    paths = figures.plot_loss_curves(record(), tmp_path, "loss")
-    texts = check_written(paths, tmp_path, "loss", (1000, 450))
-    for expected in ("stage: intermediate", "stage: prediction", "attention", "hidden",
-                     "embedding", "total (weighted)", "prediction (= total)",
-                     "dev F1 (right axis)", "dev F1 (%)", "optimiser step",
-                     "loss (log scale)"):
-        assert expected in texts
-    assert "stage: general" not in texts  # no history: no panel
-    assert any("tinybert · MRPC · 4L-192 · seed 1" in text for text in texts)
-
-
-def test_loss_curves_without_history_write_nothing(tmp_path):
-    empty = record(stages=[stage("task", [])])
-    assert figures.plot_loss_curves(empty, tmp_path, "none") == []
-
-
 def loss_record(method: str, seed: int, losses: list[float], **fields) -> RunRecord:
     """A run whose last stage with a history ("task", steps 10, 20, ...) has ``losses``."""
     task = [{"step": 10 * (k + 1), "epoch": k, "lr": 1e-4, "loss": value}

@@ -14,9 +14,7 @@ from scipy import stats as scipy_stats
 from harness.reporting.stats import (
     bootstrap_ci,
     holm_adjust,
-    holm_family,
     paired_comparison,
-    pairwise_table,
     sign_flip_pvalue,
     t_ci,
     wilcoxon_pvalue,
@@ -236,32 +234,6 @@ def test_task_z_is_invariant_to_a_tasks_scale():
     assert raw.unit == "points" and raw.mean_diff != pytest.approx(base.mean_diff)
 
 
-# ------------------------------------------------------------------------- pairwise_table
-
-
-def test_pairwise_table_has_a_row_per_pair():
-    methods = ["pkd", "kd", "finetune", "tinybert"]
-    rows = []
-    for m, method in enumerate(methods):
-        for task in ("RTE", "STS-B"):
-            for seed in range(3):
-                rows.append((method, task, seed, 60.0 - m + 0.3 * seed + (task == "RTE")))
-    runs = pd.DataFrame(rows, columns=["method", "task", "seed", "score"])
-    table = pairwise_table(runs, methods)
-    assert len(table) == len(methods) * (len(methods) - 1) // 2
-    assert list(zip(table["method_a"], table["method_b"], strict=True)) == \
-        list(itertools.combinations(methods, 2))
-    first = table.iloc[0]
-    assert first["n_pairs"] == 6 and first["n_tasks"] == 2 and first["tasks"] == "RTE, STS-B"
-    assert first["mean_diff"] == pytest.approx(1.0)
-    assert first["per_task"] == "RTE +1.00, STS-B +1.00"
-    assert first["p_permutation"] == pytest.approx(2 / 2**6)  # ties in |d|: still 2 patterns
-    assert (table["p_holm"] >= table["p_permutation"] - 1e-12).all()
-    assert table["summary"].str.contains(" vs ").all()
-    assert len(pairwise_table(runs)) == 6  # default: every method in runs
-    assert len(pairwise_table(runs, ["pkd"])) == 0
-
-
 def test_holm_adjust_known_values():
     adjusted = holm_adjust([0.01, 0.04, 0.03, float("nan")])
     assert adjusted[:3] == pytest.approx([0.03, 0.06, 0.06])
@@ -277,20 +249,3 @@ def test_paired_interval_is_the_student_t_interval_of_the_differences():
     differences = (a["score"] - b["score"]).to_numpy()
     assert (result.ci_low, result.ci_high) == pytest.approx(t_ci(differences))
     assert result.ci_low < 0 < result.ci_high
-
-
-def test_holm_family_adjusts_a_family_and_decides_significance():
-    runs = {name: pd.DataFrame({"task": ["a"] * 6, "seed": range(6), "score": scores})
-            for name, scores in {"zero": [0.0] * 6, "up": [1.0] * 6,
-                                 "mixed": [1.0, -1, 1, -1, 1, -1]}.items()}
-    results = [paired_comparison(runs["up"], runs["zero"]),
-               paired_comparison(runs["mixed"], runs["zero"]),
-               paired_comparison(runs["up"], runs["up"].iloc[:0])]  # no pairs
-    assert results[0].significant and results[0].p_permutation == pytest.approx(2 / 64)
-    family = holm_family(results)
-    assert [result.family for result in family] == [2, 2, 2]
-    assert family[0].p_holm == pytest.approx(holm_adjust(
-        [results[0].p_permutation, results[1].p_permutation])[0])
-    assert family[0].significant is (family[0].p_holm < 0.05)
-    assert family[2].p_holm is None and not family[2].significant
-    assert "Holm-adjusted over 2 comparisons p" in family[0].summary()

@@ -22,8 +22,6 @@ Figures (each ``plot_*`` writes what a ``*_figure`` function builds, which tests
   hatched (:func:`marked_cells`);
 * :func:`plot_task_losses`: one task's final-stage training loss of every method, mean
   over seeds with the seeds' range as a band (:func:`final_stage_losses`);
-  :func:`plot_loss_curves`: a single run's per-loss-term curves, one panel per stage, the
-  dev main metric on a twin axis;
 * :func:`plot_ablation`: change vs the full model per ablated variant, ours (with the seed
   interval of :func:`ablation_intervals`) beside the paper's, one facet per table
   (procedure / objective / mapping);
@@ -73,7 +71,6 @@ __all__ = [
     "param_importances",
     "pareto_front",
     "plot_ablation",
-    "plot_loss_curves",
     "plot_optuna_history",
     "plot_param_importances",
     "plot_score_vs_cost",
@@ -760,83 +757,6 @@ def _hatch(ax: Any, marked: pd.DataFrame | None) -> None:
 
 _HISTORY_META = ("step", "epoch", "lr", "loss")
 _PERCENT_METRICS = ("accuracy", "f1")
-
-
-def plot_loss_curves(record: RunRecord, out_dir: Path, name: str, *,
-                     title: str | None = None) -> list[Path]:
-    """A run's training curves: one panel per stage with a history, each named loss term a
-    line against the optimiser step, the weighted total (``loss``) black and dashed, and
-    the dev main metric (``record.main_metric``) at each evaluation as markers on a
-    right-hand axis. A term keeps its colour across panels; the y axis is logarithmic in a
-    panel whose losses span more than 20x. Returns [] when no stage has a history.
-    """
-    stages = [stage for stage in record.stages if stage.history]
-    if not stages:
-        return []
-    metric = record.main_metric
-    terms: list[str] = []
-    for stage in stages:
-        for entry in stage.history:
-            for key in entry:
-                if key not in _HISTORY_META and key not in terms:
-                    terms.append(key)
-    palette = dict(zip(terms, sns.color_palette("colorblind", max(len(terms), 1)),
-                       strict=False))
-    metric_colour = "#b2182b"
-    if title is None:
-        parts = [record.method, record.task_display or record.task, record.student_shape,
-                 f"seed {record.seed}"]
-        title = "training losses · " + " · ".join(str(p) for p in parts if p)
-
-    with _style():
-        fig = _figure(figsize=(max(6.8, 0.6 + 5.0 * len(stages)), 4.4))
-        axes = fig.subplots(1, len(stages), squeeze=False)[0]
-        legend: dict[str, Any] = {}
-        for ax, stage in zip(axes, stages, strict=True):
-            history = pd.DataFrame(stage.history).sort_values("step")
-            shown = [t for t in terms if t in history and history[t].notna().any()]
-            values = history[[*shown, *(["loss"] if "loss" in history else [])]]
-            positive = values.to_numpy(dtype=float)
-            positive = positive[np.isfinite(positive)]
-            if positive.size and positive.min() > 0 and positive.max() / positive.min() > 20:
-                ax.set_yscale("log")
-                ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-                ax.yaxis.set_minor_locator(NullLocator())
-            total_is_term = "loss" in history and len(shown) == 1 and np.allclose(
-                history["loss"], history[shown[0]], equal_nan=True)
-            for term in shown:
-                label = f"{term} (= total)" if total_is_term else term
-                (line,) = ax.plot(history["step"], history[term], color=palette[term], lw=1.6,
-                                  label=label)
-                legend.setdefault(label, line)
-            if "loss" in history and not total_is_term:
-                (line,) = ax.plot(history["step"], history["loss"], color="black", lw=2.2,
-                                  ls="--", label="total (weighted)", zorder=3)
-                legend.setdefault("total (weighted)", line)
-            ax.set_xlabel("optimiser step")
-            ax.set_ylabel("loss" + (" (log scale)" if ax.get_yscale() == "log" else ""))
-            ax.set_title(f"stage: {stage.name}")
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=6))
-            evaluations = pd.DataFrame(stage.evaluations)
-            if metric and metric in evaluations and evaluations[metric].notna().any():
-                twin = ax.twinx()
-                twin.grid(False)
-                label = f"dev {metric_label(metric)} (right axis)"
-                (points,) = twin.plot(evaluations["step"], evaluations[metric], ls=":",
-                                      lw=1.0, marker="o", ms=6, color=metric_colour,
-                                      label=label, zorder=4)
-                legend.setdefault(label, points)
-                unit = "%" if metric in _PERCENT_METRICS else "×100"
-                twin.set_ylabel(f"dev {metric_label(metric)} ({unit})", color=metric_colour)
-                twin.tick_params(axis="y", colors=metric_colour)
-                lo, hi = evaluations[metric].min(), evaluations[metric].max()
-                pad = max((hi - lo) * 0.15, 0.5)
-                twin.set_ylim(lo - pad, hi + pad)
-            ax.set_xlim(left=0)
-        fig.suptitle(title)
-        fig.legend(legend.values(), legend.keys(), loc="outside lower center",
-                   ncol=min(len(legend), 6), frameon=False)
-        return save(fig, out_dir, name)
 
 
 def final_stage_losses(runs: Iterable[tuple[str, RunRecord]]) -> pd.DataFrame:

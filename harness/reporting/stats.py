@@ -6,10 +6,8 @@
   the (task, seed) pairs both have; the mean difference a - b, its Student-t CI, a sign-flip
   permutation test (exact up to 16 pairs, Monte Carlo beyond), the Wilcoxon signed-rank test,
   wins/losses/ties and the per-task mean differences, in a `PairedResult`.
-- `pairwise_table(runs, methods)`: every pair of methods, one row each, with Holm-adjusted
-  p-values across the rows; `holm_family(results)`: the same adjustment for a family of
-  comparisons read together (the report's neighbouring rows, the papers' orderings), which
-  then decides each one's ``significant``.
+- `holm_adjust(p_values)`: Holm's step-down adjustment of a family of p-values. The report's
+  task-by-task verdicts and their families are in :mod:`harness.reporting.verdicts`.
 
 Seeds are few (typically 2-5 per task), so every interval here is rough: with n values the
 bootstrap cannot see variation it has not sampled, and its percentile interval is too narrow
@@ -35,8 +33,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from itertools import combinations
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -348,40 +345,3 @@ def holm_adjust(pvalues: Sequence[float] | np.ndarray) -> np.ndarray:
         adjusted[index] = running
     return adjusted
 
-
-def holm_family(results: Sequence[PairedResult]) -> list[PairedResult]:
-    """``results`` read as one family of claims: each sign-flip p Holm-adjusted over the
-    comparisons that have pairs, which then decides ``significant``."""
-    adjusted = holm_adjust([result.p_permutation for result in results])
-    family = int(np.isfinite(adjusted).sum())
-    return [replace(result, p_holm=None if math.isnan(p) else float(p), family=family,
-                    significant=bool(p < result.alpha))
-            for result, p in zip(results, adjusted, strict=True)]
-
-
-def pairwise_table(runs: pd.DataFrame, methods: Sequence[str] | None = None, *,
-                   normalize: Normalize = "none", confidence: float = 0.95, alpha: float = 0.05,
-                   resamples: int = 10_000, seed: int = 0) -> pd.DataFrame:
-    """Every pair of `methods` (default: all in `runs`, sorted), one row per pair.
-
-    `runs` has columns ``method``, ``task``, ``seed``, ``score``. For methods[i] and methods[j]
-    with i < j the row compares a = methods[i] with b = methods[j] (`paired_comparison`), so
-    put the methods in the order the report ranks them. Columns: `PairedResult.row()`'s, plus
-    ``p_holm`` (the permutation p-values Holm-adjusted over the table's rows, which matters
-    when many pairs are read at once) and ``significant_holm``.
-    """
-    if "method" not in runs.columns:
-        raise ValueError("runs: missing column 'method'")
-    names = list(methods) if methods is not None else sorted(runs["method"].dropna().unique())
-    rows = []
-    for first, second in combinations(names, 2):
-        result = paired_comparison(
-            runs[runs["method"] == first], runs[runs["method"] == second], name_a=str(first),
-            name_b=str(second), normalize=normalize, confidence=confidence, alpha=alpha,
-            resamples=resamples, seed=seed)
-        rows.append(result.row())
-    columns = list(_no_pairs("a", "b").row())
-    table = pd.DataFrame(rows, columns=columns)
-    table["p_holm"] = holm_adjust(table["p_permutation"].to_numpy(dtype=float))
-    table["significant_holm"] = table["p_holm"] < alpha
-    return table
