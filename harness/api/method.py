@@ -68,9 +68,10 @@ implementation that returns them."""
 class MethodParams(BaseModel):
     """Base for a method's hyperparameters: strict, so a misspelt name is an error.
 
-    A run id hashes the params as serialised, defaults included.  An option added to a
-    plugin after records of it exist goes in ``added_later`` with its default: it is left
-    out while at that default, so the records made before it keep their run ids."""
+    A run id hashes the params as serialised, defaults included, except the options named
+    in ``added_later`` (name -> default), which are left out while at that default: a
+    plugin gives an option there when records without it exist, so they keep their run
+    ids (docs/architecture.md, "What changes a run id")."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     added_later: ClassVar[dict[str, Any]] = {}
@@ -365,8 +366,7 @@ class Method:
         """What the method needs that this machine lacks (a package, a file), with how to
         get it; None (the default): nothing.  Asked for every cell before the first one
         trains, so a missing asset stops a run at once, not when the stage that reads it
-        begins, after the general distillation (glue-cpu's: 6 min on an H100, 21-32 min on
-        a 2-core CPU)."""
+        begins, after the general distillation."""
         return None
 
     def save_student(self, student: nn.Module, encoder: StudentEncoder | None,

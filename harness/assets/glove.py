@@ -70,10 +70,9 @@ def glove_problem(path: str | Path | None) -> str | None:
 
 
 SHIPPED_RELEASE = {"source": f"pypi:{PACKAGE}", "version": "1.0.0"}
-"""The vectors of every run id made before run ids named their word vectors (the records
-in results/ included).  :func:`vectors_run_identity` leaves them out, so those ids stay as
-they were; any other vectors (another release, a file) join the ids of the runs that read
-them."""
+"""The default word vectors: :func:`vectors_run_identity` leaves them out of run ids (the
+ids of runs that read them hold no vectors field, the committed records' included); any
+other vectors (another release, a file) join the ids of the runs that read them."""
 
 
 def vectors_identity(path: str | Path | None) -> dict[str, Any]:

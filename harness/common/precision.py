@@ -1,9 +1,9 @@
 """``auto`` precision: bf16 where the hardware computes it natively, fp32 elsewhere.
 
-bf16 autocast is a real gain only with native bf16 arithmetic: on a CPU with AVX512-BF16 or
-AMX it is faster than fp32, on an AVX2-only CPU several times slower (the arithmetic is
-emulated; figures in notes/2026-11-27-benchmarks-log.md).  So ``auto`` reads the CPU's
-flags (or asks CUDA) instead of assuming either.  A suite's ``auto`` values are resolved once per
+bf16 autocast is a gain only with native bf16 arithmetic (a CPU with AVX512-BF16 or AMX, or
+a CUDA device); elsewhere it is emulated (measurements: notes/2026-11-27-benchmarks-log.md,
+"On a CPU with AMX" and "On an AMD CPU").  So ``auto`` reads the CPU's flags (or asks CUDA)
+instead of assuming either.  A suite's ``auto`` values are resolved once per
 process, before any run id is computed: the resolved precision is what a record's
 configuration holds, so runs in different precisions never share an id.
 """

@@ -163,17 +163,15 @@ class TrainConfig(StrictModel):
         "it natively (CPU flags avx512_bf16 / amx_bf16, or CUDA bf16), else no. Resolved "
         "before run ids are computed, so a record holds the precision it ran in")
     compile: bool = Field(
-        False, description="torch.compile the student (in place) for the stage; off by "
-        "default: on CPUs it was slower per step and costs a compile per stage "
-        "(notes/2026-11-27-benchmarks-log.md)")
+        False, description="torch.compile the student (in place) for the stage, at the "
+        "cost of a compile per stage; part of the run id when on "
+        "(measurements: notes/2026-11-27-benchmarks-log.md, section 4)")
     fused_optimizer: bool = Field(
         False, description="AdamW's fused implementation (one kernel updates every "
         "parameter) instead of torch's default (a loop over the parameters on a CPU, "
-        "for-each kernels on a GPU): a 4L-192 student's gradient clipping and update take "
-        "7 ms a step instead of 28 on a 2-core CPU (notes/2026-11-27-benchmarks-log.md). "
-        "Its rounding "
-        "differs from the default's in the last bits, which training carries on, so it is "
-        "part of the run id when on")
+        "for-each kernels on a GPU). Its rounding differs from the default's in the last "
+        "bits, which training carries on, so it is part of the run id when on "
+        "(measurements: notes/2026-11-27-benchmarks-log.md, section 5)")
     log_every_steps: int = Field(25, gt=0)
     epoch_size: Literal["data", "task"] = Field(
         "data", description="data: an epoch is a pass over the stage's data; task: as many "
@@ -181,9 +179,9 @@ class TrainConfig(StrictModel):
         "data an epoch then costs the same as without augmentation)")
 
     def identity(self) -> dict[str, Any]:
-        """The values that identify a run or a cached teacher.  Fields added since the
-        first records are left out while at their defaults, so adding an option does not
-        orphan every cached teacher and record made before it."""
+        """The values that identify a run or a cached teacher: every field, except those of
+        :data:`LATER_TRAIN_FIELDS` while at their defaults (so a record or cached teacher
+        whose configuration lacks such a field keeps its key)."""
         values = self.model_dump()
         for name, default in LATER_TRAIN_FIELDS.items():
             if values.get(name) == default:
@@ -262,10 +260,9 @@ class TeacherConfig(StrictModel):
         "logits (training and dev splits, augmented sets), its cached intermediate outputs "
         "and its live forward during a student's stage, whatever the student trains in: fp32, or "
         "bf16 autocast. It enters the teacher's cache key and the "
-        "run ids (bf16 reuses the fp32 entry's fine-tuned model). fp32 by default: without "
-        "native bf16 (AMX / AVX-512 BF16, or a GPU) bf16 is emulated and several times "
-        "slower for no accuracy gain (notes/2026-11-27-benchmarks-log.md). auto: bf16 "
-        "where the device "
+        "run ids (bf16 reuses the fp32 entry's fine-tuned model). fp32 by default, since "
+        "without native bf16 (AMX / AVX-512 BF16, or a GPU) bf16 is emulated "
+        "(notes/2026-11-27-benchmarks-log.md, section 1). auto: bf16 where the device "
         "computes it natively, else fp32 (resolved before any key)")
     intermediate_cache: IntermediateCacheConfig = IntermediateCacheConfig()
     pooling: Literal["auto", "cls", "pooler", "mean"] = Field(

@@ -91,12 +91,10 @@ def padding_multiple(device: torch.device) -> int:
     """What a batch's width is rounded up to on ``device``.
 
     8 on a GPU, where bf16 matrix products pay a slow first call for each new batch width:
-    rounding leaves at most 16 widths up to 128 tokens.  On an H200, a BERT-base training
-    step took 132.7 ms over 40 widths drawn from 40-128 and 38.3 ms over the same rounded
-    up to 8 (23-29 ms at one fixed width, whether a multiple of 8 or not); a bf16 teacher
-    fine-tuning went from 31.0 s to 13.8 s (notes/2026-11-27-benchmarks-log.md).  1 elsewhere:
-    on a CPU a width costs its arithmetic alone, so rounding would only add the padding's
-    compute, and CPU runs stay bit-identical to the records made before rounding existed."""
+    rounding leaves at most 16 widths up to 128 tokens (measurements:
+    notes/2026-11-27-benchmarks-log.md, "On a GPU: one NVIDIA H200").  1 elsewhere: on a
+    CPU a width costs its arithmetic alone, so rounding would only add the padding's compute:
+    a CPU batch stays exactly as wide as its longest row."""
     return 8 if device.type == "cuda" else 1
 
 

@@ -388,8 +388,8 @@ def _add_efficiency(board: pd.DataFrame, efficiency: pd.DataFrame,
                          for key in board["efficiency_key"]]
     if teacher_params:
         # The trained teacher's total less the benchmark's embedding tables, which are the
-        # same in any head (a benchmark record made before the benchmark built the
-        # teacher's own head counts BERT's pooler in the rest).
+        # same in any head (the rest of a benchmark record whose teacher was built with
+        # BERT's pooler, not its own head, counts the pooler).
         bench = board.loc[0]
         board.loc[0, "params_non_embedding"] = (
             teacher_params - (bench["bench_params_total"] - bench["bench_params_non_embedding"]))
@@ -1213,7 +1213,7 @@ def _bench_device(bench: dict[str, Any] | None) -> str:
     if not bench:
         return "no bench record"
     machine = bench["machine"]
-    # Records made before the bench had a precision setting ran in fp32.
+    # A bench record without a precision setting ran in fp32.
     precision = bench["settings"].get("precision", "fp32")
     return (f"{machine.get('device_name') or machine.get('device')}, "
             f"{machine.get('threads')} thread(s), {precision}")

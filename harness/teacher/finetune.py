@@ -104,8 +104,8 @@ class TeacherArtifacts:
 
     @property
     def pooling(self) -> str:
-        """What the fine-tuned teacher's head reads (entries made before pooling was a
-        setting used BERT's pooler)."""
+        """What the fine-tuned teacher's head reads (BERT's pooler where the entry's
+        summary names none)."""
         return self.summary.get("pooling", "pooler")
 
     def load_model(self, attn_implementation: str | None = None):
@@ -161,7 +161,7 @@ def _model_key(checkpoint: Checkpoint, task: TaskSpec, data_fingerprint: str,
         "training": training.identity() if teacher.finetune else None,
         "seed": teacher.seed if teacher.finetune else None,
         "max_seq_length": max_length,
-        # Keys made before pooling was a setting (BERT's pooler) stay as they were.
+        # At their defaults (BERT's pooler, best-dev) these stay out of the key.
         **({"pooling": pooling} if pooling not in (None, "pooler") else {}),
         **({"selection": selection} if teacher.finetune and selection != "best-dev" else {}),
     })
