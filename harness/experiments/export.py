@@ -1,9 +1,8 @@
 """Keeping a run's trained student, and exporting it as a Hugging Face folder.
 
-A run keeps its student only when asked (``harness run --save-students``): the
-checkpoint of its last stage that the suite's ``selection`` keeps, the weights its dev score
-was measured on, goes into the
-artefact cache as ``students/<run id>`` with the score it reached. ``harness export RUN_ID
+A run keeps its student only when asked (``harness run --save-students``): the checkpoint
+of its last stage that the suite's ``selection`` keeps, the weights its dev score was
+measured on, goes into the artefact cache as ``students/<run id>`` with the score it reached. ``harness export RUN_ID
 OUT_DIR`` writes that student as a standard folder (config with the label names and the
 head's pooling, safetensors weights, the tokenizer truncating at the run's sequence length,
 and a model card). A run whose student was not kept is trained again from its resolved
