@@ -1,14 +1,14 @@
 """Keeping a run's trained student, and exporting it as a Hugging Face folder.
 
-A run keeps its student only when asked (``harness run --save-students``): the checkpoint
-of its last stage that the suite's ``selection`` keeps, the weights its dev score was
-measured on, goes into the artefact cache as ``students/<run id>`` with the score it reached. ``harness export RUN_ID
-OUT_DIR`` writes that student as a standard folder (config with the label names and the
-head's pooling, safetensors weights, the tokenizer truncating at the run's sequence length,
-and a model card). A run whose student was not kept is trained again from its resolved
-configuration, which must hash to the record's run id; the export is refused when the
-retrained student's dev score differs from the record's, so an exported folder always
-holds the model the record measured.
+A run keeps its student only when asked (``harness run --save-students``): the checkpoint of
+its last stage that the suite's ``selection`` keeps, the weights its dev score was measured
+on, goes into the artefact cache as ``students/<run id>`` with the score it reached.
+``harness export RUN_ID OUT_DIR`` writes that student as a standard folder (config with the
+label names and the head's pooling, safetensors weights, the tokenizer truncating at the
+run's sequence length, and a model card). A run whose student was not kept is trained again
+from its resolved configuration, which must hash to the record's run id; the export is
+refused when the retrained student's dev score differs from the record's, so an exported
+folder always holds the model the record measured.
 
 A student whose head reads BERT's pooler is a stock ``BertForSequenceClassification``. One
 that reads the mean of its token states or the [CLS] state has no stock Transformers class:
