@@ -9,7 +9,7 @@ import torch
 from harness.api.registry import instantiate
 from harness.api.suites import load_suite
 from harness.config.schema import ConfigError, TrainConfig
-from harness.training.engine import _optimizer
+from harness.training.optimization import build_optimizer
 from tests.test_intermediate_cache import tiny_split
 from tests.tiny_training import TinyRun, train_tiny_student
 
@@ -36,8 +36,8 @@ def test_it_enters_a_training_identity_only_when_on():
 
 def test_the_engine_builds_the_implementation_asked_for():
     layer = torch.nn.Linear(4, 4)
-    assert _optimizer([layer], TrainConfig(fused_optimizer=True)).defaults["fused"] is True
-    assert not _optimizer([layer], TrainConfig()).defaults["fused"]
+    assert build_optimizer([layer], TrainConfig(fused_optimizer=True)).defaults["fused"] is True
+    assert not build_optimizer([layer], TrainConfig()).defaults["fused"]
 
 
 def test_fused_steps_train_the_weights_the_default_steps_do():

@@ -17,8 +17,10 @@ from __future__ import annotations
 import atexit
 from typing import Any, TypeVar
 
+import torch
 import torch.distributed as dist
 from accelerate import Accelerator
+from torch import nn
 
 T = TypeVar("T")
 
@@ -62,6 +64,60 @@ def local_rows(rows: list[int], accelerator: Accelerator) -> tuple[list[int], in
     if not share:
         return list(rows[:1]), 0
     return share, len(share)
+
+
+def all_finite(finite: bool, accelerator: Accelerator) -> bool:
+    """Whether ``finite`` holds on every process, the same answer on all (a collective
+    with several processes): they stop together, or the others wait in the backward."""
+    if accelerator.num_processes == 1:
+        return finite
+    return not bool(accelerator.reduce(torch.tensor(
+        [0.0 if finite else 1.0], device=accelerator.device), "sum").item())
+
+
+def weighted_by_share(loss: torch.Tensor, values: dict[str, torch.Tensor], own: int,
+                      rows: int, accelerator: Accelerator
+                      ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """``loss`` and its terms weighted by this process's share of the batch (``own`` of
+    its ``rows``; unchanged in one process).  DDP averages the processes' gradients;
+    weighting each by its share makes that the gradient of the whole batch's mean loss
+    (and the logged mean over processes its value)."""
+    if accelerator.num_processes == 1:
+        return loss, values
+    share = own * accelerator.num_processes / rows
+    return loss * share, {name: value * share for name, value in values.items()}
+
+
+def mean_over_processes(values: dict[str, float], accelerator: Accelerator
+                        ) -> dict[str, float]:
+    """The mean of each value over the processes, the same on all (``values`` itself in
+    one process)."""
+    if accelerator.num_processes == 1:
+        return values
+    names = list(values)
+    reduced = accelerator.reduce(torch.tensor(
+        [values[name] for name in names], device=accelerator.device), "mean")
+    return dict(zip(names, reduced.tolist(), strict=True))
+
+
+def average_gradients(parameters: list[nn.Parameter], accelerator: Accelerator) -> None:
+    """Average ``parameters``' gradients over the processes (one collective), as DDP does
+    for the modules it wraps.  A parameter without a gradient on every process keeps none
+    (the optimiser skips it, as it would in one process)."""
+    flat = torch.cat([p.grad.detach().reshape(-1) if p.grad is not None
+                      else torch.zeros(p.numel(), device=p.device, dtype=p.dtype)
+                      for p in parameters]
+                     + [torch.tensor([float(p.grad is not None) for p in parameters],
+                                     device=parameters[0].device, dtype=parameters[0].dtype)])
+    flat = accelerator.reduce(flat, "sum")
+    present = flat[-len(parameters):]
+    offset = 0
+    for parameter, count in zip(parameters, present.tolist(), strict=True):
+        size = parameter.numel()
+        if count:
+            parameter.grad = (flat[offset:offset + size] / accelerator.num_processes
+                              ).view_as(parameter).clone()
+        offset += size
 
 
 def release_at_exit(accelerator: Accelerator) -> None:
