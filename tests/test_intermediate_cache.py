@@ -356,7 +356,7 @@ def test_batches_rounded_up_to_8_tokens_as_on_a_gpu_train_the_same(cached, tmp_p
     assert any(length % 8 for length in split.lengths)
 
     def train(multiple: int, folder) -> tuple[list[dict], torch.Tensor]:
-        for module in ("harness.training.engine", "harness.teacher.outputs"):
+        for module in ("harness.training.batches", "harness.teacher.outputs"):
             monkeypatch.setattr(f"{module}.padding_multiple", lambda _device: multiple)
         method = tinybert(params={"mapping": "bottom"})
         torch.manual_seed(0)
