@@ -60,8 +60,8 @@ lint: $(STAMP)
 clean-venv:
 	rm -rf $(VENV) $(TB_VENV)
 
-# TextBrewer beside torch 2.13.0 in its own environment, for `harness bench train`'s third
-# side (scripts/textbrewer_step.py runs in it). torch goes first and pinned (CPU wheel here);
+# TextBrewer beside torch 2.13.0 in its own environment, for `python -m benchmarks train`'s
+# third side (scripts/textbrewer_step.py runs in it). torch goes first and pinned (CPU wheel here);
 # transformers is pinned to the main environment's version so both sides run the same model
 # code (textbrewer itself needs only numpy, torch, tensorboard and tqdm).
 TB_VENV := .venv-textbrewer
@@ -77,16 +77,19 @@ $(TB_STAMP): $(STAMP)
 		"transformers==$$($(BIN)/python -c 'import transformers; print(transformers.__version__)')"
 	touch $(TB_STAMP)
 
+# The harness's own benchmarks are the package benchmarks/, run from the checkout.
+BENCH := $(BIN)/python -m benchmarks
+
 # The training-step benchmark: harness vs a hand-written loop vs TextBrewer (ARGS: options).
 bench-train: $(TB_STAMP)
-	$(BIN)/harness bench train $(ARGS)
+	$(BENCH) train $(ARGS)
 
-# Every performance benchmark of docs/benchmarks.md, each printing its ratios and targets
-# (about 25 minutes on 2 CPU cores; needs the cached glue-cpu teachers for `bench memory`).
+# Every benchmark of the harness itself in docs/benchmarks.md, each printing its ratios and
+# targets (`memory` needs the cached glue-cpu teachers).
 bench: $(TB_STAMP)
-	$(BIN)/harness bench train
-	$(BIN)/harness bench cache --task sst2 --train-examples 3000
-	$(BIN)/harness bench augment --task mrpc --examples 200 --copies 4
-	$(BIN)/harness bench augment --task cola --examples 200 --copies 4
-	$(BIN)/harness bench memory
-	$(BIN)/harness bench runs
+	$(BENCH) train
+	$(BENCH) cache --task sst2 --train-examples 3000
+	$(BENCH) augment --task mrpc --examples 200 --copies 4
+	$(BENCH) augment --task cola --examples 200 --copies 4
+	$(BENCH) memory
+	$(BENCH) runs

@@ -1,4 +1,4 @@
-"""TextBrewer's side of `harness bench train`: the TinyBERT intermediate step in TextBrewer.
+"""TextBrewer's side of `python -m benchmarks train`: the TinyBERT intermediate step in TextBrewer.
 
 Runs inside the TextBrewer environment (`make bench-env` builds .venv-textbrewer: torch
 2.13.0, textbrewer, the main environment's transformers), never in the main one.  The
@@ -31,7 +31,7 @@ when the iterable raises after the last timed step.
 
 Modes:
 
-* ``serve --setup S``: for `harness bench train`'s interleaved rounds.  Prints one JSON
+* ``serve --setup S``: for `benchmarks train`'s interleaved rounds.  Prints one JSON
   line ``{"ready": ...}`` on stdout, then for every JSON line ``{"batches": PATH}`` on
   stdin runs one step per batch in PATH (a list of dicts of tensors) and answers
   ``{"times": [seconds...], "losses": {...}}``; ``{"stop": true}`` ends it.

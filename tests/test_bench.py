@@ -384,9 +384,6 @@ def test_cli_runs_and_names_known_shapes(bench_run, tmp_path):
     assert result.exit_code == 2, result.output
     assert "student 'tiny-bilstm' (kind bilstm): word-level students tokenise with spaCy: " \
         "pip install spacy; or leave it out with --student" in " ".join(result.output.split())
-    # the subcommand still runs on its own
-    result = runner.invoke(app, ["bench", "augment", "--help"])
-    assert result.exit_code == 0 and "augmentation" in result.output
 
 
 def test_glue_cpu_models_are_the_runners_mean_pooled_ones_as_the_records_count_them():

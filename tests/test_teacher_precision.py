@@ -11,7 +11,6 @@ import pytest
 
 from harness.api.suites import load_suite
 from harness.assets.checkpoints import Checkpoint
-from harness.bench.teacher_precision import run_precision_benchmark
 from harness.common.cache import CACHE_VERSION, content_hash
 from harness.config.schema import ConfigError, TeacherConfig, TrainConfig
 from harness.data.tasks import get_task
@@ -83,19 +82,6 @@ def test_bf16_logits_reuse_the_fine_tuned_teacher_and_are_recorded(tiny_suite_fi
     record = json.loads(bf16.run_one("kd", "rte", seed=1).path.read_text())
     assert record["teacher"]["inference_precision"] == "bf16"
     assert record["teacher"]["key"] == labelled.key == record["config"]["teacher"]["key"]
-
-
-def test_precision_benchmark_reports_both_precisions(tiny_suite_file, tmp_path):
-    result = run_precision_benchmark(suite=str(tiny_suite_file), tasks=["rte"], train_rows=8,
-                                     batch_size=16, cache_dir=tmp_path / "cache",
-                                     log=lambda _: None)
-    rows = {(row["split"], row["precision"]): row for row in result["rows"]}
-    assert set(rows) == {(split, precision) for split in ("dev", "train[:8]")
-                         for precision in ("fp32", "bf16")}
-    assert rows["dev", "fp32"]["max_abs_diff"] == 0.0
-    assert rows["dev", "bf16"]["score"] is not None
-    assert 0 <= rows["dev", "bf16"]["argmax_agreement"] <= 100
-    assert any("| rte dev | 24 | bf16 |" in line for line in result["table"])
 
 
 def test_a_fresh_teacher_does_not_depend_on_what_ran_before_it(tiny_suite_file, tmp_path):

@@ -70,9 +70,8 @@ class MethodRegistry:
         if self._discovered:
             return
         self._discovered = True
-        import methods
-
-        for module in pkgutil.iter_modules(methods.__path__):
+        package = importlib.import_module("methods")  # by name: the core imports no method
+        for module in pkgutil.iter_modules(package.__path__):
             if not module.name.startswith("_"):
                 where = str(Path(module.module_finder.path) / module.name)  # type: ignore[union-attr]
                 where += "/" if module.ispkg else ".py"

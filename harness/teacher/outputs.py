@@ -2,8 +2,8 @@
 
 * Precision of the cached teacher logits (``teacher.inference_precision``: fp32 or bf16
   autocast) and the measurement behind its default,
-  :func:`harness.bench.teacher_precision.run_precision_benchmark` (``harness bench
-  teacher-precision``).
+  ``python -m benchmarks teacher-precision`` (benchmarks/teacher_precision.py, outside
+  the core).
 * The live teacher forward of a training step, :func:`live_teacher_outputs`.  A method that
   declares the teacher layers a stage reads (:meth:`harness.api.method.Method.teacher_layers`,
   a :class:`TeacherLayers`) gets a forward that stops after the deepest of them

@@ -732,7 +732,7 @@ def run_augment_benchmark(*, task: str, examples: int, copies: int, candidates: 
                           data_dir: str | None, cache_dir: str | Path | None,
                           words: str = "all", authors_input: bool = False,
                           log: Callable[[str], None] = print) -> dict[str, Any]:
-    """``harness bench augment``: the first ``examples`` training rows of ``task``, the
+    """``python -m benchmarks augment``: the first ``examples`` training rows of ``task``, the
     masked LM of ``teacher`` (a head fitted on ``corpus_tasks`` when it has none)."""
     import os
     from datetime import datetime, timezone

@@ -1,18 +1,18 @@
 """Run-level benchmarks: memory across runs in one process, the teacher cache's payoff, and
 the wall time and peak memory of each method's glue-cpu runs.
 
-- :func:`run_memory_flatness` (``harness bench memory``): many runs in ONE process (rounds
+- :func:`run_memory_flatness` (``python -m benchmarks memory``): many runs in ONE process (rounds
   of methods x tasks, one seed per round) on the cached teachers with a small step budget;
   after each run the process's resident memory (after ``gc.collect()``), the run's own
   peak (its record's ``memory``) and the live torch tensors and modules.  A leak shows as
   a rising line from round to round; the fitted slope (MiB per run, rounds after the
   first) says how much.  CSV plus a figure (PNG and SVG).
-- :func:`run_cache_benchmark` (``harness bench cache``): on a fresh cache and results
+- :func:`run_cache_benchmark` (``python -m benchmarks cache``): on a fresh cache and results
   store, the first run of a task (fine-tunes the teacher, labels its training and dev
   splits, trains the student) against later runs that reuse the cached teacher: another
   seed, another logit-only method, an Optuna trial.  Each step is its own ``harness`` process, timed
   from the outside, as a user would run it.
-- :func:`method_costs` (``harness bench runs``): per method, the wall time of a full seed
+- :func:`method_costs` (``python -m benchmarks runs``): per method, the wall time of a full seed
   (sum over the suite's tasks) from the records, and peak memory from records that carry
   one.
 """

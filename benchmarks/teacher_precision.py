@@ -1,5 +1,5 @@
-"""Teacher logits in fp32 and bf16: time, differences and dev score (``harness bench
-teacher-precision``)."""
+"""Teacher logits in fp32 and bf16: time, differences and dev score (``python -m
+benchmarks teacher-precision``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Training-step benchmark: the harness's TinyBERT intermediate step against a minimal
 hand-written PyTorch loop and against TextBrewer, measured side by side in one run.
 
-``harness bench train`` times three sides on identical tensors:
+``python -m benchmarks train`` times three sides on identical tensors:
 
 * ``harness``: the real thing: the ``tinybert`` plugin's ``intermediate`` stage (embedding,
   attention-score and hidden losses, its learnable projections, the suite's layer mapping)
@@ -62,7 +62,7 @@ from harness.config.schema import StudentConfig, TrainConfig
 from harness.data.features import EncodedSplit
 from harness.training.engine import parameter_groups
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 TEXTBREWER_SCRIPT = REPO_ROOT / "scripts" / "textbrewer_step.py"
 DEFAULT_TEXTBREWER_ENV = REPO_ROOT / ".venv-textbrewer"
 METHOD = "tinybert"
@@ -720,7 +720,7 @@ def summary_lines(record: dict[str, Any]) -> list[str]:
 
 def run_train_bench(settings: TrainBenchSettings, overrides: list[str] | None = None,
                     log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Build the set-up from the suite and time it (the ``harness bench train`` command)."""
+    """Build the set-up from the suite and time it (the ``python -m benchmarks train`` command)."""
     if settings.textbrewer:
         settings.textbrewer_python()  # a missing environment stops before any loading
     if settings.threads is not None:
@@ -734,4 +734,4 @@ def write_record(record: dict[str, Any], path: Path) -> Path:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    print("use `harness bench train`", file=sys.stderr)
+    print("use `python -m benchmarks train`", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""`harness bench train`: the minimal loop and TextBrewer do the harness's arithmetic, the
+"""`python -m benchmarks train`: the minimal loop and TextBrewer do the harness's arithmetic, the
 interleaved rounds produce every figure, and the command refuses bad options clearly.
 
 Tiny random-weight BERT teacher and student; no timing assertions."""
@@ -17,10 +17,8 @@ from accelerate import Accelerator
 from transformers import BertConfig, BertForSequenceClassification
 from typer.testing import CliRunner
 
-from harness.api.context import StudentContext
-from harness.api.registry import instantiate
-from harness.api.students import classifier_config
-from harness.bench.train import (
+from benchmarks.cli import app
+from benchmarks.train import (
     DEFAULT_TEXTBREWER_ENV,
     TEXTBREWER_SCRIPT,
     BenchSetup,
@@ -35,7 +33,9 @@ from harness.bench.train import (
     summary_lines,
     textbrewer_setup,
 )
-from harness.cli import app
+from harness.api.context import StudentContext
+from harness.api.registry import instantiate
+from harness.api.students import classifier_config
 from harness.config.schema import MethodRecipe, StudentConfig, TrainConfig
 from harness.data.features import EncodedSplit
 from harness.data.tasks import get_task
@@ -94,7 +94,7 @@ def test_minimal_loop_step_equals_the_harness_engine_step():
     setup = tiny_setup()
     chosen = settings()
     config = stage_config(setup, chosen)
-    accelerator = Accelerator()  # both loops on its device, as `harness bench train` runs them
+    accelerator = Accelerator()  # both loops on its device, as `benchmarks train` runs them
     minimal = minimal_for(setup, config, accelerator.device)
     interleaver = Interleaver(0, 1, 1, {"minimal": minimal.run}, accelerator.device, seed=0)
     harness_losses = run_harness(setup, config, interleaver, accelerator, seed=0)
@@ -163,7 +163,7 @@ def test_fixed_length_split_gives_unpadded_rows_of_the_length():
     (["--textbrewer-env", "/nonexistent/env"], "make bench-env"),
 ])
 def test_cli_refuses_bad_options(args, message):
-    result = CliRunner().invoke(app, ["bench", "train", *args])
+    result = CliRunner().invoke(app, ["train", *args])
     assert result.exit_code == 2
     assert message in " ".join(result.output.split())
 

@@ -1,9 +1,9 @@
-"""harness bench threads on a tiny suite: the same cell alone on two threads, then twice at
+"""`python -m benchmarks threads` on a tiny suite: the same cell alone on two threads, then twice at
 once on one thread each, as whole `harness run` processes."""
 
 from __future__ import annotations
 
-from harness.bench.threads import run_threads_benchmark
+from benchmarks.threads import run_threads_benchmark
 
 
 def test_threads_benchmark_times_both_modes_on_a_real_cell(tiny_suite_file, tmp_path):
@@ -29,7 +29,7 @@ def test_each_parallel_job_is_timed_when_it_ends(monkeypatch):
     import subprocess
     import sys
 
-    import harness.bench.threads as threads
+    import benchmarks.threads as threads
 
     sleeps = iter([0.0, 0.0, 1.5, 0.1])  # warm-up, alone, then job 0 (slow), job 1 (fast)
 

@@ -1,0 +1,5 @@
+"""``python -m benchmarks``: every benchmark of the harness itself (``--help`` lists them)."""
+
+from benchmarks.cli import app
+
+app(prog_name="python -m benchmarks")
