@@ -613,6 +613,10 @@ class PaperShare(StrictModel):
 class SuiteConfig(StrictModel):
     name: Name
     description: str = ""
+    title: str | None = Field(
+        None, min_length=1, max_length=80, pattern=r"^[^\n]*$", description="what reports "
+        "call this suite's runs: the heading of the ablation figure of its anchor_groups "
+        "(default: the suite's name); no part of any run id")
     protocol: Name | None = Field(
         None, description="the suite whose runs these are (a view of it: other tasks, seeds "
         "or variants, the same data, teacher, student and budgets): runs hash and record "

@@ -36,7 +36,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from itertools import combinations, pairwise
+from itertools import chain, combinations, pairwise
 from pathlib import Path
 from typing import Any
 
@@ -1096,6 +1096,20 @@ def tuned_studies(results: Path, config: SuiteConfig) -> list[tuple[Path, dict[s
 # --------------------------------------------------------------------------- figures
 
 
+def ablation_heading(config: SuiteConfig, groups: set[str]) -> tuple[str, str]:
+    """The heading and figure name of the published ablation tables ``groups``: the title
+    (else the name) of the suite that lists them all in ``anchor_groups``, the report's own
+    suite first, then the shipped suites of its protocol; a generic one when none does."""
+    from harness.api.suites import load_suite
+    from harness.config.schema import available_suites
+
+    others = (load_suite(name) for name in available_suites() if name != config.name)
+    for suite in chain([config], others):
+        if suite.record_suite == config.record_suite and groups <= set(suite.anchor_groups):
+            return suite.title or suite.name, _slug(suite.name)
+    return "Published ablations", "ablations"
+
+
 def _slug(text: str) -> str:
     return "".join(c if c.isalnum() else "-" for c in text.lower()).strip("-").replace("--", "-")
 
@@ -1167,11 +1181,12 @@ def make_figures(inputs: ReportInputs, results: Path, out: Path,
     if not ablation.empty:
         ablation = figures.ablation_intervals(
             ablation, tables.finished_records(config, results, lambda _: None), inputs.anchors)
-        keep("TinyBERT ablations: change against the full model, ours beside the paper's "
+        heading, stem = ablation_heading(config, set(ablation["group"]))
+        keep(f"{heading}: change against the full model, ours beside the paper's "
              f"({described}); error bars on ours: the 95% t interval over seeds of the change "
              "(paired by seed). Our tasks and budget differ from the paper's.",
-             figures.plot_ablation(ablation, directory, "ablation-tinybert",
-                                   title="TinyBERT ablations: ours vs the paper"))
+             figures.plot_ablation(ablation, directory, stem,
+                                   title=f"{heading}: ours vs the paper"))
     for path, tuned in inputs.tuned:
         history = pd.DataFrame([{"number": trial["trial"], "state": trial["state"],
                                  "value": trial.get("value")
