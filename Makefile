@@ -8,7 +8,7 @@ export HF_DATASETS_OFFLINE ?= 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup postgres chromium run test lint report clean-venv bench-env bench-train bench
+.PHONY: setup postgres chromium run test test-fast lint report clean-venv bench-env bench-train bench
 
 setup: $(STAMP) postgres chromium
 
@@ -45,6 +45,11 @@ run: $(STAMP)
 test: setup
 	$(BIN)/lint-imports
 	$(BIN)/pytest -q
+
+# The fast tier: the unit tests, without whole runs (e2e) and without the slow ones.
+test-fast: $(STAMP)
+	$(BIN)/lint-imports
+	$(BIN)/pytest -q -m "not e2e and not slow"
 
 # The reference reports in reports/ (regenerate when a method or its records land; a test
 # checks they match results/): the glue-cpu grid's leaderboard and every glue-cpu run, and the

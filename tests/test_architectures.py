@@ -169,6 +169,7 @@ def test_the_documented_matrix_is_the_one_the_code_decides(expected) -> None:
     assert "self-attention" in expected["deberta-v2", "tinybert"]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("model_type", list(ARCHITECTURES))
 def test_every_method_runs_or_is_refused_before_training(model_type, method, runners,
@@ -207,6 +208,7 @@ def _padded_batch(vocab: int, pad: int) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": mask}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model_type", list(ARCHITECTURES))
 def test_captured_scores_are_those_of_the_eager_attention(model_type) -> None:
     """softmax(captured scores) is the eager implementation's attention distribution on every
@@ -253,6 +255,7 @@ def test_a_forward_stopped_early_sees_the_models_hidden_states(model_type) -> No
         assert torch.equal(early[layer], full[layer])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pooling", ["pooler", "cls", "mean"])
 @pytest.mark.parametrize("model_type", list(ARCHITECTURES))
 def test_students_of_each_architecture_build_init_save_and_reload(model_type, pooling,
@@ -307,6 +310,7 @@ def test_students_of_each_architecture_build_init_save_and_reload(model_type, po
         assert torch.allclose(loaded(**batch).logits, student(**batch).logits, atol=1e-6)
 
 
+@pytest.mark.e2e
 def test_tinybert_without_attention_scores_runs_on_deberta(runners) -> None:
     """The refusal is about reading scores, not about DeBERTa-v2: TinyBERT without the
     attention term and without general distillation (whose objective includes it) runs."""

@@ -82,6 +82,7 @@ def augmenter(tokenizer, masked_lm, glove_file, **params) -> ContextualAugmenter
     return ContextualAugmenter(tokenizer, settings, GloveVectors(glove_file), masked_lm)
 
 
+@pytest.mark.slow
 def test_deterministic_under_a_seed_and_different_across_seeds(tokenizer, masked_lm,
                                                                glove_file):
     examples = make_examples()
@@ -92,6 +93,7 @@ def test_deterministic_under_a_seed_and_different_across_seeds(tokenizer, masked
     assert other != first
 
 
+@pytest.mark.slow
 def test_every_row_gets_exactly_its_copies_and_other_fields_are_untouched(tokenizer,
                                                                          masked_lm,
                                                                          glove_file):
@@ -107,6 +109,7 @@ def test_every_row_gets_exactly_its_copies_and_other_fields_are_untouched(tokeni
     assert any(fields[1] != examples[row][1] for row, fields in both)
 
 
+@pytest.mark.slow
 def test_chunking_does_not_change_the_output(tokenizer, masked_lm, glove_file):
     examples = make_examples()
     whole = augmenter(tokenizer, masked_lm, glove_file).augment(examples, 9, progress=False)
@@ -115,6 +118,7 @@ def test_chunking_does_not_change_the_output(tokenizer, masked_lm, glove_file):
     assert whole == chunked
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("candidates", ["glove", "mlm"])
 def test_replacement_rate_matches_p(tokenizer, masked_lm, glove_file, candidates):
     examples = make_examples(20, seed=2)
@@ -177,6 +181,7 @@ def test_glove_only_uses_neighbours_for_every_word(tokenizer, glove_file, tmp_pa
     assert all(c.source == "glove" for c in aug.word_candidates("the cat plays ."))
 
 
+@pytest.mark.slow
 def test_batched_equals_the_per_word_loop(tokenizer, masked_lm, glove_file):
     examples = make_examples(10, seed=5)
     for fields in ("first", "all"):
@@ -189,6 +194,7 @@ def test_batched_equals_the_per_word_loop(tokenizer, masked_lm, glove_file):
         assert fast_forwards < reference.stats["mlm_forwards"]
 
 
+@pytest.mark.slow
 def test_long_sentences_are_windowed_around_the_mask(tokenizer, masked_lm, glove_file):
     aug = augmenter(tokenizer, masked_lm, glove_file, max_length=16)
     text = " ".join(f"{WORDS[i % len(WORDS)]}" for i in range(60))
@@ -217,6 +223,7 @@ def test_params_reject_unknown_keys():
     assert AugmentParams().top_k == 15 and AugmentParams().fields == "first"
 
 
+@pytest.mark.slow
 def test_authors_word_filter_keeps_stop_words_and_punctuation_and_matches_the_loop(
         tokenizer, masked_lm, glove_file):
     """words="authors": only a-z words outside the script's stop-word list are replaced;
@@ -270,6 +277,7 @@ def test_the_head_at_every_position_gives_the_masked_positions_candidates(tokeni
     assert torch.equal(single, only[:1])
 
 
+@pytest.mark.slow
 def test_the_authors_input_is_masked_then_original_sentence(tokenizer, masked_lm, glove_file):
     aug = augmenter(tokenizer, masked_lm, glove_file)
     sentence = aug._sentence("the cat plays .")
@@ -291,6 +299,7 @@ def test_copies_from_a_checkpoints_own_head_or_glove_name_no_cache_entry(tokeniz
     assert augmenter(tokenizer, None, glove_file, candidates="glove").made_from() == []
 
 
+@pytest.mark.e2e
 def test_copies_are_made_again_when_their_fitted_head_is_fitted_again_otherwise(
         tiny_suite_file, tmp_path):
     """The tiny teacher has no masked-LM head: the copies' candidates come from one fitted

@@ -93,6 +93,7 @@ def bench_run(tmp_path_factory, tiny_teacher_dir):
     return config, settings, results, record, path, suite_file
 
 
+@pytest.mark.slow
 def test_record_layout_and_store(bench_run):
     config, _, results, record, path, _ = bench_run
     assert path.parent == results / "bench" / "tiny"
@@ -342,6 +343,7 @@ def test_precision_runs_the_timed_forwards_in_bf16_or_fp32(bench_run, monkeypatc
     assert isinstance(record["machine"]["native_bf16"], bool)
 
 
+@pytest.mark.e2e
 def test_cli_runs_and_names_known_shapes(bench_run, tmp_path):
     _, _, _, _, _, suite_file = bench_run
     runner = CliRunner()
@@ -386,6 +388,7 @@ def test_cli_runs_and_names_known_shapes(bench_run, tmp_path):
         "pip install spacy; or leave it out with --student" in " ".join(result.output.split())
 
 
+@pytest.mark.slow
 def test_glue_cpu_models_are_the_runners_mean_pooled_ones_as_the_records_count_them():
     """glue-cpu's teacher reads the mean of its tokens (all-MiniLM-L6-v2's convention) and
     its students follow it: no pooler in either, as in the committed records."""

@@ -306,6 +306,7 @@ def test_copies_carry_the_teachers_mask_token_that_the_student_reads_as_its_mask
     assert "mask_token" not in WordEncoder(vocabulary, 16).describe()
 
 
+@pytest.mark.slow
 def test_embeddings_start_from_glove_and_oov_words_are_random():
     vectors = GloveVectors()
     vocabulary = WordVocabulary([*SPECIALS, "cat", "dog", "qwzxv-not-a-word"])
@@ -431,6 +432,7 @@ def test_stages_follow_the_switches():
         instantiate("bilstm-soft", _recipe({"alpha": 1.0})).stages(task)
 
 
+@pytest.mark.e2e
 def test_student_kinds_are_checked_against_methods(tiny_data_dir, tiny_teacher_dir, tmp_path):
     tree = tiny_suite_dict(tiny_data_dir, tiny_teacher_dir)
     tree["methods"]["bilstm-bert"] = {"base": "bilstm-soft", "student": "tiny"}
@@ -459,6 +461,7 @@ def test_student_kinds_are_checked_against_methods(tiny_data_dir, tiny_teacher_d
         load_suite(str(path))
 
 
+@pytest.mark.e2e
 def test_run_records_the_vocabulary_vectors_and_speed(tiny_suite_file, tmp_path):
     runner = SuiteRunner(load_suite(str(tiny_suite_file)), tmp_path / "r", tmp_path / "c",
                          log=lambda _: None)
@@ -486,6 +489,7 @@ def test_a_glove_text_file_sets_the_embedding_width(tmp_path):
     assert summary["vectors"]["source"] == "file" and summary["found"] == 1
 
 
+@pytest.mark.e2e
 def test_missing_word_vectors_stop_the_run_before_any_cell_trains(tiny_data_dir,
                                                                  tiny_teacher_dir, tmp_path):
     """The student shape names its word vectors; a missing file is named before the first
@@ -509,6 +513,7 @@ def test_missing_word_vectors_stop_the_run_before_any_cell_trains(tiny_data_dir,
     runner.check_assets(["bilstm-soft"], ["rte"])
 
 
+@pytest.mark.e2e
 def test_a_run_does_not_depend_on_whether_the_augmented_set_was_cached(tiny_suite_file,
                                                                        tmp_path):
     """Making the copies (and loading the teacher to label them) uses the global RNG; it
@@ -525,6 +530,7 @@ def test_a_run_does_not_depend_on_whether_the_augmented_set_was_cached(tiny_suit
     assert second["dev"] == first["dev"]
 
 
+@pytest.mark.e2e
 def test_run_ids_follow_the_augmentation_version_and_tagger(tiny_suite_file, tmp_path,
                                                             monkeypatch):
     """A record of copies written otherwise (another augmentation version or tagger) is not
@@ -556,6 +562,7 @@ def test_run_ids_follow_the_augmentation_version_and_tagger(tiny_suite_file, tmp
     assert other_tagger not in (augmented, newer) and same_plain == plain
 
 
+@pytest.mark.e2e
 def test_run_ids_follow_the_word_vectors_content_and_the_tokenizer_release(
         tiny_data_dir, tiny_teacher_dir, tmp_path, monkeypatch):
     """A BiLSTM run reads its word vectors and spaCy's tokenizer: other vectors (a file's
@@ -604,6 +611,7 @@ def test_run_ids_follow_the_word_vectors_content_and_the_tokenizer_release(
     assert run_id(None) not in (package, other_release)
 
 
+@pytest.mark.e2e
 def test_tinybert_run_ids_follow_the_glove_vectors_of_its_candidates(tiny_suite_file,
                                                                      tmp_path, monkeypatch):
     """TinyBERT's augmented copies draw candidates from GloVe: another release joins the
@@ -643,6 +651,7 @@ def test_missing_spacy_pipeline_is_named_before_anything_runs(tmp_path):
         {"augmentation": {"pos_model": str(folder)}})).missing_assets() is None
 
 
+@pytest.mark.e2e
 def test_copies_are_made_again_when_their_pos_tags_are_made_again_otherwise(tiny_suite_file,
                                                                            tmp_path):
     """The copies swap words for words of the same POS tag, read from the cached tags; tags

@@ -86,6 +86,7 @@ def test_missing_binaries_fail_with_the_setup_hint(monkeypatch, tmp_path):
         Browser()
 
 
+@pytest.mark.slow
 def test_report_page_tables_images_and_screenshot(browser, page_dir, tmp_path):
     shot = tmp_path / "report.png"
     report = browser.open(page_dir / "report.html", screenshot=shot)
@@ -137,6 +138,7 @@ def test_screenshot_covers_the_whole_page(browser, page_dir, tmp_path):
     assert tuple(pixels[10, 10]) == (255, 255, 255)
 
 
+@pytest.mark.slow
 def test_open_page_one_shot(page_dir):
     report = open_page(page_dir / "blank.html", width=800, height=600)
     assert report.title == "Blank" and report.n_tables == 0

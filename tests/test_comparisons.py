@@ -151,6 +151,7 @@ def _tiny_records(rng: np.random.Generator, n_seeds: int = 3, n_examples: int = 
     return logits_a, logits_b, labels
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("task", "metric"), [("rte", "accuracy"), ("mrpc", "f1")])
 def test_two_level_bootstrap_equals_a_hand_loop_over_two_tiny_records(task, metric):
     logits_a, logits_b, labels = _tiny_records(np.random.default_rng(11))

@@ -18,6 +18,7 @@ from harness.data.tasks import get_task
 from harness.experiments.runner import SuiteRunner
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("method", registry.names())
 def test_every_method_runs_a_short_training_on_tiny_models(method, tiny_suite_file, tmp_path):
     suite = load_suite(str(tiny_suite_file))
@@ -36,6 +37,7 @@ def test_every_method_runs_a_short_training_on_tiny_models(method, tiny_suite_fi
         assert record.parameters.total > record.parameters.non_embedding > 0
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("method", registry.names())
 def test_every_enabled_loss_term_sends_a_gradient_to_the_student(method, tiny_suite_file,
                                                                  tmp_path, monkeypatch):

@@ -67,6 +67,7 @@ def shared_tasks(shared_dir: Path) -> dict[str, TaskData]:
     return {name: load_task(name, data_dir=shared_dir) for name in EXPECTED_ROWS}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", sorted(EXPECTED_ROWS))
 def test_shared_row_counts_and_columns(shared_tasks: dict[str, TaskData], task: str) -> None:
     loaded = shared_tasks[task]
@@ -819,6 +820,7 @@ def test_two_files_for_one_split_are_an_error(tmp_path: Path) -> None:
         load_task("sst2", data_dir=tmp_path)
 
 
+@pytest.mark.e2e
 def test_data_check_reports_rows_or_every_error(shared_dir: Path, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 

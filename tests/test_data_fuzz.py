@@ -176,6 +176,7 @@ def mutate(layout: Layout, lines: list[str], draw) -> Case:
     return Case(prefix + encode(changed), "error", line=line)
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(sorted(LAYOUTS)), st.data())
 def test_a_damaged_file_is_read_exactly_or_refused_at_its_line(task: str, data) -> None:

@@ -282,6 +282,7 @@ def test_a_distilbert_teachers_vocabulary_layers_carry_over_to_the_student_head_
     assert _head_state(torch.nn.Linear(HIDDEN, VOCAB)) is None  # refused in extra_modules
 
 
+@pytest.mark.e2e
 def test_the_general_checkpoint_is_made_again_when_the_teachers_head_is_fitted_again(
         tiny_suite_file, tmp_path, monkeypatch):
     """The tiny teacher has no masked-LM head: the general stage starts the student's head

@@ -95,6 +95,7 @@ def test_a_finished_cache_entry_is_kept_when_another_build_finishes(tmp_path):
     assert (entry / "value.txt").read_text() == "rebuilt" and cache.has("teachers", "k" * 64)
 
 
+@pytest.mark.e2e
 def test_a_launch_accelerate_does_not_see_stops(tmp_path, tiny_suite_file, monkeypatch):
     """`accelerate launch --multi_gpu` on a machine without GPUs and without
     ACCELERATE_USE_CPU starts processes that each see one process: every one would run
@@ -179,6 +180,7 @@ def _train(out: Path | None) -> dict:
     return outcome
 
 
+@pytest.mark.e2e
 def test_two_processes_train_like_one(tmp_path):
     """Same global batches, steps and schedule on two processes as on one; each process
     weighted by its share of a batch, so the weights (projections in ``extra`` included:
@@ -205,6 +207,7 @@ def test_two_processes_train_like_one(tmp_path):
 
 
 # -- `harness run` --------------------------------------------------------------------------
+@pytest.mark.e2e
 def test_run_records_once_and_skips(tmp_path, tiny_suite_file):
     """kd (cached teacher logits) and tinybert (general distillation, a fitted masked-LM
     head, augmented copies labelled by the teacher, projections, a live teacher) on two
@@ -236,6 +239,7 @@ def test_run_records_once_and_skips(tmp_path, tiny_suite_file):
     assert {path: path.read_bytes() for path in records(results)} == before
 
 
+@pytest.mark.e2e
 def test_a_grid_whose_teacher_cannot_be_made_fails_its_cells_on_every_process(
         tmp_path, tiny_data_dir, tiny_teacher_dir):
     """The task's teacher diverges on both processes: process 0 fails each of the task's
@@ -263,6 +267,7 @@ def test_a_grid_whose_teacher_cannot_be_made_fails_its_cells_on_every_process(
     assert not records(tmp_path / "results")
 
 
+@pytest.mark.e2e
 def test_one_ctrl_c_stops_every_process_of_a_launch_and_the_same_launch_resumes(
         tmp_path, tiny_data_dir, tiny_teacher_dir):
     """A terminal's Ctrl-C reaches the launcher and both processes: each stops with the
@@ -306,6 +311,7 @@ def _study(results: Path):
     return optuna.load_study(study_name=summary.study_name, storage=f"sqlite:///{storage}")
 
 
+@pytest.mark.e2e
 def test_tune_keeps_processes_on_one_trial(tmp_path, tiny_suite_file):
     """Process 0 asks Optuna, the other follows: every trial ran on both processes with
     the same parameters (the tuner checks a hash of them from every process and fails the
@@ -325,6 +331,7 @@ def test_tune_keeps_processes_on_one_trial(tmp_path, tiny_suite_file):
     assert len(list((results / "tuned").glob("*.yaml"))) == 1
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("command", ["grid", "tune"])
 def test_an_unwritable_store_stops_every_process_with_its_message(tmp_path, tiny_data_dir,
                                                                   tiny_teacher_dir, command):
@@ -348,6 +355,7 @@ def test_an_unwritable_store_stops_every_process_with_its_message(tmp_path, tiny
     assert "Connection closed" not in output and "remote worker" not in output
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("command", ["run", "tune"])  # a grid plans on every process
 def test_a_record_that_does_not_load_stops_every_process_with_its_message(
         tmp_path, tiny_data_dir, tiny_teacher_dir, command):
@@ -418,6 +426,7 @@ def _tune(suite: str, results: str, cache: str) -> None:
     print(f"process {accelerator.process_index} done", flush=True)
 
 
+@pytest.mark.e2e
 def test_pruning_stops_every_process(tmp_path, tiny_suite_file):
     """A pruning decision (process 0's, from Optuna) stops the trial on both processes,
     and both go on to the next trial."""

@@ -26,6 +26,7 @@ def one_step(precision: str) -> list[torch.Tensor]:
     return train_tiny_student(method, config).changes()
 
 
+@pytest.mark.slow
 def test_an_fp16_step_updates_the_weights_an_fp32_step_does():
     """Adam's first update is about lr times the gradient's sign: a gradient that fp16
     rounded to zero leaves its weight exactly where it was.  Unscaled, 27% of the weights

@@ -87,6 +87,7 @@ def capture_entries(monkeypatch) -> list[int]:
     return entries
 
 
+@pytest.mark.slow
 def test_attention_scores_of_every_teacher_layer_each_step_captured_once_per_stage(
         capture_entries):
     teacher = tiny_classifier(LAYERS, seed=0)
@@ -114,6 +115,7 @@ def test_attention_scores_of_every_teacher_layer_each_step_captured_once_per_sta
             torch.testing.assert_close(ours, reference, rtol=0, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_stages_without_attention_scores_do_not_capture(capture_entries):
     teacher = tiny_classifier(LAYERS, seed=0)
     method = Probe({"hidden_states"}, teacher)

@@ -80,6 +80,7 @@ def _score_in_fresh_process(folder: Path, task: str, data_dir: Path, remote: boo
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("pooling, task, precision", [("mean", "rte", "no"),
                                                        ("pooler", "stsb", "bf16")])
 def test_an_exported_student_scores_the_record_in_a_fresh_process(
@@ -128,6 +129,7 @@ def test_an_exported_student_scores_the_record_in_a_fresh_process(
         assert scored["class"] == "BertForSequenceClassification"
 
 
+@pytest.mark.e2e
 def test_a_student_not_kept_is_trained_again_and_must_match_the_record(
         tmp_path, tiny_data_dir, tiny_teacher_dir):
     suite_file = _suite_file(tmp_path, tiny_data_dir, tiny_teacher_dir, "mean")
@@ -162,6 +164,7 @@ def test_a_student_not_kept_is_trained_again_and_must_match_the_record(
         STUDENT_KIND, record.run_id)
 
 
+@pytest.mark.e2e
 def test_a_student_kept_by_another_training_of_the_run_is_replaced_by_this_records(
         tmp_path, tiny_data_dir, tiny_teacher_dir):
     """Two stores with the same run (another thread count, another machine) keep a student
@@ -194,6 +197,7 @@ def test_a_student_kept_by_another_training_of_the_run_is_replaced_by_this_recor
     assert json.loads((kept / STUDENT_FILE).read_text())["main_score"] == record.main_score
 
 
+@pytest.mark.e2e
 def test_export_refuses_what_it_cannot_write(tmp_path, tiny_data_dir, tiny_teacher_dir):
     suite_file = _suite_file(tmp_path, tiny_data_dir, tiny_teacher_dir, "mean")
     runner = SuiteRunner(load_suite(str(suite_file)), tmp_path / "results", tmp_path / "cache",
@@ -230,6 +234,7 @@ def test_export_refuses_what_it_cannot_write(tmp_path, tiny_data_dir, tiny_teach
     assert (tmp_path / "afile").read_text() == "mine"
 
 
+@pytest.mark.e2e
 def test_a_damaged_kept_student_that_cannot_be_trained_again_is_named(
         tmp_path, tiny_data_dir, tiny_teacher_dir):
     """The cache removes a damaged kept student; when no suite here trains the run again,
@@ -251,6 +256,7 @@ def test_a_damaged_kept_student_that_cannot_be_trained_again_is_named(
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.e2e
 def test_a_kept_student_exports_where_training_it_needs_an_asset_this_machine_lacks(
         tmp_path, tiny_data_dir, tiny_teacher_dir, monkeypatch):
     """Only training needs a method's assets (GloVe vectors, say): on a machine without
@@ -276,6 +282,7 @@ def test_a_kept_student_exports_where_training_it_needs_an_asset_this_machine_la
                    tmp_path / "empty-cache", suite=str(suite_file), log=lambda _: None)
 
 
+@pytest.mark.e2e
 def test_keeping_students_of_recorded_runs_says_they_were_not_kept(
         tmp_path, tiny_data_dir, tiny_teacher_dir):
     """--save-students on a run that is recorded skips it and keeps nothing: it says so,
@@ -314,6 +321,7 @@ print(json.dumps({"score": scores[task.main_metric], "labels": student.id2label,
 """
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("task", ["rte", "stsb"])
 def test_a_bilstm_student_exports_in_its_own_format_and_scores_the_record(
         tmp_path, tiny_data_dir, tiny_teacher_dir, task):
@@ -357,6 +365,7 @@ def test_a_bilstm_student_exports_in_its_own_format_and_scores_the_record(
         student.predict(["only one sentence"])
 
 
+@pytest.mark.slow
 def test_the_cards_command_names_the_suite_that_trains_the_run_and_a_zero_share_is_shown():
     """A tinybert-ablation variant records into glue-cpu's store; its card's command must
     name tinybert-ablation, whose recipe gives the run id (glue-cpu does not declare the
@@ -391,6 +400,7 @@ def test_the_cards_command_names_the_suite_that_trains_the_run_and_a_zero_share_
         record.model_copy(update={"pct_of_teacher": None}), "AutoModel", command)
 
 
+@pytest.mark.e2e
 def test_every_command_runs_as_a_module_too():
     """``python -m harness.cli`` (how docs/benchmarks.md runs a checkout) has every command
     the ``harness`` entry point has, export included."""

@@ -548,6 +548,7 @@ def test_optuna_history_and_importances_figures(tmp_path):
 # ------------------------------------------------------------------------ reproducible
 
 
+@pytest.mark.slow
 def test_regenerating_a_figure_gives_identical_files(tmp_path):
     first = figures.plot_score_vs_cost(board(), "params_millions", tmp_path / "a", "cost",
                                        x_label="parameters (millions)", title="t")
@@ -563,6 +564,7 @@ def test_regenerating_a_figure_gives_identical_files(tmp_path):
 # ------------------------------------------------------------------- the report's figures
 
 
+@pytest.mark.slow
 def test_report_figures_one_loss_figure_per_task_and_intervals_on_the_ablation(tmp_path):
     """make_figures on a small store: score-vs-parameters, the heatmap, one loss-curve file
     per task holding every complete row (the partial finetune row left out), the ablation

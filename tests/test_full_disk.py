@@ -134,6 +134,7 @@ def no_partial_files(*folders: Path) -> bool:
     return not [path for folder in folders for path in folder.rglob(".tmp-*")]
 
 
+@pytest.mark.e2e
 def test_the_atomic_writers_leave_the_previous_file_when_the_write_fails(
         tmp_path, tmpfs, monkeypatch):
     from harness.common.files import atomic_path, write_bytes_atomic, write_text_atomic
@@ -149,6 +150,7 @@ def test_the_atomic_writers_leave_the_previous_file_when_the_write_fails(
     assert target.read_text() == "previous\n" and no_partial_files(disk)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("way", WAYS)
 def test_a_record_the_disk_refuses_is_kept_and_the_next_start_stores_it_without_training(
         way, tiny_suite_file, tmp_path, tmpfs, trainings, monkeypatch):
@@ -188,6 +190,7 @@ def test_a_record_the_disk_refuses_is_kept_and_the_next_start_stores_it_without_
     assert trainings == ["rte"]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("way", WAYS)
 def test_a_record_is_kept_in_the_temp_folder_when_the_cache_is_on_the_full_disk_too(
         way, tiny_suite_file, tmp_path, tmpfs, trainings, monkeypatch):
@@ -213,6 +216,7 @@ def test_a_record_is_kept_in_the_temp_folder_when_the_cache_is_on_the_full_disk_
     assert not copies[0].exists() and len(list(results.rglob("*.json"))) == 1
 
 
+@pytest.mark.e2e
 def test_a_recovery_copy_that_is_not_the_runs_record_is_named_not_stored(
         tiny_suite_file, tmp_path, trainings, monkeypatch):
     results, cache = tmp_path / "results", tmp_path / "cache"
@@ -237,6 +241,7 @@ def tiny_teacher_parameters(teacher_dir: Path) -> int:
     return sum(parameter.numel() for parameter in model.parameters())
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("way", WAYS)
 def test_a_run_that_cannot_fit_stops_before_its_teacher_or_training(
         way, tiny_suite_file, tiny_teacher_dir, tmp_path, tmpfs, trainings, monkeypatch):
@@ -266,6 +271,7 @@ def test_a_run_that_cannot_fit_stops_before_its_teacher_or_training(
         assert not list(cache.rglob("*.safetensors"))
 
 
+@pytest.mark.e2e
 def test_the_estimate_counts_only_the_cache_entries_a_run_still_has_to_make(
         tiny_suite_file, tmp_path):
     suite = load_suite(str(tiny_suite_file))
@@ -290,6 +296,7 @@ def report_command(results: Path, out: Path) -> list[str]:
     return ["report", "--suite", "glue-cpu", "--results", str(results), "--out", str(out)]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("way", WAYS)
 def test_a_report_that_cannot_be_written_leaves_the_previous_files_whole(
         way, tmp_path, tmpfs, monkeypatch):

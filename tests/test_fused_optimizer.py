@@ -40,6 +40,7 @@ def test_the_engine_builds_the_implementation_asked_for():
     assert not build_optimizer([layer], TrainConfig()).defaults["fused"]
 
 
+@pytest.mark.slow
 def test_fused_steps_train_the_weights_the_default_steps_do():
     default, fused = train(fused=False), train(fused=True)
     assert all(torch.equal(a, b) for a, b in zip(default.before, fused.before, strict=True))

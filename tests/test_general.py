@@ -246,6 +246,7 @@ def test_relative_text_files_are_found_beside_the_data_folder(tmp_path, tiny_dat
         build_corpus(CorpusConfig(text_files=["corpus/missing.txt"]), [], data / "glue")
 
 
+@pytest.mark.e2e
 def test_general_distillation_runs_once_and_every_task_and_seed_starts_from_it(
         tmp_path, tiny_data_dir, tiny_teacher_dir):
     suite = tiny_suite(tmp_path, tiny_data_dir, tiny_teacher_dir)
@@ -272,6 +273,7 @@ def test_general_distillation_runs_once_and_every_task_and_seed_starts_from_it(
     assert not any(message.startswith("[general] tinybert") for message in messages)
 
 
+@pytest.mark.e2e
 def test_general_distillation_on_sentence_pairs_is_its_own_checkpoint(
         tmp_path, tiny_data_dir, tiny_teacher_dir):
     singles = SuiteRunner(tiny_suite(tmp_path, tiny_data_dir, tiny_teacher_dir),
@@ -290,6 +292,7 @@ def test_general_distillation_on_sentence_pairs_is_its_own_checkpoint(
     assert general["corpus_sequences"] >= corpus.units
 
 
+@pytest.mark.e2e
 def test_a_general_checkpoint_written_on_a_gpu_loads_on_a_machine_without_one(
         tmp_path, monkeypatch):
     """General distillation is the step worth a GPU; its checkpoint then starts students on
@@ -317,6 +320,7 @@ def test_a_general_checkpoint_written_on_a_gpu_loads_on_a_machine_without_one(
     assert torch.equal(fresh_extra.proj.weight, extra.proj.weight)
 
 
+@pytest.mark.e2e
 def test_loading_the_general_body_copies_it_and_keeps_a_fresh_head(
         tmp_path, tiny_data_dir, tiny_teacher_dir):
     suite = tiny_suite(tmp_path, tiny_data_dir, tiny_teacher_dir)
@@ -342,6 +346,7 @@ def test_loading_the_general_body_copies_it_and_keeps_a_fresh_head(
     assert summary["key"] == general_cache_key(spec["general"]["key"], type(method))
 
 
+@pytest.mark.e2e
 def test_task_stage_ablations_share_one_general_checkpoint_and_the_mapping_does_not(
         tmp_path, tiny_data_dir, tiny_teacher_dir):
     def general_key(**recipe):
@@ -363,6 +368,7 @@ def test_task_stage_ablations_share_one_general_checkpoint_and_the_mapping_does_
     assert general_key(stages={"general": {"lr": 1e-4}}) != full
 
 
+@pytest.mark.e2e
 def test_without_general_distillation_no_general_stage_runs(
         tmp_path, tiny_data_dir, tiny_teacher_dir):
     suite = tiny_suite(tmp_path, tiny_data_dir, tiny_teacher_dir,
@@ -373,6 +379,7 @@ def test_without_general_distillation_no_general_stage_runs(
     assert not (tmp_path / "cache" / "general").exists()
 
 
+@pytest.mark.e2e
 def test_without_task_distillation_the_general_student_is_fine_tuned_on_gold_labels(
         tmp_path, tiny_data_dir, tiny_teacher_dir):
     suite = tiny_suite(tmp_path, tiny_data_dir, tiny_teacher_dir,
@@ -431,6 +438,7 @@ class UntracedByProtocolKD(VanillaKD):
         return UntracedAugmenter()
 
 
+@pytest.mark.e2e
 def test_an_augmenter_without_made_from_is_refused_when_the_plugin_loads_or_builds_it(
         tmp_path, tiny_suite_file):
     """Augmenter.made_from is part of the protocol (without it, copies would be trusted
@@ -451,6 +459,7 @@ def test_an_augmenter_without_made_from_is_refused_when_the_plugin_loads_or_buil
     assert not (tmp_path / "cache" / "augmented").exists()
 
 
+@pytest.mark.e2e
 def test_augmented_set_is_cached_labelled_by_the_teacher_and_keeps_source_labels(
         tmp_path, tiny_data_dir, tiny_teacher_dir):
     suite = tiny_suite(tmp_path, tiny_data_dir, tiny_teacher_dir)
@@ -487,6 +496,7 @@ def test_augmented_set_is_cached_labelled_by_the_teacher_and_keeps_source_labels
     np.testing.assert_array_equal(again.teacher_logits, augmented.teacher_logits)
 
 
+@pytest.mark.e2e
 def test_tinybert_trains_on_augmented_copies_labelled_by_the_teacher(
         tmp_path, tiny_suite_file):
     runner = SuiteRunner(load_suite(str(tiny_suite_file)), tmp_path / "results",
@@ -510,6 +520,7 @@ def test_tinybert_trains_on_augmented_copies_labelled_by_the_teacher(
     assert sorted(path.name for path in (tmp_path / "cache" / "augmented").iterdir()) == before
 
 
+@pytest.mark.e2e
 def test_init_from_starts_other_methods_from_the_same_general_checkpoint(
         tmp_path, tiny_data_dir, tiny_teacher_dir):
     """kd and finetune with init_from: tinybert share tinybert's general checkpoint (one
@@ -573,6 +584,7 @@ def _finetune_context(runner, method_name, task_name):
     return method, runner._student_context(shape, get_task(task_name))
 
 
+@pytest.mark.e2e
 def test_init_from_is_checked_before_anything_runs(tmp_path, tiny_data_dir, tiny_teacher_dir):
     tree = tiny_suite_dict(tiny_data_dir, tiny_teacher_dir)
     tree["methods"] = {"tinybert": {"params": NO_AUGMENT},
@@ -598,6 +610,7 @@ def test_init_from_is_checked_before_anything_runs(tmp_path, tiny_data_dir, tiny
         runner.resolve("kd", "rte", 1)
 
 
+@pytest.mark.e2e
 def test_every_damaged_cache_entry_is_rebuilt_and_the_run_repeats(tiny_suite_file, tmp_path,
                                                                   tiny_data_dir):
     """A tinybert run fills the cache with every kind of entry (teacher, augmented copies
@@ -627,6 +640,7 @@ def test_every_damaged_cache_entry_is_rebuilt_and_the_run_repeats(tiny_suite_fil
                    messages), (kind, [line for line in messages if "[cache]" in line])
 
 
+@pytest.mark.e2e
 def test_a_corpus_task_without_data_names_corpus_tasks(tmp_path, tiny_data_dir,
                                                       tiny_teacher_dir):
     """The general corpus reads every task of corpus.tasks (else the suite's): a task

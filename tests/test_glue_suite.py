@@ -98,6 +98,7 @@ def test_the_suite_declares_the_methods_tested() -> None:
     assert len(METHODS) >= 10
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("method", METHODS)
 def test_glue_method_runs_end_to_end_with_stand_ins(method: str, stand_ins) -> None:
     result = CliRunner().invoke(app, ["run", *_options(stand_ins), "--method", method])

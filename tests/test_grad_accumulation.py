@@ -20,6 +20,7 @@ def train(grad_accum_steps: int):
                               eval_split=split).result
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("grad_accum_steps", "steps_per_epoch"), [(1, 4), (2, 2), (3, 2), (4, 1)])
 def test_accumulation_trains_every_epoch_and_evaluates_at_its_end(grad_accum_steps,
                                                                    steps_per_epoch):

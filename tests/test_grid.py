@@ -42,6 +42,7 @@ def grid_suite(tmp_path: Path, data_dir: Path, teacher_dir: Path, grid: dict,
     return path
 
 
+@pytest.mark.e2e
 def test_a_params_file_whose_values_make_the_recipe_fit_plans_as_harness_run_does(
         tmp_path, tiny_data_dir, tiny_teacher_dir):
     """The grid named its queue by each cell's untuned configuration, resolving (and so
@@ -181,6 +182,7 @@ def test_budget_scales_task_stages_in_proportion_and_leaves_matching_ones_alone(
         scale_to_budget([prediction], {"prediction": TrainConfig(max_steps=5)}, 1.0)
 
 
+@pytest.mark.e2e
 def test_an_unvaried_cell_is_the_plain_run_and_a_varied_one_is_not(
         tmp_path, tiny_data_dir, tiny_teacher_dir):
     path = grid_suite(tmp_path, tiny_data_dir, tiny_teacher_dir, {"methods": ["kd"]})
@@ -326,6 +328,7 @@ def test_cost_estimates_price_the_budget_unit_so_augmented_copies_count(tmp_path
                           per_task) is None
 
 
+@pytest.mark.e2e
 def test_set_warnings_name_the_grids_own_variants_and_tasks(tmp_path, tiny_data_dir,
                                                               tiny_teacher_dir):
     """A --set that reaches a grid variant, or a task given by its display name, is no
@@ -353,6 +356,7 @@ def test_set_warnings_name_the_grids_own_variants_and_tasks(tmp_path, tiny_data_
         "not include task stsb (nor a general distillation on its sentences)"]
 
 
+@pytest.mark.e2e
 def test_grid_dry_run_then_run_killed_and_resumed(tmp_path, tiny_data_dir, tiny_teacher_dir):
     # 4 cells of a second or two each (an evaluation per epoch): long enough to be killed
     # inside one.
@@ -422,6 +426,7 @@ def storage_url(request, tmp_path):
     return request.getfixturevalue("postgres_url")
 
 
+@pytest.mark.e2e
 def test_two_workers_one_killed_mid_cell_every_cell_finishes_once(
         storage_url, tmp_path, tiny_data_dir, tiny_teacher_dir):
     # 4 cells of one task: the survivor runs three while the dead worker's heartbeat
@@ -459,6 +464,7 @@ optuna.create_study(study_name=f"worker-{os.getpid()}", storage=open_storage(sys
 """
 
 
+@pytest.mark.e2e
 def test_workers_starting_together_on_a_new_database_all_get_it(tmp_path):
     """Workers started at once on a new SQLite file race to create its tables; without a
     retry some die with "table ... already exists" (seen in CI)."""
@@ -535,6 +541,7 @@ def test_missing_cells_are_named_by_row_task_seed_and_status():
         "kd [3L-384] x1 (rte; seeds 2; todo); bilstm-soft x1 (cola; seeds 3; todo)")
 
 
+@pytest.mark.e2e
 def test_the_table_command_a_grid_ends_with_reads_the_grids_store(tmp_path, tiny_data_dir,
                                                                     tiny_teacher_dir):
     """The grid ended with `table: harness table --suite S`, without the --results it wrote
@@ -553,6 +560,7 @@ def test_the_table_command_a_grid_ends_with_reads_the_grids_store(tmp_path, tiny
     assert "finetune" in table.output
 
 
+@pytest.mark.e2e
 def test_a_grid_run_with_set_is_tabled_and_reported_with_it(tmp_path, tiny_data_dir,
                                                               tiny_teacher_dir):
     """`harness table` and `harness report` had no --set: the cells of a grid run with one
@@ -585,6 +593,7 @@ def test_a_grid_run_with_set_is_tabled_and_reported_with_it(tmp_path, tiny_data_
     assert "--set training.lr=2e-3" in (out / "leaderboard.md").read_text()
 
 
+@pytest.mark.e2e
 def test_a_grid_over_a_max_steps_recipe_names_the_method_task_and_the_way_out(
         tmp_path, tiny_data_dir, tiny_teacher_dir):
     """The refusal said only "stage 'task' is budgeted by max_steps": neither the method nor

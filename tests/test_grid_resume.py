@@ -69,6 +69,7 @@ def _interrupt_first_cell(grid: Grid, error: BaseException) -> None:
     grid.runner.run_one = stopped
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("error", [KeyboardInterrupt(), RuntimeError("a bug")],
                          ids=["ctrl-c", "bug"])
 def test_a_cell_stopped_without_a_record_runs_when_the_grid_restarts(
@@ -105,6 +106,7 @@ def test_a_cell_stopped_without_a_record_runs_when_the_grid_restarts(
     assert len(_trials(third)) == trials
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("error", [RuntimeError("a bug"), TypeError("a bug"),
                                    TeacherError("the teacher scores below chance")],
                          ids=["runtime-error", "type-error", "teacher"])
@@ -146,6 +148,7 @@ def test_a_bug_stops_the_grid_with_one_traceback_a_cells_failure_does_not(
     assert "the same command queues it again" in result.output
 
 
+@pytest.mark.e2e
 def test_a_cell_whose_run_failed_runs_again_only_when_failed_runs_are_retried(
         tmp_path, tiny_data_dir, tiny_teacher_dir):
     path = _suite(tmp_path, tiny_data_dir, tiny_teacher_dir, seeds=[1], training=DIVERGING)
@@ -173,6 +176,7 @@ def test_a_cell_whose_run_failed_runs_again_only_when_failed_runs_are_retried(
     assert rerun["status"] == "failed" and rerun["started_at"] != record["started_at"]
 
 
+@pytest.mark.e2e
 def test_a_cell_queued_again_by_two_workers_at_once_runs_once(
         tmp_path, tiny_data_dir, tiny_teacher_dir):
     path = _suite(tmp_path, tiny_data_dir, tiny_teacher_dir, seeds=[1])
@@ -200,6 +204,7 @@ def test_a_cell_queued_again_by_two_workers_at_once_runs_once(
     assert record["grid"] == {"study": other.study_name, "trial": 1}
 
 
+@pytest.mark.slow
 def test_a_queue_left_half_filled_by_a_killed_worker_is_filled_by_the_next_one(
         tmp_path, tiny_data_dir, tiny_teacher_dir):
     path = _suite(tmp_path, tiny_data_dir, tiny_teacher_dir, seeds=[1, 2, 3])
@@ -216,6 +221,7 @@ def test_a_queue_left_half_filled_by_a_killed_worker_is_filled_by_the_next_one(
     _check_every_cell_once(second, path.parent / "results")
 
 
+@pytest.mark.slow
 def test_workers_filling_a_new_queue_at_once_run_each_cell_once(
         tmp_path, tiny_data_dir, tiny_teacher_dir):
     path = _suite(tmp_path, tiny_data_dir, tiny_teacher_dir, seeds=[1, 2])

@@ -47,6 +47,7 @@ def few_timed_rows(monkeypatch) -> None:
     monkeypatch.setattr(runner_module, "INFERENCE_ROWS", 32)
 
 
+@pytest.mark.e2e
 def test_kd_on_real_cola_with_the_offline_teacher(tmp_path, cache_dir, few_timed_rows):
     """glue-cpu's kd: the 4L-192 student from the general TinyBERT (a few general steps on a
     sample of the real corpus: the shared general English text and CoLA's sentences),
@@ -81,6 +82,7 @@ def test_kd_on_real_cola_with_the_offline_teacher(tmp_path, cache_dir, few_timed
     assert "file:corpus/en-general.txt" in general["corpus_sources"]
 
 
+@pytest.mark.e2e
 def test_bert_pkd_on_real_cola_with_the_offline_teacher(tmp_path, cache_dir, few_timed_rows):
     """PKD-Skip on the 3L-384 student: MiniLM's first 3 layers copied, [CLS] of student
     layers 1, 2 against the fine-tuned teacher's layers 2, 4 (live teacher forward)."""
@@ -102,6 +104,7 @@ def test_bert_pkd_on_real_cola_with_the_offline_teacher(tmp_path, cache_dir, few
     assert 0.45 < half < 0.55  # 3 of the 6 layers (plus pooler and classifier)
 
 
+@pytest.mark.e2e
 def test_tinybert_both_stages_with_augmentation_on_real_mrpc(tmp_path, cache_dir,
                                                              few_timed_rows):
     """General distillation from the pre-trained MiniLM on a sample of the real corpus,
@@ -130,6 +133,7 @@ def test_tinybert_both_stages_with_augmentation_on_real_mrpc(tmp_path, cache_dir
     assert record["extra_parameters"] == 5 * (192 * 384 + 384)  # W_e and W_h for 4 layers
 
 
+@pytest.mark.e2e
 def test_distilbert_general_distillation_then_finetuning_on_real_cola(tmp_path, cache_dir,
                                                                       few_timed_rows):
     """The 3L-384 student from MiniLM layers [0, 3, 5], general distillation on a sample of
@@ -155,6 +159,7 @@ def test_distilbert_general_distillation_then_finetuning_on_real_cola(tmp_path, 
     assert (student.num_layers, student.hidden_size) == (3, 384)
 
 
+@pytest.mark.e2e
 def test_bilstm_soft_with_augmentation_on_real_sst2(tmp_path):
     """The glue-cpu BiLSTM (GloVe 50-d, spaCy words) on real SST-2 sentences: POS tagging
     with the real spaCy model, two augmented copies per sentence labelled by the MiniLM
@@ -182,6 +187,7 @@ def test_bilstm_soft_with_augmentation_on_real_sst2(tmp_path):
     assert len(list(tagged.iterdir())) == 1
 
 
+@pytest.mark.e2e
 def test_committed_reference_records_keep_their_run_ids():
     """Adding an option must not orphan the shipped records (nor the cached teachers):
     each committed glue-cpu record's configuration still hashes to its run id (ablation

@@ -149,6 +149,7 @@ def test_bert_pkd_declares_only_its_patient_layers():
     assert layers == TeacherLayers(frozenset({2, 4})) and layers.depth == 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("disabled", [[], ["attention"]])
 def test_stopped_forward_trains_exactly_like_the_full_forward(disabled):
     """Bottom mapping g = (1, 2) of a 4-layer teacher: layers 3 and 4 never run, and the
@@ -274,6 +275,7 @@ def test_too_large_an_entry_is_refused_with_its_size_and_the_limit(tmp_path):
     assert entries(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_cached_training_matches_live_within_fp16_and_entries_serve_seeds_and_ablations(
         tmp_path):
     method = tinybert(params={"mapping": "bottom"})
@@ -316,6 +318,7 @@ def test_run_ids_mention_the_cache_only_when_it_is_on_and_used():
     assert intermediate_cache_spec(on, kd, kd.stages(TASK)) == {}
 
 
+@pytest.mark.e2e
 def test_a_suite_with_the_cache_on_records_it_and_shares_entries_across_seeds(
         tiny_suite_file, tmp_path):
     import json
@@ -343,6 +346,7 @@ def test_a_suite_with_the_cache_on_records_it_and_shares_entries_across_seeds(
     assert entries(tmp_path) == built
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cached", [False, True], ids=["live teacher", "cached teacher"])
 def test_batches_rounded_up_to_8_tokens_as_on_a_gpu_train_the_same(cached, tmp_path,
                                                                     monkeypatch):

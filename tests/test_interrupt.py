@@ -63,6 +63,7 @@ def long_suite(tmp_path, tiny_data_dir, tiny_teacher_dir) -> Path:
                                 "log_every_steps": 1})
 
 
+@pytest.mark.e2e
 def test_one_ctrl_c_stops_run_with_one_line_and_no_record_of_the_stopped_run(tmp_path, long_suite):
     results = tmp_path / "results"
     command = ["run", "--suite", str(long_suite), "--method", "kd", "--tasks", "stsb",
@@ -80,6 +81,7 @@ def test_one_ctrl_c_stops_run_with_one_line_and_no_record_of_the_stopped_run(tmp
     # (test_run_killed_midway_resumes_without_duplicate_or_partial_records).
 
 
+@pytest.mark.e2e
 def test_one_ctrl_c_stops_grid_with_one_line_and_no_record_of_the_stopped_cell(
         tmp_path, long_suite):
     results = tmp_path / "results"
@@ -103,6 +105,7 @@ def test_one_ctrl_c_stops_grid_with_one_line_and_no_record_of_the_stopped_cell(
     # tests/test_grid_resume.py (test_a_cell_stopped_without_a_record_runs_when_...).
 
 
+@pytest.mark.e2e
 def test_a_failing_grid_cell_is_one_line_of_the_harness_not_optunas_traceback(
         tmp_path, tiny_data_dir, tiny_teacher_dir):
     """A diverged cell printed Optuna's "Trial 0 failed ... because of the following error"

@@ -41,6 +41,7 @@ def billion_laughs(levels: int = 9, indent: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.e2e
 def test_an_alias_bomb_under_an_unknown_key_fails_at_once_naming_file_and_key(tmp_path):
     path = tmp_path / "bomb.yaml"
     path.write_text("extends: glue-cpu\nname: bomb\nlaughs:\n" + billion_laughs(indent="  "))
@@ -162,6 +163,7 @@ def test_the_corpus_length_is_checked_for_the_methods_that_read_the_corpus(tiny_
         planner(tiny_suite).check_assets(["kd", "tinybert"], ["rte"])
 
 
+@pytest.mark.e2e
 def test_run_and_grid_dry_run_refuse_the_length_before_anything_trains(tiny_suite, tmp_path):
     runner = CliRunner()
     common = ["--suite", str(tiny_suite), "--tasks", "rte", "--seeds", "1",
@@ -241,6 +243,7 @@ def single_class_glue(root: Path) -> Path:
     return root
 
 
+@pytest.mark.e2e
 def test_data_check_warns_of_a_training_file_of_one_class(tmp_path):
     runner = CliRunner()
     result = runner.invoke(app, ["data", "check", "--data-dir",
@@ -255,6 +258,7 @@ def test_data_check_warns_of_a_training_file_of_one_class(tmp_path):
     assert result.exit_code == 0 and "warning" not in result.output, result.output
 
 
+@pytest.mark.e2e
 def test_a_teacher_under_its_margin_says_its_training_set_has_one_class(tmp_path,
                                                                          tiny_teacher_dir):
     from harness.experiments.runner import SuiteRunner

@@ -61,6 +61,7 @@ def fitted(tiny_teacher_dir, tmp_path_factory):
     return masked_lm, checkpoint, cache, logs
 
 
+@pytest.mark.slow
 def test_a_checkpoint_without_head_gets_a_fitted_tied_head(fitted, tiny_teacher_dir):
     masked_lm, _, _, logs = fitted
     assert masked_lm.source == "fitted_head" and not masked_lm.from_cache
@@ -102,6 +103,7 @@ def test_the_fitted_head_is_cached_and_reused(fitted):
     assert head_key(checkpoint, tiny_corpus(), changed, "fitted_head") != masked_lm.key
 
 
+@pytest.mark.slow
 def test_a_checkpoint_with_a_head_uses_it(tmp_path):
     folder = write_tiny_mlm(tmp_path / "mlm")
     checkpoint = resolve_checkpoint(str(folder))

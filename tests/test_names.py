@@ -253,6 +253,7 @@ def test_a_figure_name_stays_in_the_figures_folder(tmp_path: Path) -> None:
 
 
 # -- the cases, end to end ----------------------------------------------------------
+@pytest.mark.e2e
 @pytest.mark.parametrize(("edit", "method", "expected"), [
     (f"methods:\n  '{BAD_NAMES['parent']}': {{base: kd}}\n", BAD_NAMES["parent"],
      f"methods: key {BAD_NAMES['parent']!r} is not a valid name"),
@@ -277,6 +278,7 @@ def test_harness_run_refuses_a_name_that_leads_out(tmp_path: Path, edit: str, me
     assert not results.exists()
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("option", "value", "expected"), [
     ("--method", "../../outside", "--method: '../../outside' is not a valid name"),
     ("--tasks", "../../outside", "tasks: unknown task '../../outside'"),

@@ -53,6 +53,7 @@ def _cli_run(store: dict[str, Any], results: Path) -> str:
     return result.output
 
 
+@pytest.mark.e2e
 def test_run_returns_the_records_the_command_line_writes_and_trains_nothing_twice(
         store, tmp_path):
     records = store["finished"]
@@ -97,6 +98,7 @@ def _leaves(tree: dict[str, Any], prefix: str) -> Iterator[tuple[str, Any]]:
             yield f"{prefix}{key}", value
 
 
+@pytest.mark.slow
 def test_records_frame_has_one_row_per_run_with_results_and_config_flattened(store):
     records = [*store["finished"], *store["failed"]]
     frame = records_frame(store["results"], suite="tiny")
@@ -159,6 +161,7 @@ def _exec(code: str) -> tuple[dict[str, Any], str]:
     return namespace, printed.getvalue()
 
 
+@pytest.mark.slow
 def test_readme_python_api_examples_run(store, tmp_path, monkeypatch):
     reading, running = _python_blocks((REPO / "README.md").read_text(), "Python API")
 
@@ -205,6 +208,7 @@ def test_a_mistaken_task_or_seed_is_a_config_error_before_anything_runs(argument
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.slow
 def test_log_none_draws_no_progress_bar_where_a_logged_run_draws_them(store, tmp_path, capfd):
     common = {"suite": store["suite"], "cache_dir": store["cache"], "tasks": "rte", "seeds": 2}
     run("finetune", results=tmp_path / "logged", log=print, **common)

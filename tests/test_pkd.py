@@ -289,6 +289,7 @@ def test_a_one_layer_student_and_an_uneven_depth_work_without_the_patient_term()
 
 
 # -- beta = 0 is vanilla KD, through the runner ---------------------------------------------------
+@pytest.mark.e2e
 def test_beta_zero_reproduces_vanilla_kd_exactly(tmp_path, tiny_data_dir, tiny_teacher_dir,
                                                  monkeypatch):
     tree = tiny_suite_dict(tiny_data_dir, tiny_teacher_dir, steps=4)

@@ -135,6 +135,7 @@ def test_an_already_fine_tuned_teacher_keeps_its_own_heads_pooling(tmp_path) -> 
         teacher_pooling(checkpoint, fine_tuned.model_copy(update={"pooling": "cls"}))
 
 
+@pytest.mark.e2e
 def test_runs_record_the_resolved_pooling_and_it_changes_the_run_id(
         tiny_data_dir, tiny_teacher_dir, tmp_path) -> None:
     """The tiny teacher has no sentence-transformers metadata: auto resolves to the pooler;

@@ -50,6 +50,7 @@ def _worker(url: str, study: str, worker: int, n_trials: int, sleep: float,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.e2e
 def test_two_processes_share_a_study(postgres_url, tmp_path):
     optuna.create_study(study_name="shared", storage=_storage(postgres_url))
     per_worker = 6
@@ -79,6 +80,7 @@ def test_two_processes_share_a_study(postgres_url, tmp_path):
     assert spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1], spans
 
 
+@pytest.mark.e2e
 def test_dead_worker_trial_is_failed_after_grace_period(postgres_url):
     study = optuna.create_study(study_name="stale", storage=_storage(postgres_url))
     proc = _worker(postgres_url, "stale", 0, 1, 600)  # one trial that never ends

@@ -92,6 +92,7 @@ def test_a_bare_no_in_a_recipe_or_set_is_the_setting_no(tiny_data_dir, tiny_teac
     assert load_suite(str(suite_file)).training.mixed_precision == "no"
 
 
+@pytest.mark.e2e
 def test_a_record_made_where_auto_meant_fp32_is_the_recipes_run_where_it_means_bf16(
         tiny_data_dir, tiny_teacher_dir, tmp_path: Path) -> None:
     """The committed records were made where `auto` is fp32; on a CPU with native bf16 the
@@ -133,6 +134,7 @@ def test_a_record_made_where_auto_meant_fp32_is_the_recipes_run_where_it_means_b
     assert pinned.run_id("kd", "rte", 1) == bf16_id
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("selection", ["last", "best-dev"])
 def test_a_bf16_runs_recorded_dev_score_is_the_one_its_kept_checkpoint_was_scored(
         tiny_data_dir, tiny_teacher_dir, tmp_path: Path, selection: str) -> None:

@@ -52,6 +52,7 @@ def tiny_store(tiny_data_dir, tiny_teacher_dir, tmp_path_factory) -> tuple[Path,
     return suite_file, folder / "results", outcomes
 
 
+@pytest.mark.e2e
 def test_a_run_keeps_its_dev_predictions_which_give_its_dev_scores(tiny_store):
     _, root, outcomes = tiny_store
     for (task_name, _), outcome in outcomes.items():
@@ -88,6 +89,7 @@ def _dev_labels(root: Path, task_name: str) -> np.ndarray:
     return np.asarray(data.splits["dev"]["label"])
 
 
+@pytest.mark.e2e
 def test_the_teachers_predictions_are_written_once_per_task_and_key(tiny_store):
     _, root, outcomes = tiny_store
     teachers = sorted((root / "tiny" / "teachers").iterdir())
@@ -130,6 +132,7 @@ def test_agreement_matches_examples_by_id():
                   SplitPredictions(np.arange(1, 6), theirs))
 
 
+@pytest.mark.e2e
 def test_missing_and_damaged_files_are_named_by_the_loader_and_the_report(
         tiny_store, tmp_path):
     suite_file, original, outcomes = tiny_store
@@ -166,6 +169,7 @@ def test_missing_and_damaged_files_are_named_by_the_loader_and_the_report(
         predictions_frame(root, suite="tiny")
 
 
+@pytest.mark.e2e
 def test_records_without_predictions_are_counted_and_the_report_has_no_agreement(
         tiny_store, tmp_path):
     """A store of records made before predictions were kept reports as it did: no warning,
@@ -190,6 +194,7 @@ def test_records_without_predictions_are_counted_and_the_report_has_no_agreement
     assert frame.empty and len(frame.attrs["without_predictions"]) == 3
 
 
+@pytest.mark.e2e
 def test_predictions_frame_gives_one_row_per_example_with_the_teachers(tiny_store):
     _, root, outcomes = tiny_store
     frame = predictions_frame(root, suite="tiny")

@@ -85,6 +85,7 @@ def test_committed_records_name_the_code_of_this_checkout():
         assert code_change(record.code, codes[plugins]) is None, (record.method, record.task)
 
 
+@pytest.mark.e2e
 def test_a_run_whose_plugin_changed_is_trained_again_and_left_out_of_reports(
         tiny_suite_file, tmp_path):
     path = _skeleton(tmp_path, "my-stale")
@@ -120,6 +121,7 @@ def test_a_run_whose_plugin_changed_is_trained_again_and_left_out_of_reports(
         registry._methods.pop("my-stale", None)
 
 
+@pytest.mark.e2e
 def test_the_general_checkpoint_is_keyed_by_the_code_that_distils_it(tmp_path):
     path = _skeleton(tmp_path, "my-general")
     try:
@@ -143,6 +145,7 @@ APPLICABILITY = '''
     def search_space('''
 
 
+@pytest.mark.e2e
 def test_a_method_leaves_out_tasks_and_terms_that_do_not_apply(tiny_suite_file, tmp_path):
     path = _skeleton(tmp_path, "my-classes")
     _edit(path, "\n    def search_space(", APPLICABILITY)

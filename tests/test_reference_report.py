@@ -40,6 +40,7 @@ def _committed_records():
     return records
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.parametrize("grid", [True, False], ids=["grid", "all-runs"])
 def test_committed_report_is_regenerated_from_the_committed_records(grid):
@@ -100,6 +101,7 @@ def test_every_row_by_hand_from_the_record_files():
             assert pd.isna(row["pct_of_teacher"])
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_readme_leaderboard_is_the_grid_report():
     """The README's table is rewritten from the grid report by `make report`; a record that
@@ -115,6 +117,7 @@ def test_readme_leaderboard_is_the_grid_report():
     assert rewritten == readme, "README.md's tables are stale: run `make report`"
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_every_general_checkpoint_of_the_committed_runs_was_read_in_one_build():
     """Runs that start from one general checkpoint (one cache key) compare from the same
@@ -132,6 +135,7 @@ def test_every_general_checkpoint_of_the_committed_runs_was_read_in_one_build():
     assert all(len(found) == 1 for found in builds.values()), general_lines(builds)
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_the_narrow_rows_of_the_grid_start_from_one_general_checkpoint():
     """kd and finetune on the narrow student start from tinybert's general checkpoint
@@ -150,6 +154,7 @@ def test_the_narrow_rows_of_the_grid_start_from_one_general_checkpoint():
     assert len(set(keys)) == 1 and None not in keys, f"the narrow rows name {set(keys)}"
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_a_committed_verdict_by_hand_from_the_committed_predictions():
     """The first paper ordering with a two-level comparison in reports/glue-cpu-grid/

@@ -233,6 +233,7 @@ def test_ablation_frame_compares_the_paper_on_our_tasks_where_it_has_them(tmp_pa
     assert "MRPC" in described
 
 
+@pytest.mark.e2e
 def test_report_writes_every_format_and_opens_in_headless_chromium(store, tmp_path):
     out = tmp_path / "report"
     # a figure an earlier build wrote (a row that was complete then) is not left behind
@@ -301,6 +302,7 @@ def test_report_writes_every_format_and_opens_in_headless_chromium(store, tmp_pa
     assert not screenshot_is_blank(tmp_path / "page.png")
 
 
+@pytest.mark.e2e
 def test_cli_report_and_its_errors(store, tmp_path):
     runner = CliRunner()
     out = tmp_path / "cli"
@@ -343,6 +345,7 @@ def test_cli_report_and_its_errors(store, tmp_path):
         f"error: report: cannot write {not_a_folder}: ")
 
 
+@pytest.mark.e2e
 def test_a_suite_given_as_a_file_reports_under_its_name(store, tmp_path, monkeypatch):
     """--suite path/to/recipe.yaml without --out: reports/<the suite's name>, not a folder
     named after the recipe file's path (which once tried to make the file a folder)."""
@@ -418,6 +421,7 @@ def test_a_cell_of_one_seed_shows_no_spread():
 
 
 
+@pytest.mark.e2e
 def test_runs_that_read_different_teachers_are_named(store, tmp_path):
     """One recipe fine-tuned on a GPU gave another teacher (MRPC F1 88.36 against the CPU's
     86.60): a store that mixes such runs says so in every output; a difference within the
@@ -450,6 +454,7 @@ def test_runs_that_read_different_teachers_are_named(store, tmp_path):
     assert any(line.startswith("WARNING: the runs of a task") for line in result.summary)
 
 
+@pytest.mark.e2e
 def test_runs_that_read_different_builds_of_one_general_checkpoint_are_named(store, tmp_path):
     """Narrow rows start from one general checkpoint (one cache key) to compare their task
     stages on equal footing; the same general distillation on another CPU family ends with
@@ -490,6 +495,7 @@ def test_runs_that_read_different_builds_of_one_general_checkpoint_are_named(sto
     assert "BUILDS" not in (tmp_path / "one" / "leaderboard.md").read_text()
 
 
+@pytest.mark.e2e
 def test_the_revision_is_marked_when_the_reports_inputs_differ_from_it(tmp_path):
     """A checkout's report names its commit plainly when only generated files differ (another
     report, the README), and "with uncommitted changes" when code, suites or records do."""
@@ -522,6 +528,7 @@ def test_the_revision_is_marked_when_the_reports_inputs_differ_from_it(tmp_path)
     assert _git_revision(results, source=tmp_path / "nowhere") == "unknown"
 
 
+@pytest.mark.e2e
 def test_a_damaged_bench_record_is_named(store, tmp_path):
     (store / "bench" / "glue-cpu").mkdir(parents=True, exist_ok=True)
     damaged = store / "bench" / "glue-cpu" / "cut.json"
@@ -530,6 +537,7 @@ def test_a_damaged_bench_record_is_named(store, tmp_path):
         build_report(suite(), store, tmp_path / "out", figures=False, log=lambda _: None)
 
 
+@pytest.mark.e2e
 def test_efficiency_comes_from_a_bench_on_the_runs_device(store, tmp_path):
     """A GPU bench record newer than the CPU ones does not price runs trained on a CPU:
     the leaderboard reads the newest bench of the device kind most runs trained on."""

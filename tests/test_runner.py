@@ -39,6 +39,7 @@ def _runner(suite_file: Path, tmp_path: Path, overrides: list[str] | None = None
                        **kwargs)
 
 
+@pytest.mark.e2e
 def test_record_carries_what_reproduces_it_and_identical_rerun_is_skipped(
         tiny_suite_file, tmp_path):
     runner = _runner(tiny_suite_file, tmp_path)
@@ -65,6 +66,7 @@ def test_record_carries_what_reproduces_it_and_identical_rerun_is_skipped(
     assert len(list((tmp_path / "results").glob("**/*.json"))) == 2
 
 
+@pytest.mark.e2e
 def test_a_run_trains_alike_whether_it_made_its_general_checkpoint_or_read_it(
         tiny_suite_file, tmp_path):
     """distilbert's first run trains the general checkpoint (loading the teacher's masked-LM
@@ -82,6 +84,7 @@ def test_a_run_trains_alike_whether_it_made_its_general_checkpoint_or_read_it(
     assert read.record.main_score == made.record.main_score
 
 
+@pytest.mark.e2e
 def test_teachers_are_cached_and_shared_across_methods_and_seeds(tiny_suite_file, tmp_path):
     runner = _runner(tiny_suite_file, tmp_path)
     runner.run_one("kd", "stsb", seed=1)
@@ -94,6 +97,7 @@ def test_teachers_are_cached_and_shared_across_methods_and_seeds(tiny_suite_file
     assert artifacts.path == entries[0] and time.perf_counter() - started < 30
 
 
+@pytest.mark.e2e
 def test_diverging_loss_stops_and_records_the_failure(tiny_suite_file, tmp_path):
     diverging = ["training.lr=1.0e+30", "training.max_steps=20", "training.max_grad_norm=null"]
     runner = _runner(tiny_suite_file, tmp_path, diverging)
@@ -110,6 +114,7 @@ def test_diverging_loss_stops_and_records_the_failure(tiny_suite_file, tmp_path)
     assert again.status == "skipped"
 
 
+@pytest.mark.e2e
 def test_non_finite_dev_logits_stop_the_run_and_record_the_failure(tiny_suite_file, tmp_path,
                                                                     monkeypatch):
     """A student whose dev outputs hold a NaN (an overflow in evaluation, not in the loss)
@@ -132,6 +137,7 @@ def test_non_finite_dev_logits_stop_the_run_and_record_the_failure(tiny_suite_fi
     assert "non-finite dev logits in stage 'task'" in record["error"], record["error"]
 
 
+@pytest.mark.e2e
 def test_teacher_no_better_than_the_majority_baseline_is_refused(tiny_suite_file, tmp_path):
     runner = _runner(tiny_suite_file, tmp_path, ["teacher.min_margin=1000"])
     with pytest.raises(TeacherError, match="baseline"):
@@ -139,6 +145,7 @@ def test_teacher_no_better_than_the_majority_baseline_is_refused(tiny_suite_file
     assert not list((tmp_path / "results").glob("**/*.json"))
 
 
+@pytest.mark.e2e
 def test_unknown_stage_override_is_an_error_naming_it(tiny_suite_file, tmp_path):
     from harness.config.schema import ConfigError
 
@@ -147,6 +154,7 @@ def test_unknown_stage_override_is_an_error_naming_it(tiny_suite_file, tmp_path)
         _runner(tiny_suite_file, tmp_path, ["methods.kd.stages.intermediate.lr=1e-4"])
 
 
+@pytest.mark.e2e
 def test_cli_lists_methods_suites_and_tasks():
     cli = CliRunner()
     methods = cli.invoke(app, ["list", "methods"])
@@ -156,6 +164,7 @@ def test_cli_lists_methods_suites_and_tasks():
     assert "dev_matched, dev_mismatched" in tasks and "regression" in tasks
 
 
+@pytest.mark.e2e
 def test_cli_rejects_a_misspelt_option_naming_it(tiny_suite_file):
     result = CliRunner().invoke(app, ["run", "--suite", str(tiny_suite_file),
                                       "--set", "training.lrr=1e-3"])
@@ -185,6 +194,7 @@ def test_commands_silence_the_progress_bar_transformers_draws_per_checkpoint(tmp
          else transformers.logging.disable_progress_bar)()
 
 
+@pytest.mark.e2e
 def test_a_teacher_that_cannot_be_had_says_what_to_pass(tiny_suite_file, tmp_path):
     from harness.assets.checkpoints import load_base_config
 
@@ -204,6 +214,7 @@ def test_a_teacher_that_cannot_be_had_says_what_to_pass(tiny_suite_file, tmp_pat
     assert not (tmp_path / "r").exists() and not (tmp_path / "c").exists()
 
 
+@pytest.mark.e2e
 def test_a_damaged_copy_in_the_hub_cache_is_named_as_damaged_not_missing(
         tiny_teacher_dir, tmp_path):
     """A hub id whose cached config.json or weights are cut short: the error names the
@@ -238,6 +249,7 @@ def test_a_damaged_copy_in_the_hub_cache_is_named_as_damaged_not_missing(
                               "folder here and could not be loaded")
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("damage", ["config.json", "model.safetensors", "tokenizer.json"])
 def test_a_damaged_teacher_folder_is_named_not_a_traceback(tiny_suite_file, tiny_teacher_dir,
                                                            tmp_path, damage):
@@ -255,6 +267,7 @@ def test_a_damaged_teacher_folder_is_named_not_a_traceback(tiny_suite_file, tiny
     assert not list((tmp_path / "r").rglob("*.json"))
 
 
+@pytest.mark.e2e
 def test_a_results_path_that_cannot_hold_records_stops_before_anything_trains(
         tiny_suite_file, tmp_path):
     not_a_folder = tmp_path / "results"
@@ -276,6 +289,7 @@ def test_a_results_path_that_cannot_hold_records_stops_before_anything_trains(
             result.output
 
 
+@pytest.mark.e2e
 def test_new_method_skeleton_registers_and_passes_the_contract(tiny_suite_file, tmp_path):
     missing = CliRunner().invoke(app, ["new-method", "my-kd", "--directory",
                                        str(tmp_path / "nope")])
@@ -299,6 +313,7 @@ def test_new_method_skeleton_registers_and_passes_the_contract(tiny_suite_file, 
         registry._methods.pop("my-kd", None)
 
 
+@pytest.mark.e2e
 def test_new_method_prints_a_tiny_run_whose_budgets_load(tmp_path):
     """The command ``new-method`` prints is a tiny run: every --set it gives loads through
     the suite loader and caps what it says (student stages, general ones included, the
@@ -355,6 +370,7 @@ def _load_plugin(path: Path) -> None:
     spec.loader.exec_module(module)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("edits", "problem"), [
     ({'Stage("task", ("gold", "distill")': 'Stage("task", ("gold", "distil")'},
      r"stage 'task' names loss term\(s\) \['distil'\] that are not among its loss_terms"),
@@ -382,6 +398,7 @@ def test_a_plugin_that_declares_its_losses_or_stages_wrongly_is_refused_naming_i
         registry._methods.pop("my-bad", None)
 
 
+@pytest.mark.e2e
 def test_a_plugin_that_cannot_load_is_named_and_the_others_stay_usable(tmp_path):
     """A syntax error or a plugin that cannot register (a loss term without its method)
     used to stop every command with a traceback.  Such a plugin is named, with its file,
@@ -417,6 +434,7 @@ def test_a_plugin_that_cannot_load_is_named_and_the_others_stay_usable(tmp_path)
     assert MethodRegistry().broken == []  # nothing is discovered until asked
 
 
+@pytest.mark.e2e
 def test_run_killed_midway_resumes_without_duplicate_or_partial_records(
         tiny_suite_file, tmp_path):
     suite = yaml.safe_load(tiny_suite_file.read_text())
@@ -449,6 +467,7 @@ def test_run_killed_midway_resumes_without_duplicate_or_partial_records(
         assert path.read_bytes() == content  # finished records were not redone
 
 
+@pytest.mark.e2e
 def test_run_id_depends_on_data_content_not_on_where_it_lives(
         tiny_suite_file, tiny_data_dir, tmp_path):
     import shutil
@@ -464,6 +483,7 @@ def test_run_id_depends_on_data_content_not_on_where_it_lives(
     assert content_hash(changed) != content_hash(first)
 
 
+@pytest.mark.e2e
 def test_run_id_depends_on_a_local_teachers_content_not_on_its_folder(
         tiny_suite_file, tiny_teacher_dir, tmp_path):
     import shutil
@@ -530,6 +550,7 @@ def test_a_pypi_teacher_names_its_tokenizer_unless_it_is_the_shipped_one(
     resolve_checkpoint.cache_clear()
 
 
+@pytest.mark.e2e
 def test_a_hub_teacher_is_identified_and_loaded_at_one_commit(tiny_teacher_dir, tmp_path):
     """A hub id names the commit its files load from (the local cache's main here, as the
     hub is offline): a new commit on main is another teacher, and a checkpoint resolved
@@ -562,6 +583,7 @@ def test_a_hub_teacher_is_identified_and_loaded_at_one_commit(tiny_teacher_dir, 
     assert done.stdout.split() == [commits["a"], "a", commits["b"], "b", "True"]
 
 
+@pytest.mark.e2e
 def test_a_variant_without_a_stage_ignores_its_inherited_budget_but_not_a_typo(
         tiny_suite_file, tmp_path):
     from harness.config.schema import ConfigError
@@ -578,6 +600,7 @@ def test_a_variant_without_a_stage_ignores_its_inherited_budget_but_not_a_typo(
         _runner(tiny_suite_file, tmp_path, ["methods.tinybert.stages.intermediat.lr=1e-4"])
 
 
+@pytest.mark.e2e
 def test_a_protocol_view_shares_run_ids_and_records_with_its_protocol(
         tiny_suite_file, tmp_path):
     view_file = tmp_path / "view.yaml"
@@ -595,6 +618,7 @@ def test_a_protocol_view_shares_run_ids_and_records_with_its_protocol(
     assert view.store.load(variant.path).suite == "tiny"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("sets", "method", "message"), [
     # the shape itself: layers the teacher does not have (2-layer teacher)
     (["students.tiny-wide.teacher_layers=[0,2]"], "bert-pkd",
@@ -628,6 +652,7 @@ def test_a_student_that_does_not_fit_stops_the_run_before_any_cell_trains(
         runner.run_id(method, "rte", seed=1)
 
 
+@pytest.mark.e2e
 def test_the_planning_check_reads_the_student_and_values_a_tuned_file_runs(tiny_suite_file,
                                                                           tmp_path):
     """A tuned file's student replaces the recipe's before anything runs: a recipe shape that
@@ -664,6 +689,7 @@ def test_a_variant_whose_stages_cannot_be_built_is_named_on_loading(tiny_suite_f
     assert "methods.tinybert" not in str(info.value)
 
 
+@pytest.mark.e2e
 def test_a_teacher_whose_fine_tuning_diverges_is_named_and_not_fine_tuned_again(
         tiny_suite_file, tmp_path):
     """The teacher's NaN loss was reported as "stage 'finetune'" (read as the finetune
@@ -684,6 +710,7 @@ def test_a_teacher_whose_fine_tuning_diverges_is_named_and_not_fine_tuned_again(
     assert not list((tmp_path / "results").glob("**/*.json"))
 
 
+@pytest.mark.e2e
 def test_a_teacher_that_diverged_is_not_kept_in_memory_by_the_runner(tiny_suite_file,
                                                                    tmp_path):
     """The runner remembers that the task's teacher diverged, not the error itself: its
@@ -709,6 +736,7 @@ def test_a_teacher_that_diverged_is_not_kept_in_memory_by_the_runner(tiny_suite_
     assert info.value.__context__ is None
 
 
+@pytest.mark.e2e
 def test_a_run_whose_loss_diverges_leaves_nothing_prepared_behind(tiny_suite_file, tmp_path):
     """A stage stopped by a non-finite loss kept the diverged student and its optimizer
     prepared on the runner's accelerator until a later stage ended."""
@@ -728,6 +756,7 @@ def test_repeated_or_comma_separated_list_options_all_count():
     assert _csv(None) is None and _csv([]) is None and _csv([" , "]) is None
 
 
+@pytest.mark.e2e
 def test_a_missing_asset_stops_the_run_before_any_cell_trains(tiny_suite_file, tmp_path,
                                                               monkeypatch):
     """tinybert's augmentation reads GloVe: without it the run stops before its first cell
@@ -762,6 +791,7 @@ def test_a_missing_asset_stops_the_run_before_any_cell_trains(tiny_suite_file, t
     assert not (tmp_path / "cli-cache" / "teachers").exists()
 
 
+@pytest.mark.e2e
 def test_a_run_whose_record_is_a_failure_exits_non_zero_when_skipped(tiny_suite_file,
                                                                      tmp_path):
     """The store skips a configuration that failed before, and the command says so and

@@ -37,6 +37,7 @@ def test_tensorboard_tags_help_describes_it_rather_than_reading_a_folder_named_h
     assert "python scripts/tensorboard_tags.py runs/glue-cpu/kd/rte/" in help_text
 
 
+@pytest.mark.e2e
 def test_tensorboard_tags_names_a_missing_folder_without_a_traceback(tmp_path):
     missing = tmp_path / "runs" / "glue-cpu" / "kd" / "rte" / "no-such-run"
     done = subprocess.run([sys.executable, str(SCRIPTS / "tensorboard_tags.py"), str(missing)],

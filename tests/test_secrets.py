@@ -87,6 +87,7 @@ def _invoke(capfd, args: list[str]):
     return result, result.output + captured.out + captured.err
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("url", "says"), [
     (f"postgresql+psycopg2://user:{SENTINEL}@127.0.0.1:{{port}}/db",
      "postgresql+psycopg2://user:***@127.0.0.1:{port}/db: cannot open the database "
@@ -124,6 +125,7 @@ def test_worker_refuses_a_storage_in_one_line_before_planning_and_shows_no_passw
     assert not (tmp_path / "results").exists() and not (tmp_path / "cache").exists()
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("command", [["grid"], ["tune", "--method", "kd", "--task", "rte"]])
 def test_grid_and_tune_refuse_a_storage_before_planning(
         tmp_path, tiny_data_dir, tiny_teacher_dir, no_password_sources, monkeypatch, capfd,
@@ -214,6 +216,7 @@ def test_password_env_names_a_variable_that_must_be_set(no_password_sources):
     assert SENTINEL not in str(refused.value)
 
 
+@pytest.mark.e2e
 def test_a_worker_that_tunes_and_trains_with_a_password_prints_and_writes_it_nowhere(
         password_server, no_password_sources, tmp_path, tiny_data_dir, tiny_teacher_dir,
         capfd):

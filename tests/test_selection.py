@@ -42,6 +42,7 @@ def test_the_summary_names_the_last_and_the_first_best_evaluation() -> None:
     assert SelectionSummary.of("last", "task", [], "accuracy") is None
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("task, metric", [("rte", "accuracy"), ("stsb", "pearson")])
 def test_last_scores_the_last_checkpoint_and_best_dev_the_best(
         tiny_data_dir, tiny_teacher_dir, tmp_path: Path, task: str, metric: str) -> None:
@@ -77,6 +78,7 @@ def test_last_scores_the_last_checkpoint_and_best_dev_the_best(
         assert score == pytest.approx(record.main_score, abs=1e-4)
 
 
+@pytest.mark.e2e
 def test_the_protocol_is_part_of_the_run_id_and_the_teachers_key(
         tiny_data_dir, tiny_teacher_dir, tmp_path: Path) -> None:
     last = _runner(tmp_path, tiny_data_dir, tiny_teacher_dir, "last")

@@ -47,6 +47,7 @@ def stopping_after(calls: int):
     return Stopping(plain.params, plain.weights)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("killed_at", [3, 7, 10])  # in epoch 1, epoch 2, epoch 3
 def test_a_killed_stage_resumes_exactly(tmp_path: Path, killed_at: int) -> None:
     expected, weights = run(instantiate("finetune"))
@@ -63,6 +64,7 @@ def test_a_killed_stage_resumes_exactly(tmp_path: Path, killed_at: int) -> None:
     assert [row["loss"] for row in resumed.history] == [row["loss"] for row in expected.history]
 
 
+@pytest.mark.slow
 def test_saved_progress_for_another_budget_or_damaged_is_not_used(tmp_path: Path) -> None:
     weights = run(instantiate("finetune"))[1]
     checkpoint = StageCheckpoint(tmp_path / "progress.safetensors", every_steps=2)
@@ -73,6 +75,7 @@ def test_saved_progress_for_another_budget_or_damaged_is_not_used(tmp_path: Path
     assert torch.equal(run(instantiate("finetune"), checkpoint)[1], weights)
 
 
+@pytest.mark.slow
 def test_saved_progress_from_another_build_of_what_the_stage_reads_is_not_resumed(
         tmp_path: Path) -> None:
     """Saved progress records the digests of the cache entries the stage reads (a general

@@ -650,6 +650,7 @@ def test_a_second_process_waits_for_an_entry_being_made_and_does_not_make_it_aga
         pass
 
 
+@pytest.mark.e2e
 def test_a_cache_folder_that_is_a_file_and_a_misspelt_task_are_named_up_front(tmp_path):
     from typer.testing import CliRunner
 

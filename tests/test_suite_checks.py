@@ -112,6 +112,7 @@ def test_an_unknown_task_is_a_short_error(tmp_path: Path) -> None:
     assert str(path) in message and len(message) < 400, message
 
 
+@pytest.mark.e2e
 def test_cli_names_an_unknown_method_and_dry_run_checks_recipes(tmp_path: Path) -> None:
     path = suite_file(tmp_path, lambda tree: None)
     runner = CliRunner()

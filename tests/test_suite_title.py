@@ -34,6 +34,7 @@ def test_a_title_is_one_short_line(tiny_suite_file, value):
         load_suite(str(tiny_suite_file), [f"title={value}"])
 
 
+@pytest.mark.e2e
 def test_a_title_changes_no_run_id(tiny_suite_file, tmp_path):
     def run_id(sets: list[str]) -> str:
         runner = SuiteRunner(load_suite(str(tiny_suite_file), sets), tmp_path / "results",

@@ -127,6 +127,7 @@ def test_ablation_p_is_the_sign_flip_test_against_the_full_model(tmp_path):
                                                              table.loc["mixed", "p_change"]))
 
 
+@pytest.mark.e2e
 def test_a_row_never_averages_two_configurations(tiny_suite_file, tmp_path):
     """A run made with a --set (or by an earlier recipe) into the suite's store has the
     recipe's row label: tables keep the runs of the suite as each reads, never both."""
@@ -155,6 +156,7 @@ def test_a_row_never_averages_two_configurations(tiny_suite_file, tmp_path):
     assert sorted(table[table["task"] == "rte"]["seed"]) == [1, 2]
 
 
+@pytest.mark.e2e
 def test_a_record_copied_under_another_run_id_is_refused_naming_the_copy(tiny_suite_file,
                                                                          tmp_path):
     """One configuration and seed is one run: a hand-edited copy of a record (another run id
@@ -180,6 +182,7 @@ def test_a_record_copied_under_another_run_id_is_refused_naming_the_copy(tiny_su
     assert list(runs["score"]) == [pytest.approx(genuine.main_score)]
 
 
+@pytest.mark.e2e
 def test_of_one_seeds_two_auto_resolutions_the_later_run_counts(tiny_suite_file, tmp_path):
     """The same recipe recorded in both resolutions of ``auto`` (two machines, one seed):
     both are the recipe's runs, and the row counts the seed once."""
@@ -210,6 +213,7 @@ def test_of_one_seeds_two_auto_resolutions_the_later_run_counts(tiny_suite_file,
     assert any("the later counts" in line for line in logged)
 
 
+@pytest.mark.e2e
 def test_a_row_of_an_earlier_recipe_is_shown_marked_and_named(tiny_suite_file, tmp_path):
     """A row whose runs are all of an earlier recipe (kd's, before its alpha was edited)
     stays in the table, marked and named with its task; a current row is not."""
@@ -252,6 +256,7 @@ def test_a_row_of_an_earlier_recipe_is_shown_marked_and_named(tiny_suite_file, t
     assert logged == []
 
 
+@pytest.mark.e2e
 def test_table_rows_asked_for_by_name_are_those_or_an_error(tmp_path):
     """`harness table -m`: comma lists split, an unknown name and a name without records
     are errors, where they once printed every row."""
@@ -278,6 +283,7 @@ def test_table_rows_asked_for_by_name_are_those_or_an_error(tmp_path):
     assert none.exit_code == 2 and "no finished records of bert-pkd" in none.output
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("seeds", ["-1", "abc", "1,x"])
 def test_a_seed_that_is_not_one_is_refused_before_anything_runs(tmp_path, seeds):
     from typer.testing import CliRunner

@@ -64,6 +64,7 @@ def _runner(suite_file: Path, tmp_path: Path, overrides: list[str]) -> SuiteRunn
                        tmp_path / "cache", log=lambda _: None)
 
 
+@pytest.mark.e2e
 def test_bf16_logits_reuse_the_fine_tuned_teacher_and_are_recorded(tiny_suite_file, tmp_path):
     fp32 = _runner(tiny_suite_file, tmp_path, [])
     bf16 = _runner(tiny_suite_file, tmp_path, ["teacher.inference_precision=bf16"])
@@ -84,6 +85,7 @@ def test_bf16_logits_reuse_the_fine_tuned_teacher_and_are_recorded(tiny_suite_fi
     assert record["teacher"]["key"] == labelled.key == record["config"]["teacher"]["key"]
 
 
+@pytest.mark.e2e
 def test_a_fresh_teacher_does_not_depend_on_what_ran_before_it(tiny_suite_file, tmp_path):
     """The classifier head is initialised after seeding: two builds of the same teacher,
     after different use of the global random generators, cache identical logits (CI found
@@ -99,6 +101,7 @@ def test_a_fresh_teacher_does_not_depend_on_what_ran_before_it(tiny_suite_file, 
     np.testing.assert_array_equal(logits[0], logits[1])
 
 
+@pytest.mark.e2e
 def test_bf16_logits_of_a_teacher_fine_tuned_again_with_other_weights_are_made_again(
         tiny_suite_file, tmp_path):
     """The bf16 entry holds logits of the fp32 entry's model, under a key that names the
@@ -131,6 +134,7 @@ def test_bf16_logits_of_a_teacher_fine_tuned_again_with_other_weights_are_made_a
     assert not np.array_equal(np.asarray(relabelled.logits("dev")), before)
 
 
+@pytest.mark.e2e
 def test_bf16_logits_stay_when_their_teacher_is_made_again_with_the_same_weights(
         tiny_suite_file, tmp_path):
     """A damaged fp32 entry fine-tuned again on the same machine has the same weights and
@@ -153,6 +157,7 @@ def test_bf16_logits_stay_when_their_teacher_is_made_again_with_the_same_weights
                                   np.asarray(labelled.logits("dev")))
 
 
+@pytest.mark.e2e
 def test_a_teacher_labels_its_training_and_dev_splits_not_the_hidden_test_split(
         tiny_data_dir, tiny_teacher_dir, tmp_path):
     """Nothing reads a teacher's logits on a test split (its gold labels are hidden), and
@@ -182,6 +187,7 @@ def test_a_teacher_labels_its_training_and_dev_splits_not_the_hidden_test_split(
             "dev.npy", "train.npy"], precision
 
 
+@pytest.mark.e2e
 def test_a_teachers_logits_on_a_split_it_does_not_label_are_refused_by_name(
         tiny_suite_file, tmp_path):
     """A test split's logits are not made: asking for them says so, not a missing file

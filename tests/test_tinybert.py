@@ -174,6 +174,7 @@ def assert_terms_match(setup: Setup, expected: dict[str, torch.Tensor]) -> None:
 
 
 # -- term values ---------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("shared", [False, True], ids=["separate-W", "shared-W"])
 def test_every_term_equals_its_formula_on_a_padded_batch(shared: bool):
     lambdas = [0.5, 1.0, 2.0, 3.0]  # embeddings, layers 1 and 2, prediction
@@ -184,6 +185,7 @@ def test_every_term_equals_its_formula_on_a_padded_batch(shared: bool):
     assert_terms_match(setup, expected)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("mapping", "teacher_layers"), [
     ("uniform", [2, 4]), ("top", [3, 4]), ("bottom", [1, 2]), ([1, 3], [1, 3])])
 def test_mapping_selects_the_intended_teacher_layers(mapping, teacher_layers):
@@ -277,6 +279,7 @@ def test_augmented_stages_at_its_default_leaves_earlier_run_ids_alone():
     assert type(narrowed).model_validate(narrowed.model_dump()) == narrowed
 
 
+@pytest.mark.e2e
 def test_run_ids_follow_the_corpus_a_masked_lm_head_is_fitted_on(tiny_suite_file, tmp_path):
     """Without general distillation nothing else puts the corpus in a run id, yet masked-LM
     candidates come from a head fitted on it (the tiny teacher has none): another corpus

@@ -52,6 +52,7 @@ def _files(root: Path) -> set[Path]:
     return {path for path in root.rglob("*") if path.is_file()}
 
 
+@pytest.mark.e2e
 def test_a_run_logs_each_stage_loss_terms_lr_and_evaluations_to_tensorboard(
         tmp_path, tiny_data_dir, tiny_teacher_dir):
     # TinyBERT without augmentation: a general (corpus) stage, then two task stages, the
@@ -137,6 +138,7 @@ def test_a_run_logs_each_stage_loss_terms_lr_and_evaluations_to_tensorboard(
     assert _files(runs) == before
 
 
+@pytest.mark.e2e
 def test_a_failed_run_keeps_its_curves_and_its_retry_logs_apart(tmp_path, tiny_suite_file):
     results, runs = tmp_path / "results", tmp_path / "runs"
     command = ["run", "--suite", str(tiny_suite_file), "--method", "finetune", "--tasks",
@@ -160,6 +162,7 @@ def test_a_failed_run_keeps_its_curves_and_its_retry_logs_apart(tmp_path, tiny_s
                                          "task/loss/total")] == steps
 
 
+@pytest.mark.e2e
 def test_grid_and_its_tuning_trials_log_a_tracker_run_each(
         tmp_path, tiny_data_dir, tiny_teacher_dir):
     path = grid_suite(tmp_path, tiny_data_dir, tiny_teacher_dir,
@@ -190,6 +193,7 @@ def test_grid_and_its_tuning_trials_log_a_tracker_run_each(
     assert _scalars(_events(runs / cell), "task/dev/accuracy")
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("command", [
     ["run"], ["grid"], ["tune", "--method", "kd", "--task", "rte"],
     ["worker", "--storage", "sqlite:///unused.db"]], ids=["run", "grid", "tune", "worker"])
@@ -204,6 +208,7 @@ def test_an_unknown_tracker_is_refused_before_anything_runs(tmp_path, tiny_suite
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("backend, modules, install", [
     ("tensorboard", ["tensorboard", "tensorboardX"], "pip install tensorboard"),
     ("wandb", ["wandb"], "pip install wandb"),

@@ -53,6 +53,7 @@ def suite_file(tmp_path, tiny_data_dir, tiny_teacher_dir) -> Path:
                                 "log_every_steps": 1})
 
 
+@pytest.mark.e2e
 def test_tune_prunes_writes_parameters_and_resumes_and_run_uses_them(tmp_path, suite_file):
     results, cache = tmp_path / "results", tmp_path / "cache"
     common = ["--suite", str(suite_file), "--results", str(results), "--cache-dir", str(cache)]
@@ -197,6 +198,7 @@ def test_a_grid_queue_has_one_name_before_and_after_its_tuning(tmp_path, tiny_da
     assert after.study_name == before.study_name
 
 
+@pytest.mark.slow
 def test_grid_tunes_then_runs_and_a_worker_killed_mid_trial_is_retried(
         postgres_url, tmp_path, tiny_data_dir, tiny_teacher_dir):
     """tune-then-run on PostgreSQL: 4 trials per method and task, then the cells with the
@@ -251,6 +253,7 @@ def _kd_stsb_tuning(tmp_path: Path, suite_file: Path, trials: int
                                    storage).name
 
 
+@pytest.mark.slow
 def test_tune_killed_mid_trial_resumes_and_retries_that_trial(tmp_path, suite_file):
     results = tmp_path / "results"
     common, storage, name = _kd_stsb_tuning(tmp_path, suite_file, trials=3)
@@ -272,6 +275,7 @@ def test_tune_killed_mid_trial_resumes_and_retries_that_trial(tmp_path, suite_fi
     assert load_tuned(name, results).study == name
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")  # ask(), not optimize()
 def test_parallel_workers_propose_their_own_parameters_and_one_alone_repeats(tmp_path,
                                                                               suite_file):
@@ -299,6 +303,7 @@ def test_parallel_workers_propose_their_own_parameters_and_one_alone_repeats(tmp
     assert alone[0] == parallel[0]  # the recipe's own point, queued first
 
 
+@pytest.mark.e2e
 def test_a_study_whose_every_trial_fails_stops_and_says_so(tmp_path, suite_file):
     # A weight decay that blows the weights up at the first step, whatever the searched
     # learning rate: every trial's run diverges and writes a failed record.
@@ -339,6 +344,7 @@ def test_a_study_whose_every_trial_fails_stops_and_says_so(tmp_path, suite_file)
     assert tuner.counts()["fail"] == 2
 
 
+@pytest.mark.e2e
 def test_a_bug_in_a_trial_stops_the_study_with_one_traceback_and_queues_it_again(
         tmp_path, suite_file, monkeypatch):
     """An unexpected error other than a RuntimeError: the command prints its traceback
@@ -368,6 +374,7 @@ def test_a_bug_in_a_trial_stops_the_study_with_one_traceback_and_queues_it_again
     assert queued.params == stopped.params
 
 
+@pytest.mark.e2e
 def test_a_seed_already_recorded_reports_its_evaluations_so_later_seeds_keep_their_steps(
         tmp_path, suite_file):
     """A trial whose seed 1 is in the study's store (a retried trial's, say) does not train
@@ -397,6 +404,7 @@ def test_a_seed_already_recorded_reports_its_evaluations_so_later_seeds_keep_the
         evaluation["pearson"] for evaluation in evaluations]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("url", "says"), [
     ("notaurl", "not a database URL this can open"),
     ("bogus://x", "not a database URL this can open"),
@@ -414,6 +422,7 @@ def test_a_storage_that_cannot_be_opened_is_named_not_a_traceback(tmp_path, url,
     assert str(info.value).startswith(f"--storage {url}: {says}")
 
 
+@pytest.mark.e2e
 def test_params_that_name_a_folder_and_zero_trials_are_refused(tmp_path):
     from harness.cli import app
     from harness.experiments.tuning import load_tuned
@@ -428,6 +437,7 @@ def test_params_that_name_a_folder_and_zero_trials_are_refused(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("key", "says"), [
     ("params.temperatur", "kd-misspelt has no parameter 'temperatur'; its parameters: "
                           "alpha, temperature"),
@@ -465,6 +475,7 @@ def test_a_search_space_key_the_recipe_cannot_take_is_refused_before_any_study(
     assert not (results / "optuna.db").exists()  # no study, not even an empty one
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("url", ["sqlite://", "sqlite:///"])
 def test_tune_refuses_an_in_memory_storage_before_any_trial(tmp_path, suite_file, url):
     """Trials used to run on it while the heartbeat thread, on a connection of its own,
@@ -481,6 +492,7 @@ def test_tune_refuses_an_in_memory_storage_before_any_trial(tmp_path, suite_file
     assert not list(results.rglob("*.json"))  # no trial ran
 
 
+@pytest.mark.e2e
 def test_tuned_parameters_that_are_the_recipes_own_are_its_run_in_either_order(
         tmp_path, suite_file):
     """When the best trial is the recipe's own point, `run --params` is the plain run (one
@@ -515,6 +527,7 @@ def test_tuned_parameters_that_are_the_recipes_own_are_its_run_in_either_order(
     assert tables[0] == tables[1]
 
 
+@pytest.mark.e2e
 def test_run_params_trains_the_student_the_parameters_were_tuned_on(tmp_path, suite_file):
     """`tune --student` writes its shape into the parameter file; `run --params` applied
     the parameters to the method's own student instead, and marked that run tuned."""
@@ -552,6 +565,7 @@ def test_run_params_trains_the_student_the_parameters_were_tuned_on(tmp_path, su
         refused.output
 
 
+@pytest.mark.e2e
 def test_the_printed_run_command_works_as_printed(tmp_path, suite_file):
     """The "use them:" line left out --results (and the --set assignments): copied, it
     looked for the study's parameters in the default store ("neither a file nor a
@@ -578,6 +592,7 @@ def test_the_printed_run_command_works_as_printed(tmp_path, suite_file):
     assert document["main_score"] == pytest.approx(trial.value)
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_a_trial_says_so_queues_its_parameters_again_and_exits_130(tmp_path,
                                                                            suite_file):
     """Ctrl-C used to print KeyboardInterrupt's traceback and leave the trial failed, its
@@ -637,6 +652,7 @@ def test_grid_params_apply_only_to_the_cells_of_the_student_they_were_tuned_on(
         grid("tiny-wide")
 
 
+@pytest.mark.e2e
 def test_two_parameter_files_for_one_method_and_task_are_refused(tmp_path, suite_file):
     """`run` and `grid` with two --params files for kd on stsb applied the last and dropped
     the first without a word."""

@@ -65,6 +65,7 @@ def uninterrupted() -> torch.Tensor:
     return run(instantiate("finetune"))[1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("write", "reason"), [
     (write_torch_zip, "saved progress in the older pickle format, which is never loaded"),
     (write_pickle(2), "saved progress in the older pickle format, which is never loaded"),
@@ -108,6 +109,7 @@ def saved_progress(tmp_path: Path, killed_at: int = 7) -> StageCheckpoint:
     return checkpoint
 
 
+@pytest.mark.slow
 def test_genuine_saved_progress_resumes_exactly(tmp_path: Path) -> None:
     expected, weights = run(instantiate("finetune"), config=CONFIG)
     checkpoint = saved_progress(tmp_path)
@@ -145,6 +147,7 @@ def header_too_large(path: Path) -> None:
     path.write_bytes(struct.pack("<Q", 1 << 40) + data[8:])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("damage", "reason"), [
     (flip_last_byte, "saved progress damaged or altered (its checksum differs from the one "
                      "saved with it)"),

@@ -92,6 +92,7 @@ def test_one_comparison_by_hand_from_two_rows_predictions(tmp_path: Path) -> Non
     assert across["two_level_low"] == pytest.approx(low / 10.0)
 
 
+@pytest.mark.slow
 def test_the_family_adjusts_every_task_together_and_a_damaged_file_is_named(
         tmp_path: Path) -> None:
     rng = np.random.default_rng(11)

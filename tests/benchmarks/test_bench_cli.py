@@ -1,3 +1,4 @@
+
 """`python -m benchmarks`: every benchmark of the harness itself is a command of its own
 app, runnable from a checkout; `harness bench` keeps the models' efficiency alone."""
 
@@ -7,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from benchmarks.cli import app
@@ -16,11 +18,13 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 COMMANDS = ("train", "cache", "augment", "memory", "runs", "threads", "teacher-precision")
 
 
+@pytest.mark.e2e
 def test_the_augmentation_benchmark_is_a_command_of_the_benchmarks_app():
     result = CliRunner().invoke(app, ["augment", "--help"])
     assert result.exit_code == 0 and "augmentation" in result.output
 
 
+@pytest.mark.e2e
 def test_python_m_benchmarks_lists_every_benchmark():
     done = subprocess.run([sys.executable, "-m", "benchmarks", "--help"], cwd=CHECKOUT,
                           capture_output=True, text=True, check=False, timeout=120)
@@ -30,6 +34,7 @@ def test_python_m_benchmarks_lists_every_benchmark():
         assert f" {command} " in listed, command
 
 
+@pytest.mark.e2e
 def test_harness_bench_measures_models_and_has_no_self_benchmarks():
     runner = CliRunner()
     result = runner.invoke(harness_app, ["bench", "--help"])

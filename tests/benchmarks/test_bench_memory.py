@@ -23,6 +23,7 @@ from harness.experiments.runner import SuiteRunner
 from tests.records import run_record
 
 
+@pytest.mark.slow
 def test_slopes_and_the_figure(tmp_path):
     assert fit_slope([0, 1, 2, 3], [10, 12, 14, 16]) == pytest.approx(2.0)
     assert fit_slope([1], [3]) is None
@@ -36,6 +37,7 @@ def test_slopes_and_the_figure(tmp_path):
     assert "resident memory" in files[1].read_text()
 
 
+@pytest.mark.e2e
 def test_records_carry_peak_memory_and_many_runs_in_one_process_stay_flat(
         tiny_suite_file, tmp_path):
     """The bench's loop on the tiny suite: every record has its memory, which is no part

@@ -1,11 +1,15 @@
+
 """`python -m benchmarks teacher-precision`: the teacher's logits in fp32 and bf16 on a tiny
 suite, both precisions in one table."""
 
 from __future__ import annotations
 
+import pytest
+
 from benchmarks.teacher_precision import run_precision_benchmark
 
 
+@pytest.mark.e2e
 def test_precision_benchmark_reports_both_precisions(tiny_suite_file, tmp_path):
     result = run_precision_benchmark(suite=str(tiny_suite_file), tasks=["rte"], train_rows=8,
                                      batch_size=16, cache_dir=tmp_path / "cache",

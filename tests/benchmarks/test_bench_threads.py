@@ -1,11 +1,15 @@
+
 """`python -m benchmarks threads` on a tiny suite: the same cell alone on two threads, then twice at
 once on one thread each, as whole `harness run` processes."""
 
 from __future__ import annotations
 
+import pytest
+
 from benchmarks.threads import run_threads_benchmark
 
 
+@pytest.mark.slow
 def test_threads_benchmark_times_both_modes_on_a_real_cell(tiny_suite_file, tmp_path):
     messages: list[str] = []
     result = run_threads_benchmark(suite=str(tiny_suite_file), method="kd", task="rte",
@@ -22,6 +26,7 @@ def test_threads_benchmark_times_both_modes_on_a_real_cell(tiny_suite_file, tmp_
     assert (tmp_path / "cache" / "teachers").is_dir()
 
 
+@pytest.mark.e2e
 def test_each_parallel_job_is_timed_when_it_ends(monkeypatch):
     """Jobs that end in another order than they started keep their own times (the jobs
     are processes sleeping 1.5 s and 0.1 s: what is checked is which job the time of each

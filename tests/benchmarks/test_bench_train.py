@@ -88,6 +88,7 @@ def minimal_for(setup: BenchSetup, config: TrainConfig,
                        config, device, seed=0)
 
 
+@pytest.mark.slow
 def test_minimal_loop_step_equals_the_harness_engine_step():
     """One engine step and one minimal-loop step from identical weights on the identical
     batch (dropout on, same seed): same losses, same updated student and projections."""
@@ -122,6 +123,7 @@ def test_minimal_loop_step_equals_the_harness_engine_step():
     assert "compute_losses" not in vars(setup.method)
 
 
+@pytest.mark.e2e
 def test_interleaved_rounds_report_every_side_and_ratio():
     chosen = settings(warmup=1, rounds=2, steps=2)
     record = run_benchmark(tiny_setup(), chosen, log=lambda message: None)
@@ -153,6 +155,7 @@ def test_fixed_length_split_gives_unpadded_rows_of_the_length():
                                                                 strict=True))
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("args", "message"), [
     (["--steps", "0"], "--steps must be at least 1"),
     (["--rounds", "0"], "--rounds must be at least 1"),
@@ -168,6 +171,7 @@ def test_cli_refuses_bad_options(args, message):
     assert message in " ".join(result.output.split())
 
 
+@pytest.mark.e2e
 def test_textbrewer_side_matches_the_minimal_loop(tmp_path):
     """One TextBrewer step through scripts/textbrewer_step.py (in .venv-textbrewer) gives
     the minimal loop's first-step losses on the same batch; without that environment the
