@@ -15,7 +15,15 @@ from scipy import stats
 from harness.config.schema import VerdictsConfig
 from harness.data.tasks import get_task
 from harness.experiments.predictions import write_predictions
-from harness.reporting.verdicts import VerdictInputs, family_table, run_family
+from harness.reporting.comparisons import SeedDifference
+from harness.reporting.verdicts import (
+    Comparison,
+    TaskVerdict,
+    VerdictInputs,
+    adjust_family,
+    family_table,
+    run_family,
+)
 from tests.records import run_record
 
 EXAMPLES = 40
@@ -86,7 +94,7 @@ def test_one_comparison_by_hand_from_two_rows_predictions(tmp_path: Path) -> Non
                                                            paired.mean() + half))
     # one test in the family: Holm leaves its p as it is
     assert row["p_holm"] == pytest.approx(p)
-    assert row["outcome"] == ("wins" if p < 0.05 else "ties")
+    assert row["outcome"] == ("wins" if p < 0.05 and row["t_low"] > 0 else "ties")
     across = family_table([comparison]).iloc[1]
     assert across["difference"] == pytest.approx(paired.mean() / 10.0)
     assert across["two_level_low"] == pytest.approx(low / 10.0)
@@ -131,3 +139,26 @@ def test_the_family_adjusts_every_task_together_and_a_damaged_file_is_named(
     assert table.iloc[0]["detectable"] == pytest.approx(
         (stats.t.ppf(0.975, 2) + stats.t.ppf(0.8, 2)) * se)
     assert len(inputs.problems) == 1 and victim.predictions.file in inputs.problems[0]
+
+
+def _verdict(estimate: float, low: float, high: float, p: float) -> TaskVerdict:
+    seeds = SeedDifference(estimate=estimate, low=low, high=high, pvalue=p, sd=1.0, n=3,
+                           zero_variance=False)
+    return TaskVerdict(task="rte", seeds=(1, 2, 3), seed_level=seeds, two_level=None,
+                       detectable=1.0, p=p)
+
+
+@pytest.mark.parametrize(("estimate", "low", "high", "outcome"), [
+    (2.0, 0.5, 3.5, "wins"),
+    (-2.0, -3.5, -0.5, "loses"),
+    (2.0, -0.6, 4.6, "ties"),          # the seeds' interval holds 0: no win on p alone
+    (-2.0, -4.6, 0.6, "ties"),
+    (2.0, math.nan, math.nan, "ties"),  # one seed: no interval, nothing decided
+])
+def test_a_win_needs_the_seeds_interval_on_its_side_as_well_as_the_adjusted_p(
+        estimate: float, low: float, high: float, outcome: str) -> None:
+    comparison = Comparison(family="f", a="a", b="b", relation=">",
+                            tasks={"rte": _verdict(estimate, low, high, 0.001)})
+    [adjusted] = adjust_family([comparison])
+    assert adjusted.tasks["rte"].p_holm == pytest.approx(0.001)
+    assert adjusted.tasks["rte"].outcome == outcome

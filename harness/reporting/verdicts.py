@@ -276,11 +276,22 @@ def _outcome(verdict: TaskVerdict, relation: str, p_holm: float, p_ni: float,
              alpha: float) -> str:
     if not math.isfinite(p_holm) and not math.isfinite(p_ni):
         return "no test"
-    if p_holm < alpha:
+    if p_holm < alpha and _seeds_agree(verdict):
         return "wins" if verdict.estimate > 0 else "loses"
     if relation == ">=":
         return "non-inferior" if p_ni < alpha else "inconclusive"
     return "ties"
+
+
+def _seeds_agree(verdict: TaskVerdict) -> bool:
+    """Whether the seeds' own t interval lies on the side of 0 the estimate is on. With a
+    handful of seeds, resampling them in the two-level bootstrap understates how much a
+    seed moves a score, so a win or a loss needs the seeds' interval to exclude 0 as well;
+    fewer than two seeds have no interval and decide nothing."""
+    seeds = verdict.seed_level
+    if not (math.isfinite(seeds.low) and math.isfinite(seeds.high)):
+        return False
+    return seeds.low > 0 if verdict.estimate > 0 else seeds.high < 0
 
 
 def run_family(inputs: VerdictInputs, family: str,
