@@ -200,12 +200,13 @@ def test_optuna_stays_quiet_about_a_record_that_does_not_load():
     assert [record.getMessage() for record in kept.records] == []
 
 
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_a_ctrl_c_python_swallows_in_a_callback_still_stops_at_the_next_check():
-    """SIGINT that lands in a weak reference's callback is printed as "Exception ignored"
-    and dropped by Python; while catching_ctrl_c is active it is remembered, and the next
-    check (the training loop makes one every step) raises it.  Outside the block SIGINT is
-    Python's default handler again, and nothing is remembered."""
+    """SIGINT that lands in a weak reference's callback is dropped by Python (which would
+    print "Exception ignored ... Traceback"); while catching_ctrl_c is active it is
+    remembered and not printed, and the next check (the training loop makes one every step)
+    raises it.  Other exceptions in callbacks still reach the hook that was there before.
+    Outside the block SIGINT is Python's default handler again, and nothing is remembered."""
+    import sys
     import weakref
 
     from harness.common.interrupts import (
@@ -221,6 +222,16 @@ def test_a_ctrl_c_python_swallows_in_a_callback_still_stops_at_the_next_check():
         os.kill(os.getpid(), signal.SIGINT)
         sum(range(1000))  # a few instructions: the handler runs here, inside the callback
 
+    def failing(_: object) -> None:
+        raise ValueError("a callback's own error")
+
+    shown: list[BaseException] = []
+    before_hook = sys.unraisablehook
+
+    def recording(unraisable) -> None:
+        shown.append(unraisable.exc_value)
+
+    sys.unraisablehook = recording
     # Python's own handler, as in a terminal (a job started in the background inherits
     # SIGINT ignored, and then nothing is caught or remembered)
     before = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -230,6 +241,12 @@ def test_a_ctrl_c_python_swallows_in_a_callback_still_stops_at_the_next_check():
             reference = weakref.ref(held, pressed_meanwhile)
             del held  # the callback runs now; its KeyboardInterrupt goes no further
             assert reference() is None and ctrl_c_pressed()
+            assert shown == []  # not printed
+            other = Held()
+            other_reference = weakref.ref(other, failing)
+            del other
+            assert other_reference() is None
+            assert [type(error) for error in shown] == [ValueError]
             with pytest.raises(KeyboardInterrupt):
                 raise_if_interrupted()
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
@@ -237,3 +254,6 @@ def test_a_ctrl_c_python_swallows_in_a_callback_still_stops_at_the_next_check():
         raise_if_interrupted()
     finally:
         signal.signal(signal.SIGINT, before)
+        hook_after = sys.unraisablehook
+        sys.unraisablehook = before_hook
+    assert hook_after is recording  # the block put back the hook it found
