@@ -43,7 +43,7 @@ def run_precision_benchmark(*, suite: str = "glue-cpu", tasks: Iterable[str] = (
     batch = batch_size or config.teacher.inference_batch_size
     rows: list[dict[str, Any]] = []
     for name in tasks:
-        prepared = runner.prepare_task(name)
+        prepared = runner.planner.prepare_task(name)
         task = prepared.task
         model = runner.teacher(name).load_model().to(accelerator.device).eval()
         evaluator = TaskEvaluator(task)

@@ -59,7 +59,7 @@ class Bench:
         self.args = args
         self.runner = SuiteRunner(load_suite(args.suite), Path(tempfile.mkdtemp()),
                                   log=lambda message: print(message, flush=True))
-        self.prepared = self.runner.prepare_task(args.task)
+        self.prepared = self.runner.planner.prepare_task(args.task)
         self.task = self.prepared.task
         self.teacher = self.runner.teacher(args.task)
         train = self.prepared.splits["train"]
@@ -78,7 +78,8 @@ class Bench:
         if method_name == "tinybert":  # timing does not depend on the starting weights
             overrides = {"params.general_distillation": False, **(overrides or {})}
         variation = Variation.of(overrides=overrides)
-        method, spec, configs = runner.resolve(method_name, args.task, 1, variation)
+        plan = runner.planner.resolve(method_name, args.task, 1, variation)
+        method, spec, configs = plan.method, plan.spec, plan.stage_configs
         stage = next(s for s in method.stages(self.task) if s.name == stage_name)
         context = runner._student_context(spec["student"]["name"], self.task)
         torch.manual_seed(0)
@@ -193,7 +194,7 @@ class Bench:
         runner, args = self.runner, self.args
         if method_name == "tinybert":
             overrides = {"params.general_distillation": False, **overrides}
-        recipe = runner.recipe(method_name, args.task, Variation.of(overrides=overrides))
+        recipe = runner.planner.recipe(method_name, args.task, Variation.of(overrides=overrides))
         if disabled:
             recipe = recipe.model_copy(update={"disabled_losses": disabled})
         method = instantiate(runner.suite.plugin(method_name), recipe, args.task)
@@ -299,7 +300,7 @@ class Bench:
         copies = suite.recipe("tinybert").params_for(None).get("augmentation", {}).get(
             "copies", 0)
         for name in suite.tasks:
-            split = self.runner.prepare_task(name).splits["train"]
+            split = self.runner.planner.prepare_task(name).splits["train"]
             task_copies = suite.recipe("tinybert").params_for(name).get(
                 "augmentation", {}).get("copies", copies)
             size = estimate_bytes(split.lengths, layers, config.hidden_size,

@@ -451,9 +451,9 @@ def test_student_kinds_are_checked_against_methods(tiny_data_dir, tiny_teacher_d
                          log=lambda _: None)
     with pytest.raises(ConfigError, match="'tiny' is of kind 'bert'; bilstm-soft builds "
                                           "bilstm students"):
-        runner.resolve("bilstm-bert", "rte", 1)
+        runner.planner.resolve("bilstm-bert", "rte", 1)
     with pytest.raises(ConfigError, match="kind 'bilstm'; kd builds bert"):
-        runner.resolve("kd-on-bilstm", "rte", 1)
+        runner.planner.resolve("kd-on-bilstm", "rte", 1)
     del tree["methods"]["bilstm-bert"], tree["methods"]["kd-on-bilstm"]
     tree["students"]["tiny-bilstm"]["hidden_sise"] = 3
     path.write_text(yaml.safe_dump(tree))
@@ -510,7 +510,7 @@ def test_missing_word_vectors_stop_the_run_before_any_cell_trains(tiny_data_dir,
     with pytest.raises(AssetNotFoundError, match=expected):  # one cell, as a grid worker
         runner.run_one("bilstm-soft", "rte", seed=1)
     missing.write_text("cat 1 2 3 4\n")
-    runner.check_assets(["bilstm-soft"], ["rte"])
+    runner.planner.check_assets(["bilstm-soft"], ["rte"])
 
 
 @pytest.mark.e2e
@@ -543,7 +543,8 @@ def test_run_ids_follow_the_augmentation_version_and_tagger(tiny_suite_file, tmp
             "methods.bilstm-plain.base=bilstm-soft",
             "methods.bilstm-plain.params.augment=false"])
         runner = SuiteRunner(suite, tmp_path / "r", tmp_path / "c", log=lambda _: None)
-        return runner.run_id("bilstm-soft", "rte", 1), runner.run_id("bilstm-plain", "rte", 1)
+        return (runner.planner.run_id("bilstm-soft", "rte", 1),
+                runner.planner.run_id("bilstm-plain", "rte", 1))
 
     augmented, plain = run_ids()
     monkeypatch.setattr(plugin, "AUGMENTATION_VERSION", plugin.AUGMENTATION_VERSION + 1)
@@ -579,7 +580,7 @@ def test_run_ids_follow_the_word_vectors_content_and_the_tokenizer_release(
         path.write_text(yaml.safe_dump(tree))
         runner = SuiteRunner(load_suite(str(path)), tmp_path / "r", tmp_path / "c",
                              log=lambda _: None)
-        return runner.run_id("bilstm-soft", "rte", 1)
+        return runner.planner.run_id("bilstm-soft", "rte", 1)
 
     package = run_id(None)
     first = tmp_path / "a" / "vectors.txt"
@@ -623,7 +624,8 @@ def test_tinybert_run_ids_follow_the_glove_vectors_of_its_candidates(tiny_suite_
             "methods.tinybert-plain.base=tinybert",
             "methods.tinybert-plain.params.augment=false"])
         runner = SuiteRunner(suite, tmp_path / "r", tmp_path / "c", log=lambda _: None)
-        return runner.run_id("tinybert", "rte", 1), runner.run_id("tinybert-plain", "rte", 1)
+        return (runner.planner.run_id("tinybert", "rte", 1),
+                runner.planner.run_id("tinybert-plain", "rte", 1))
 
     augmented, plain = run_ids()
     real_version = glove.importlib.metadata.version

@@ -76,6 +76,6 @@ def test_every_enabled_loss_term_sends_a_gradient_to_the_student(method, tiny_su
     runner = SuiteRunner(suite, tmp_path / "results", tmp_path / "cache", log=lambda _: None)
     outcome = runner.run_one(method, "rte", seed=1)
     assert outcome.status == "finished", outcome
-    resolved = runner.resolve(method, "rte", 1)[0]
+    resolved = runner.planner.resolve(method, "rte", 1).method
     stages = {stage.name for stage in resolved.stages(get_task("rte"))}
     assert set(checked) == stages and all(checked.values()), (checked, stages)

@@ -382,7 +382,7 @@ def test_the_cards_command_names_the_suite_that_trains_the_run_and_a_zero_share_
     assert ablation.record_suite == "glue-cpu"
     planner = RunPlanner(ablation, torch.device("cpu"), log=lambda message: None,
                          precision="fp32")
-    _, spec, _ = planner.resolve("tinybert-no-da", "cola", 2, Variation())
+    spec = planner.resolve("tinybert-no-da", "cola", 2, Variation()).spec
     planned = run_record(suite="glue-cpu", method="tinybert-no-da", task="cola", seed=2,
                          student_shape="4L-192", main_metric="mcc", main_score=0.0,
                          teacher_main_score=40.0).model_dump()

@@ -279,9 +279,10 @@ def test_the_estimate_counts_only_the_cache_entries_a_run_still_has_to_make(
     def needs() -> list[str]:
         runner = SuiteRunner(suite, tmp_path / "results", tmp_path / "cache",
                              log=lambda _: None, save_students=True)
-        method, spec, configs = runner.resolve("distilbert", "stsb", 1)
+        plan = runner.planner.resolve("distilbert", "stsb", 1)
+        method, spec, configs = plan.method, plan.spec, plan.stage_configs
         return [what for _, _, what in space_needed(
-            runner, runner.cache, method, runner.prepare_task("stsb"), spec, configs,
+            runner, runner.cache, method, runner.planner.prepare_task("stsb"), spec, configs,
             tmp_path / "results" / "r.json", general_key=runner.general_entry_key,
             keep_student=runner.save_students)]
 

@@ -260,7 +260,7 @@ def test_general_distillation_runs_once_and_every_task_and_seed_starts_from_it(
     records = [runner.store.load(outcome.path) for outcome in outcomes]
     assert {record.general_distillation["key"] for record in records} == {entry.name}
     general = records[0].general_distillation
-    assert general["corpus_sentences"] == len(runner.corpus())
+    assert general["corpus_sentences"] == len(runner.planner.corpus())
     assert general["corpus"] == suite.corpus.model_dump(mode="json")  # what it was read with
     assert set(general["final_losses"]) == {"embedding", "attention", "hidden", "total"}
     assert [stage.name for stage in records[0].stages] == ["intermediate", "prediction"]
@@ -282,11 +282,12 @@ def test_general_distillation_on_sentence_pairs_is_its_own_checkpoint(
                               corpus={"pairs": True, "max_seq_length": 32})
     paired = SuiteRunner(paired_suite, tmp_path / "results", tmp_path / "cache",
                          log=lambda _: None)
-    assert paired.run_id("tinybert", "rte", 1) != singles.run_id("tinybert", "rte", 1)
+    assert (paired.planner.run_id("tinybert", "rte", 1)
+            != singles.planner.run_id("tinybert", "rte", 1))
     outcome = paired.run_one("tinybert", "rte", 1)
     assert outcome.status == "finished"
     general = paired.store.load(outcome.path).general_distillation
-    corpus = paired.corpus()
+    corpus = paired.planner.corpus()
     assert general["corpus_pairs"] == corpus.units == len(corpus.pairs)
     assert general["corpus_sentences"] == len(corpus.sentences) > corpus.units
     assert general["corpus_sequences"] >= corpus.units
@@ -325,8 +326,10 @@ def test_loading_the_general_body_copies_it_and_keeps_a_fresh_head(
         tmp_path, tiny_data_dir, tiny_teacher_dir):
     suite = tiny_suite(tmp_path, tiny_data_dir, tiny_teacher_dir)
     runner = SuiteRunner(suite, tmp_path / "results", tmp_path / "cache", log=lambda _: None)
-    method, spec, stage_configs = runner.resolve("tinybert", "rte", 1)
-    context = runner._student_context(spec["student"]["name"], runner.prepare_task("rte").task)
+    plan = runner.planner.resolve("tinybert", "rte", 1)
+    method, spec, stage_configs = plan.method, plan.spec, plan.stage_configs
+    context = runner._student_context(spec["student"]["name"],
+                                      runner.planner.prepare_task("rte").task)
     general = [stage for stage in method.stages(context.task) if stage.is_general]
     summary = runner._general_distillation(method, context, general, stage_configs)
     torch.manual_seed(123)
@@ -357,7 +360,7 @@ def test_task_stage_ablations_share_one_general_checkpoint_and_the_mapping_does_
         path.write_text(yaml.safe_dump(tree))
         runner = SuiteRunner(load_suite(str(path)), tmp_path / "r", tmp_path / "c",
                              log=lambda _: None)
-        return runner.resolve("tinybert", "rte", 1)[1]["general"]["key"]
+        return runner.planner.resolve("tinybert", "rte", 1).spec["general"]["key"]
 
     full = general_key()
     assert general_key(disabled_losses=["attention", "hidden"]) == full
@@ -464,14 +467,14 @@ def test_augmented_set_is_cached_labelled_by_the_teacher_and_keeps_source_labels
         tmp_path, tiny_data_dir, tiny_teacher_dir):
     suite = tiny_suite(tmp_path, tiny_data_dir, tiny_teacher_dir)
     runner = SuiteRunner(suite, tmp_path / "results", tmp_path / "cache", log=lambda _: None)
-    prepared = runner.prepare_task("rte")
+    prepared = runner.planner.prepare_task("rte")
     teacher = runner.teacher("rte")
     augmenter = ReversingAugmenter(copies=2)
 
     def make():
         return prepare_augmented(
             data=prepared.data, train_split=prepared.splits["train"], augmenter=augmenter,
-            teacher=teacher, tokenizer=runner.tokenizer, max_length=prepared.max_length,
+            teacher=teacher, tokenizer=runner.planner.tokenizer, max_length=prepared.max_length,
             cache=runner.cache, accelerator=runner.accelerator, inference_batch_size=16,
             seed=0, log=lambda _: None)
 
@@ -535,10 +538,10 @@ def test_init_from_starts_other_methods_from_the_same_general_checkpoint(
     messages: list[str] = []
     runner = SuiteRunner(load_suite(str(path)), tmp_path / "results", tmp_path / "cache",
                          log=messages.append, save_students=True)
-    _, tinybert, _ = runner.resolve("tinybert", "rte", 1)
-    _, kd, _ = runner.resolve("kd-general", "rte", 1)
+    tinybert = runner.planner.resolve("tinybert", "rte", 1).spec
+    kd = runner.planner.resolve("kd-general", "rte", 1).spec
     assert kd["general"] == {"key": tinybert["general"]["key"], "from": "tinybert"}
-    _, plain_kd, _ = runner.resolve("kd", "rte", 1)
+    plain_kd = runner.planner.resolve("kd", "rte", 1).spec
     assert "general" not in plain_kd
     record = runner.store.load(runner.run_one("finetune-general", "rte", 1).path)
     kd_record = runner.store.load(runner.run_one("kd-general", "stsb", 1).path)
@@ -600,14 +603,14 @@ def test_init_from_is_checked_before_anything_runs(tmp_path, tiny_data_dir, tiny
     runner = SuiteRunner(load_suite(str(path)), tmp_path / "r", tmp_path / "c",
                          log=lambda _: None)
     with pytest.raises(ConfigError, match=r"methods\.kd\.init_from: tinybert distils student"):
-        runner.resolve("kd", "rte", 1)
+        runner.planner.resolve("kd", "rte", 1)
     tree["methods"]["tinybert"] = {"params": {**NO_AUGMENT, "general_distillation": False}}
     tree["methods"]["kd"] = {"init_from": "tinybert"}
     path.write_text(yaml.safe_dump(tree))
     runner = SuiteRunner(load_suite(str(path)), tmp_path / "r", tmp_path / "c",
                          log=lambda _: None)
     with pytest.raises(ConfigError, match="no general"):
-        runner.resolve("kd", "rte", 1)
+        runner.planner.resolve("kd", "rte", 1)
 
 
 @pytest.mark.e2e
@@ -651,7 +654,7 @@ def test_a_corpus_task_without_data_names_corpus_tasks(tmp_path, tiny_data_dir,
                        corpus={"tasks": ["rte", "qqp"]})
     runner = SuiteRunner(suite, tmp_path / "r", tmp_path / "c", log=lambda _: None)
     with pytest.raises(DataNotFoundError) as info:
-        runner.run_id("tinybert", "rte", 1)
+        runner.planner.run_id("tinybert", "rte", 1)
     message = str(info.value)
     assert "qqp" in message.lower() and "corpus.tasks" in message
     assert "reads the training sentences of rte, qqp" in message

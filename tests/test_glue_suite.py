@@ -155,7 +155,7 @@ def test_teacher_sizes_hash_as_the_numbers_written_out(stand_ins) -> None:
     for overrides in (base, [*base, *written]):
         planner = RunPlanner(load_suite("glue", overrides), torch.device("cpu"),
                              log=lambda _: None)
-        _, spec, _ = planner.resolve("bert-pkd", TASK, 1)
+        spec = planner.resolve("bert-pkd", TASK, 1).spec
         assert spec["student"]["hidden_size"] == TEACHER["hidden"]
         ids.append(content_hash(spec))
     assert ids[0] == ids[1]

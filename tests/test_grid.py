@@ -57,13 +57,13 @@ def test_a_params_file_whose_values_make_the_recipe_fit_plans_as_harness_run_doe
     fix = TunedParams(tmp_path / "pkd.yaml", "pkd-rte", "tiny", "bert-pkd", "rte",
                       {"params.teacher_layers": [0, 1]})
     with pytest.raises(ConfigError, match=r"params\.teacher_layers: \[0, 5\]"):
-        SuiteRunner(suite, tmp_path / "run", tmp_path / "cache").check_assets(
+        SuiteRunner(suite, tmp_path / "run", tmp_path / "cache").planner.check_assets(
             ["bert-pkd"], ["rte"])
     grid = Grid(suite, tmp_path / "results", f"sqlite:///{tmp_path / 'grid.db'}",
                 tmp_path / "cache", log=lambda _: None, tuned=[fix])
     planned = grid.plan()
     assert [item.status for item in planned] == ["todo"]
-    assert planned[0].run_id == grid.runner.run_id(
+    assert planned[0].run_id == grid.runner.planner.run_id(
         "bert-pkd", "rte", 1, Variation.of(overrides=fix.overrides))
     assert grid.study_name.startswith("grid-tiny-")
 
@@ -188,18 +188,19 @@ def test_an_unvaried_cell_is_the_plain_run_and_a_varied_one_is_not(
     path = grid_suite(tmp_path, tiny_data_dir, tiny_teacher_dir, {"methods": ["kd"]})
     runner = SuiteRunner(load_suite(str(path)), tmp_path / "r", tmp_path / "c",
                          log=lambda _: None)
-    plain = runner.run_id("kd", "rte", 1)
-    assert runner.run_id("kd", "rte", 1, Variation.of(task_epochs=2.0)) == plain
-    assert runner.run_id("kd", "rte", 1, Variation.of(student="tiny")) == plain
-    assert runner.run_id("kd", "rte", 1, Variation.of(task_epochs=3.0)) != plain
+    plain = runner.planner.run_id("kd", "rte", 1)
+    assert runner.planner.run_id("kd", "rte", 1, Variation.of(task_epochs=2.0)) == plain
+    assert runner.planner.run_id("kd", "rte", 1, Variation.of(student="tiny")) == plain
+    assert runner.planner.run_id("kd", "rte", 1, Variation.of(task_epochs=3.0)) != plain
     tuned = Variation.of(overrides={"params.alpha": 0.3, "stages.task.lr": 2e-3})
-    _, spec, configs = runner.resolve("kd", "rte", 1, tuned)
+    plan = runner.planner.resolve("kd", "rte", 1, tuned)
+    spec, configs = plan.spec, plan.stage_configs
     assert spec["params"]["alpha"] == 0.3 and configs["task"].lr == 2e-3
-    assert runner.run_id("kd", "stsb", 1, tuned) != runner.run_id("kd", "stsb", 1)
+    assert runner.planner.run_id("kd", "stsb", 1, tuned) != runner.planner.run_id("kd", "stsb", 1)
     with pytest.raises(ConfigError, match=r"methods\.kd\.params: alpha"):
-        runner.resolve("kd", "rte", 1, Variation.of(overrides={"params.alpha": 7}))
+        runner.planner.resolve("kd", "rte", 1, Variation.of(overrides={"params.alpha": 7}))
     with pytest.raises(ConfigError, match="'alpha' is not a recipe override"):
-        runner.resolve("kd", "rte", 1, Variation.of(overrides={"alpha": 0.1}))
+        runner.planner.resolve("kd", "rte", 1, Variation.of(overrides={"alpha": 0.1}))
 
 
 # -- one machine: dry run, run, kill, resume -------------------------------------------------
@@ -518,7 +519,7 @@ def test_workers_with_and_without_native_bf16_share_one_queue(tmp_path, tiny_dat
                     precision=precision)
 
     on_avx2, on_amx = grid(FP32), grid(BF16)
-    assert on_avx2.runner.run_id("finetune", "rte", 1) != on_amx.runner.run_id(
+    assert on_avx2.runner.planner.run_id("finetune", "rte", 1) != on_amx.runner.planner.run_id(
         "finetune", "rte", 1)
     assert on_avx2.study_name == on_amx.study_name
 

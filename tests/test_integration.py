@@ -68,7 +68,7 @@ def test_kd_on_real_cola_with_the_offline_teacher(tmp_path, cache_dir, few_timed
     teacher_score = record["teacher_main_score"]
     expected = 100 * record["main_score"] / teacher_score if teacher_score else None
     assert record["pct_of_teacher"] == expected
-    teacher = count_parameters(load_pretrained_encoder(runner.checkpoint))
+    teacher = count_parameters(load_pretrained_encoder(runner.planner.checkpoint))
     assert record["parameters"]["non_embedding"] * 4 <= teacher["non_embedding"]
     logits = runner.teacher("cola").logits("dev")
     assert logits.shape == (527, 2)
@@ -99,7 +99,7 @@ def test_bert_pkd_on_real_cola_with_the_offline_teacher(tmp_path, cache_dir, few
     # unit vectors are at most 2 apart: a squared distance <= 4, over 384 dimensions
     assert 0 < record["final_losses"]["patient"] < 4 / 384
     assert -100 <= record["main_score"] <= 100
-    teacher = count_parameters(load_pretrained_encoder(runner.checkpoint))
+    teacher = count_parameters(load_pretrained_encoder(runner.planner.checkpoint))
     half = record["parameters"]["non_embedding"] / teacher["non_embedding"]
     assert 0.45 < half < 0.55  # 3 of the 6 layers (plus pooler and classifier)
 
@@ -211,6 +211,6 @@ def test_committed_reference_records_keep_their_run_ids():
         variation = Variation.of(departure.get("student"), departure.get("overrides"),
                                  departure.get("task_epochs"))
         made_in = "bf16" if "bf16" in record.precisions else "no"
-        _, spec, _ = runners[suite, made_in].resolve(record.method, record.task, record.seed,
-                                                     variation)
+        spec = runners[suite, made_in].planner.resolve(record.method, record.task, record.seed,
+                                                       variation).spec
         assert content_hash(spec) == record.config_hash == record.run_id, record.run_id

@@ -334,8 +334,9 @@ def test_a_suite_with_the_cache_on_records_it_and_shares_entries_across_seeds(
                            tmp_path / "results", tmp_path / "cache", log=lambda _: None)
 
     cached = runner(["teacher.intermediate_cache.enabled=true"])
-    assert cached.run_id("tinybert", "rte", 1) != runner([]).run_id("tinybert", "rte", 1)
-    assert cached.run_id("kd", "rte", 1) == runner([]).run_id("kd", "rte", 1)
+    assert (cached.planner.run_id("tinybert", "rte", 1)
+            != runner([]).planner.run_id("tinybert", "rte", 1))
+    assert cached.planner.run_id("kd", "rte", 1) == runner([]).planner.run_id("kd", "rte", 1)
     record = json.loads(cached.run_one("tinybert", "rte", seed=1).path.read_text())
     assert record["status"] == "finished"
     assert record["config"]["teacher"]["intermediate_cache"] == {

@@ -146,11 +146,11 @@ def test_runs_record_the_resolved_pooling_and_it_changes_the_run_id(
     def resolved(*overrides: str):
         runner = SuiteRunner(load_suite(str(suite_file), list(overrides)),
                              tmp_path / "results", tmp_path / "cache", log=lambda _: None)
-        _, spec, _ = runner.resolve("kd", "rte", 1)
+        spec = runner.planner.resolve("kd", "rte", 1).spec
         return runner, spec
 
     runner, auto = resolved()
-    assert runner.teacher_pooling == "pooler" and auto["student"]["pooling"] == "pooler"
+    assert runner.planner.teacher_pooling == "pooler" and auto["student"]["pooling"] == "pooler"
     _, teacher_mean = resolved("teacher.pooling=mean")
     assert teacher_mean["student"]["pooling"] == "mean"
     assert teacher_mean["teacher"]["key"] != auto["teacher"]["key"]

@@ -109,10 +109,11 @@ def test_a_record_made_where_auto_meant_fp32_is_the_recipes_run_where_it_means_b
     on_avx2 = SuiteRunner(auto, results, cache, log=lambda _: None, precision=FP32)
     messages: list[str] = []
     on_amx = SuiteRunner(auto, results, cache, log=messages.append, precision=BF16)
-    fp32_id, bf16_id = on_avx2.run_id("kd", "rte", 1), on_amx.run_id("kd", "rte", 1)
+    fp32_id, bf16_id = on_avx2.planner.run_id("kd", "rte", 1), on_amx.planner.run_id("kd", "rte", 1)
     assert fp32_id != bf16_id
-    assert on_avx2.equivalent_run_ids("kd", "rte", 1) == [bf16_id]
-    assert on_amx.equivalent_run_ids("kd", "rte", 1) == [fp32_id]
+    for runner, other_id in ((on_avx2, bf16_id), (on_amx, fp32_id)):
+        plan = runner.planner.resolve("kd", "rte", 1)
+        assert runner.planner.equivalent_run_ids(plan) == [other_id]
 
     made = on_avx2.run_one("kd", "rte", 1)
     assert made.status == "finished" and made.record.run_id == fp32_id
@@ -130,8 +131,8 @@ def test_a_record_made_where_auto_meant_fp32_is_the_recipes_run_where_it_means_b
     explicit = load_suite(str(suite_file), ["training.mixed_precision=bf16",
                                             "teacher.inference_precision=bf16"])
     pinned = SuiteRunner(explicit, results, cache, log=lambda _: None, precision=FP32)
-    assert pinned.equivalent_run_ids("kd", "rte", 1) == []
-    assert pinned.run_id("kd", "rte", 1) == bf16_id
+    assert pinned.planner.equivalent_run_ids(pinned.planner.resolve("kd", "rte", 1)) == []
+    assert pinned.planner.run_id("kd", "rte", 1) == bf16_id
 
 
 @pytest.mark.e2e

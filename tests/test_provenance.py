@@ -155,7 +155,7 @@ def test_a_method_leaves_out_tasks_and_terms_that_do_not_apply(tiny_suite_file, 
         runner = SuiteRunner(load_suite(str(tiny_suite_file)), tmp_path / "results",
                              tmp_path / "cache", log=logged.append)
         with pytest.raises(NotApplicableError, match="does not apply to stsb: no classes"):
-            runner.resolve("my-classes", "stsb", 1)
+            runner.planner.resolve("my-classes", "stsb", 1)
         outcomes = runner.run(["my-classes"], ["rte", "stsb"], [1])
         assert [(outcome.task, outcome.status) for outcome in outcomes] == [
             ("rte", "finished")]

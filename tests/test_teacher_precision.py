@@ -79,7 +79,7 @@ def test_bf16_logits_reuse_the_fine_tuned_teacher_and_are_recorded(tiny_suite_fi
         ours, reference = np.asarray(labelled.logits(split)), np.asarray(base.logits(split))
         assert ours.shape == reference.shape
         assert 0 < np.abs(ours - reference).max() < 0.1  # bf16 arithmetic, same model
-    assert fp32.run_id("kd", "rte", 1) != bf16.run_id("kd", "rte", 1)
+    assert fp32.planner.run_id("kd", "rte", 1) != bf16.planner.run_id("kd", "rte", 1)
     record = json.loads(bf16.run_one("kd", "rte", seed=1).path.read_text())
     assert record["teacher"]["inference_precision"] == "bf16"
     assert record["teacher"]["key"] == labelled.key == record["config"]["teacher"]["key"]
@@ -179,7 +179,7 @@ def test_a_teacher_labels_its_training_and_dev_splits_not_the_hidden_test_split(
     suite_file.write_text(yaml.safe_dump(tiny_suite_dict(data, tiny_teacher_dir)))
     for precision in ("fp32", "bf16"):
         runner = _runner(suite_file, tmp_path, [f"teacher.inference_precision={precision}"])
-        prepared = runner.prepare_task("rte")
+        prepared = runner.planner.prepare_task("rte")
         assert prepared.data.files["test"] == "RTE/test.tsv"  # the data has one
         assert set(prepared.splits) == {"train", "dev"}
         teacher = runner.teacher("rte")

@@ -293,7 +293,7 @@ def test_run_ids_follow_the_corpus_a_masked_lm_head_is_fitted_on(tiny_suite_file
             f"methods.tinybert.params.augmentation.candidates={candidates}",
             f"corpus.tasks=[{corpus_task}]"])
         runner = SuiteRunner(suite, tmp_path / "r", tmp_path / "c", log=lambda _: None)
-        return runner.run_id("tinybert", "rte", 1)
+        return runner.planner.run_id("tinybert", "rte", 1)
 
     assert run_id("mlm", "rte") != run_id("mlm", "stsb")
     assert run_id("glove", "rte") == run_id("glove", "stsb")

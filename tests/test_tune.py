@@ -227,8 +227,8 @@ def test_grid_tunes_then_runs_and_a_worker_killed_mid_trial_is_retried(
     best = load_tuned(tuner.name, results).overrides
     # where the recipe's own point won, the cells are the untuned cells' runs (one run id):
     # recorded as the recipe's, whichever command makes them first
-    own = grid.runner.overrides_are_the_recipes("kd", "stsb", 1,
-                                                grid.variation(grid.cells[0], best))
+    own = grid.runner.planner.plan("kd", "stsb", 1,
+                                   grid.variation(grid.cells[0], best)).recipe_values
     for record_path in (results / "tiny").glob("**/*.json"):
         record = json.loads(record_path.read_text())
         assert record["grid"]

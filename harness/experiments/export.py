@@ -24,7 +24,7 @@ import os
 import shlex
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,7 +40,6 @@ from harness.common.cache import (
     DESCRIPTION,
     MARKER,
     ArtifactCache,
-    content_hash,
     default_cache_dir,
 )
 from harness.common.files import write_text_atomic
@@ -308,6 +307,19 @@ def find_record(store: ResultsStore, run_id: str) -> RunRecord:
     return matches[0]
 
 
+def _planned_ids(suite: SuiteConfig, record: RunRecord
+                 ) -> Iterator[tuple[dict[str, str], str]]:
+    """The run id ``suite`` plans for ``record``'s method, task, seed and variation in each
+    resolution of its ``auto`` precisions, with the resolution, one at a time."""
+    planner = RunPlanner(suite, torch.device("cpu"), log=lambda message: None,
+                         precision=AUTO_RESOLUTIONS[0], encode=False)
+    variation = record_variation(record)
+    plan = planner.resolve(record.method, record.task, record.seed, variation)
+    yield planner.precision, plan.run_id
+    for other in planner.other_precisions():
+        yield other.precision, other.run_id(record.method, record.task, record.seed, variation)
+
+
 def suite_for(record: RunRecord, suite_names: list[str] | None = None,
               overrides: list[str] | None = None) -> tuple[SuiteConfig, dict[str, str]]:
     """The suite whose recipe resolves to ``record``'s configuration (its hash is the run
@@ -326,26 +338,21 @@ def suite_for(record: RunRecord, suite_names: list[str] | None = None,
             continue
         if suite.record_suite != record.suite:
             continue
-        ids = []
-        for precision in AUTO_RESOLUTIONS:
-            try:
-                planner = RunPlanner(suite, torch.device("cpu"), log=lambda message: None,
-                                     precision=precision)
-                _, spec, _ = planner.resolve(record.method, record.task, record.seed,
-                                             record_variation(record))
-            except (ConfigError, KeyError) as error:  # the method is not one of this suite's
-                tried.append(f"{name} ({str(error).splitlines()[0][:120]})")
-                break
-            except AssetNotFoundError as error:  # training needs it; a kept student does not
-                missing = missing or error
-                tried.append(f"{name} (this machine cannot train it: {error})")
-                break
-            if content_hash(spec) == record.run_id:
-                return suite, precision
-            if content_hash(spec) not in ids:
-                ids.append(content_hash(spec))
-        else:
-            tried.append(f"{name} (resolves to run id {' or '.join(i[:16] for i in ids)})")
+        ids: list[str] = []
+        try:
+            for precision, run_id in _planned_ids(suite, record):
+                if run_id == record.run_id:
+                    return suite, precision
+                if run_id not in ids:
+                    ids.append(run_id)
+        except (ConfigError, KeyError) as error:  # the method is not one of this suite's
+            tried.append(f"{name} ({str(error).splitlines()[0][:120]})")
+            continue
+        except AssetNotFoundError as error:  # training needs it; a kept student does not
+            missing = missing or error
+            tried.append(f"{name} (this machine cannot train it: {error})")
+            continue
+        tried.append(f"{name} (resolves to run id {' or '.join(i[:16] for i in ids)})")
     reason = ("install what it lacks to train it again" if missing is not None else
               "the recipe, data or teacher changed since it ran, or it ran with --set "
               "assignments (pass the same ones), so it cannot be retrained as it was")

@@ -34,7 +34,7 @@ from harness.config.schema import (
     SuiteConfig,
     student_kind,
 )
-from harness.experiments.planner import Variation, task_problem
+from harness.experiments.planner import CellPlan, Variation, task_problem
 from harness.experiments.provenance import code_change
 from harness.experiments.record import RunRecord
 from harness.experiments.runner import RunOutcome, SuiteRunner
@@ -304,64 +304,64 @@ class Grid:
         planned = []
         for cell in self.cells:
             overrides = self.tuned_overrides(cell)
-            variation = self.variation(cell, overrides or {})
-            method, spec, configs = self.runner.resolve(cell.method, cell.task, cell.seed,
-                                                        variation)
-            prepared = self.runner.prepare_task(cell.task)
-            train_rows = len(prepared.splits["train"])
-            task_stages = [stage for stage in method.stages(prepared.task)
-                           if not stage.is_general]
-            task_epochs = sum(configs[stage.name].epochs for stage in task_stages)
+            plan = self.runner.planner.resolve(cell.method, cell.task, cell.seed,
+                                               self.variation(cell, overrides or {}))
+            train_rows = len(self.runner.planner.prepare_task(cell.task).splits["train"])
+            task_epochs = sum(plan.stage_configs[stage.name].epochs
+                              for stage in plan.task_stages)
             examples = int(task_epochs * train_rows)
             estimate = costs.estimate(cell.method, self.suite.plugin(cell.method), cell.task,
-                                      spec["student"]["name"], examples, budget_rules(
-                                          [configs[stage.name].identity()
-                                           for stage in task_stages]))
+                                      plan.shape_name, examples, budget_rules(
+                                          [plan.stage_configs[stage.name].identity()
+                                           for stage in plan.task_stages]))
             # the ids the same configuration has where ``auto`` resolves otherwise
-            others = self.runner.equivalent_run_ids(cell.method, cell.task, cell.seed,
-                                                    variation)
-            if overrides is None:
-                status, run_id = "tune", None
-            else:
-                run_id = content_hash(spec)
-                existing = self.runner.recorded(run_id, cell.method, cell.task, cell.seed,
-                                                variation, equivalents=others)
-                if existing is not None:  # its id may be that of the other precision
-                    record = self.runner.store.load(existing)
-                    if code_change(record.code, self.runner.run_code(cell.method)):
-                        existing = None  # stale: made by other code, so trained again
-                    else:
-                        run_id = record.run_id
-                status = "todo" if existing is None else record.status
-                status = {"finished": "done"}.get(status, status)
+            others = self.runner.planner.equivalent_run_ids(plan)
+            status, run_id = ("tune", None) if overrides is None \
+                else self._recorded_status(plan, others)
             self._estimates[cell] = estimate
-            # The queue is named by the cells' untuned configurations, so that a worker
-            # started before the tuning (which plans at once) and one started after it name
-            # the same queue; each cell reads its tuned parameters when it runs.
-            if overrides:
-                untuned = self.variation(cell, {})
-                try:
-                    _, untuned_spec, _ = self.runner.resolve(cell.method, cell.task,
-                                                             cell.seed, untuned)
-                    untuned_others = self.runner.equivalent_run_ids(
-                        cell.method, cell.task, cell.seed, untuned)
-                except ConfigError:
-                    # The recipe alone does not fit; its --params file's values make the
-                    # cell fit (every worker has them from the start, as the runner's check
-                    # has): the queue is named by the configuration the cell runs.  Only a
-                    # configuration error, the same on every machine: a missing asset
-                    # differs between workers, which must all name one queue.
-                    pass
-                else:
-                    spec, others = untuned_spec, untuned_others
-            # ... and by the smallest of the ids its ``auto`` precisions give, so that workers
-            # on CPUs with and without native bf16 share one queue rather than each planning
-            # (and running) the whole grid; each cell trains in its worker's precision.
-            self._run_ids[cell] = min([content_hash(spec), *others])
+            self._run_ids[cell] = self._queue_id(cell, plan, others, bool(overrides))
             if status in {"done", "failed"}:
                 self._recorded.add(cell)
             planned.append(PlannedCell(cell, run_id, status, task_epochs, examples, estimate))
         return planned
+
+    def _recorded_status(self, plan: CellPlan, others: list[str]) -> tuple[str, str]:
+        """A planned cell's status (``todo``, ``done``, ``failed``) and run id: the id of
+        its record where the store has one (that of the other precision, maybe)."""
+        run_id = plan.run_id
+        existing = self.runner.recorded(plan, equivalents=others)
+        status = "todo"
+        if existing is not None:
+            record = self.runner.store.load(existing)
+            if code_change(record.code, self.runner.planner.run_code(plan.method_name)):
+                existing = None  # stale: made by other code, so trained again
+            else:
+                run_id, status = record.run_id, record.status
+        return {"finished": "done"}.get(status, status), run_id
+
+    def _queue_id(self, cell: GridCell, plan: CellPlan, others: list[str], tuned: bool
+                  ) -> str:
+        """The id that names a cell in the queue.  The queue is named by the cells'
+        untuned configurations, so that a worker started before the tuning (which plans
+        at once) and one started after it name the same queue; each cell reads its tuned
+        parameters when it runs.  And by the smallest of the ids its ``auto`` precisions
+        give, so that workers on CPUs with and without native bf16 share one queue rather
+        than each planning (and running) the whole grid; each cell trains in its worker's
+        precision."""
+        ids = [plan.run_id, *others]
+        if tuned:
+            try:
+                untuned = self.runner.planner.resolve(cell.method, cell.task, cell.seed,
+                                                      self.variation(cell, {}))
+                ids = [untuned.run_id, *self.runner.planner.equivalent_run_ids(untuned)]
+            except ConfigError:
+                # The recipe alone does not fit; its --params file's values make the
+                # cell fit (every worker has them from the start, as the runner's check
+                # has): the queue is named by the configuration the cell runs.  Only a
+                # configuration error, the same on every machine: a missing asset
+                # differs between workers, which must all name one queue.
+                pass
+        return min(ids)
 
     def cell_records(self, planned: list[PlannedCell] | None = None
                      ) -> list[tuple[GridCell, RunRecord]]:

@@ -7,7 +7,7 @@ the plans; the grid and tuning ask the planner for ids before they decide what t
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -171,17 +171,76 @@ def reads_corpus(method: Method, recipe: MethodRecipe, task: TaskSpec) -> bool:
         return False
 
 
+@dataclass(frozen=True, eq=False)
+class CellPlan:
+    """One run resolved once: its method built from the recipe with the variation applied,
+    its stages and their budgets, the resolved configuration whose hash is the run id, and
+    what of the variation changed the run.  The runner trains it, the grid queues it, and
+    export and the record checks compare its id; none of them resolves it again.  ``spec``
+    and ``stage_configs`` are read, never changed (the id is their hash)."""
+
+    method_name: str
+    task: TaskSpec
+    seed: int
+    variation: Variation
+    """The variation as asked for."""
+    recipe: MethodRecipe
+    method: Method
+    stages: tuple[Stage, ...]
+    stage_configs: Mapping[str, TrainConfig]
+    shape_name: str
+    spec: Mapping[str, Any]
+    run_id: str
+    recipe_values: bool = False
+    """The variation's overrides are the recipe's own values (the same run id without
+    them): the run is the recipe's, and its record holds neither them nor ``tuned``."""
+    departure: Mapping[str, Any] = field(default_factory=dict)
+    """What of the variation changed the run (the record's ``variation``; tables give such
+    runs rows of their own): a grid budget the recipe already meets is none."""
+
+    @property
+    def effective_variation(self) -> Variation:
+        """The variation the run is recorded with: without overrides that are the
+        recipe's own values."""
+        return replace(self.variation, overrides=()) if self.recipe_values else self.variation
+
+    @property
+    def general_stages(self) -> list[Stage]:
+        return [stage for stage in self.stages if stage.is_general]
+
+    @property
+    def task_stages(self) -> list[Stage]:
+        return [stage for stage in self.stages if not stage.is_general]
+
+    @property
+    def teacher_key(self) -> str:
+        return self.spec["teacher"]["key"]
+
+
+class Reading:
+    """What planners reading the same data share (one suite's in two resolutions of its
+    ``auto`` precisions; two suites of one store): each task's prepared data, the teacher's
+    tokenizer, and the corpora built from them, by their settings."""
+
+    def __init__(self) -> None:
+        self.tasks: dict[str, PreparedTask] = {}
+        self.tokenizer: Any = None
+        self.corpora: dict[str, Corpus] = {}
+
+
 class RunPlanner:
     """Resolves runs of one suite on one device (``auto`` precisions are resolved for it
-    before any key or run id is computed).  Reads and encodes task data and the corpus, for
-    their fingerprints; trains nothing."""
+    before any key or run id is computed) into :class:`CellPlan` values.  Reads and encodes
+    task data and the corpus, for their fingerprints; trains nothing."""
 
     def __init__(self, suite: SuiteConfig, device: torch.device,
                  log: Callable[[str], None] = print,
-                 precision: dict[str, str] | None = None, encode: bool = True) -> None:
+                 precision: dict[str, str] | None = None, encode: bool = True,
+                 reading: Reading | None = None) -> None:
         """``precision``: what ``auto`` resolves to (default: what ``device`` computes
         natively).  ``encode=False`` plans run ids only: a task's data is read for its
-        fingerprint and not tokenized, which is most of what planning costs."""
+        fingerprint and not tokenized, which is most of what planning costs.  ``reading``:
+        the data another planner of the same data settings, teacher and encoding read."""
         self.declared_suite = suite
         self.device = device
         self.precision = precision or auto_precision(device)
@@ -190,25 +249,22 @@ class RunPlanner:
         self.log = log
         self.encode = encode
         self.checkpoint: Checkpoint = resolve_checkpoint(suite.teacher.checkpoint)
-        self._tokenizer = None
-        self._tasks: dict[str, PreparedTask] = {}
-        self._corpus: Corpus | None = None
-        self._corpus_from: RunPlanner | None = None
+        self.reading = reading or Reading()
         self._teacher_pooling: str | None = None
         self._teacher_config: PretrainedConfig | None = None
 
     # -- preparation ---------------------------------------------------------------------
     @property
     def tokenizer(self):
-        if self._tokenizer is None:
-            self._tokenizer = load_tokenizer(self.checkpoint)
-        return self._tokenizer
+        if self.reading.tokenizer is None:
+            self.reading.tokenizer = load_tokenizer(self.checkpoint)
+        return self.reading.tokenizer
 
     def prepare_task(self, name: str) -> PreparedTask:
         """The task's training and dev splits, read and (unless ``encode=False``) encoded
-        once per planner.  Its test splits are hashed into the data fingerprint and not
+        once per reading.  Its test splits are hashed into the data fingerprint and not
         read: nothing in a run uses them (their gold labels are hidden)."""
-        if name not in self._tasks:
+        if name not in self.reading.tasks:
             task = get_task(name)
             self.check_lengths([task.name])
             data_config = self.suite.data
@@ -219,8 +275,8 @@ class RunPlanner:
             max_length = lengths.pair if task.is_pair else lengths.single
             splits = {split: encode_split(split, dataset, task, self.tokenizer, max_length)
                       for split, dataset in data.splits.items()} if self.encode else {}
-            self._tasks[name] = PreparedTask(task, data, splits, max_length)
-        return self._tasks[name]
+            self.reading.tasks[name] = PreparedTask(task, data, splits, max_length)
+        return self.reading.tasks[name]
 
     def teacher_key(self, prepared: PreparedTask) -> str:
         return teacher_key(self.checkpoint, prepared.task, prepared.data.fingerprint,
@@ -331,12 +387,65 @@ class RunPlanner:
             recipe = recipe.model_copy(update={"student": variation.student})
         return recipe
 
+    def plan(self, method_name: str, task_name: str, seed: int,
+             variation: Variation = Variation()) -> CellPlan:
+        """The run of ``method_name`` on ``task_name`` with ``seed`` and ``variation``,
+        resolved, with what of the variation changes it (:attr:`CellPlan.recipe_values`,
+        :attr:`CellPlan.departure`)."""
+        plan = self.resolve(method_name, task_name, seed, variation)
+        recipe_values = bool(variation.overrides) and self._same_run(
+            plan, replace(variation, overrides=()))
+        effective = replace(variation, overrides=()) if recipe_values else variation
+        departure: dict[str, Any] = {}
+        if effective.student is not None:
+            own, _ = self.suite.student_for(method_name)
+            if effective.student != own:
+                departure["student"] = effective.student
+        if effective.overrides:
+            departure["overrides"] = dict(effective.overrides)
+        if effective.task_epochs is not None:
+            unscaled = Variation(effective.student, effective.overrides)
+            if self.resolve(method_name, task_name, seed, unscaled).run_id != plan.run_id:
+                departure["task_epochs"] = effective.task_epochs
+        return replace(plan, recipe_values=recipe_values, departure=departure)
+
+    def _same_run(self, plan: CellPlan, variation: Variation) -> bool:
+        """Whether ``variation`` resolves to ``plan``'s run id; False where it cannot run
+        here (the plan's variation is then what makes the run possible)."""
+        try:
+            other = self.resolve(plan.method_name, plan.task.name, plan.seed, variation)
+        except (ValueError, AssetNotFoundError):
+            return False
+        return other.run_id == plan.run_id
+
     def resolve(self, method_name: str, task_name: str, seed: int,
-                variation: Variation = Variation()
-                ) -> tuple[Method, dict[str, Any], dict[str, TrainConfig]]:
-        """The method and the fully resolved configuration of one run (hashed for the id)."""
+                variation: Variation = Variation()) -> CellPlan:
+        """The run's method and its fully resolved configuration (hashed for the id),
+        without comparing the variation with the recipe (:meth:`plan` does)."""
         task = get_task(task_name)
         recipe = self.recipe(method_name, task.name, variation)
+        method, stages = self._method_stages(method_name, recipe, task)
+        stage_configs = self._stage_configs(method_name, recipe, task, stages,
+                                            variation.task_epochs)
+        prepared = self.prepare_task(task_name)
+        shape_name = self.suite.student_name(recipe)
+        shape = self._checked_student(method_name, method, stages, shape_name)
+        spec = self._spec(method_name, method, task, seed, shape_name, shape, stages,
+                          stage_configs, prepared)
+        general = [stage for stage in stages if stage.is_general]
+        if general or recipe.init_from is not None:
+            spec["general"] = self._general_spec(method_name, recipe, method, task, shape_name,
+                                                 shape, general, stage_configs)
+        if method.reads_corpus():  # e.g. an augmenter's masked-LM head fitted on it
+            spec["corpus"] = {"sentences": sentences_fingerprint(self.corpus().sentences)}
+        spec["teacher"].update(intermediate_cache_spec(self.suite.teacher, method, stages))
+        return CellPlan(method_name, task, seed, variation, recipe, method, tuple(stages),
+                        stage_configs, shape_name, spec, content_hash(spec))
+
+    def _method_stages(self, method_name: str, recipe: MethodRecipe, task: TaskSpec
+                       ) -> tuple[Method, list[Stage]]:
+        """The method built from ``recipe`` for ``task`` and its stages, refused where it
+        does not apply, declares a stage wrongly, or names a stage it does not have."""
         plugin = self.suite.plugin(method_name)
         method = instantiate(plugin, recipe, task.name)
         if (problem := method.task_problem(task)) is not None:
@@ -349,11 +458,10 @@ class RunPlanner:
                               f"on {task.name}): {error}") from None
         if problem := undeclared_stage_terms(method, stages):
             raise ConfigError(f"methods.{method_name}: {problem}")
-        stage_names = {stage.name for stage in stages}
         named = [(f"stages.{name}", name) for name in recipe.stages]
         named += [(f"task_stages.{task.name}.{name}", name)
                   for name in recipe.task_stages.get(task.name, {})]
-        known = set(method.stage_names or stage_names)
+        known = set(method.stage_names or {stage.name for stage in stages})
         for where, stage_name in named:
             if stage_name not in known:
                 raise ConfigError(f"methods.{method_name}.{where}: {plugin} has no stage "
@@ -361,34 +469,52 @@ class RunPlanner:
         general = [stage for stage in stages if stage.is_general]
         if stages[:len(general)] != general:
             raise ValueError(f"{method_name}: corpus (general) stages must come first")
-        stage_configs = {
+        return method, stages
+
+    def _stage_configs(self, method_name: str, recipe: MethodRecipe, task: TaskSpec,
+                       stages: list[Stage], task_epochs: float | None
+                       ) -> dict[str, TrainConfig]:
+        """Every stage's budget: the suite's, the task's and the recipe's, scaled to a grid
+        budget of ``task_epochs`` where there is one."""
+        configs = {
             stage.name: self.suite.train_config(
                 None if stage.is_general else task.name,
                 *recipe.stage_overrides(None if stage.is_general else task.name, stage.name))
             for stage in stages}
-        if variation.task_epochs is not None:
-            try:
-                stage_configs = scale_to_budget(stages, stage_configs, variation.task_epochs)
-            except ConfigError as error:
-                raise ConfigError(
-                    f"methods.{method_name} on {task.name}: {error} (grid.budget.task_epochs): "
-                    "give the stage `epochs` instead of `max_steps` (in training, "
-                    "task_training or the method's stages), or list the method in "
-                    "grid.budget.own_budget to keep its recipe's budget") from None
-        prepared = self.prepare_task(task_name)
-        shape_name = self.suite.student_name(recipe)
+        if task_epochs is None:
+            return configs
+        try:
+            return scale_to_budget(stages, configs, task_epochs)
+        except ConfigError as error:
+            raise ConfigError(
+                f"methods.{method_name} on {task.name}: {error} (grid.budget.task_epochs): "
+                "give the stage `epochs` instead of `max_steps` (in training, "
+                "task_training or the method's stages), or list the method in "
+                "grid.budget.own_budget to keep its recipe's budget") from None
+
+    def _checked_student(self, method_name: str, method: Method, stages: list[Stage],
+                         shape_name: str) -> StudentConfig | StudentKindConfig:
+        """The student shape, refused where the method cannot build it, cannot work with
+        the teacher's architecture, or needs an asset this machine lacks; before any data,
+        teacher or student is touched."""
         shape = self.student_shape(shape_name)
-        if student_kind(shape) not in method.student_kinds:
+        kind = student_kind(shape)
+        if kind not in method.student_kinds:
             raise ConfigError(f"methods.{method_name}: student {shape_name!r} is of kind "
-                              f"{student_kind(shape)!r}; {plugin} builds "
+                              f"{kind!r}; {self.suite.plugin(method_name)} builds "
                               f"{' or '.join(method.student_kinds)} students")
-        # A method that cannot work with the teacher's architecture stops here, before any
-        # data, teacher or student is touched.
-        check_method_architecture(method_name, method, stages, self.teacher_config,
-                                  student_kind(shape))
+        check_method_architecture(method_name, method, stages, self.teacher_config, kind)
         check_method_assets(method_name, method, shape_name, shape)
         check_method_student(method_name, method, shape_name, shape, self.teacher_config)
-        spec = {
+        return shape
+
+    def _spec(self, method_name: str, method: Method, task: TaskSpec, seed: int,
+              shape_name: str, shape: StudentConfig | StudentKindConfig, stages: list[Stage],
+              stage_configs: dict[str, TrainConfig], prepared: PreparedTask
+              ) -> dict[str, Any]:
+        """The run's configuration without its general checkpoint and corpus."""
+        plugin = self.suite.plugin(method_name)
+        return {
             "record_version": RECORD_VERSION,
             "suite": self.suite.record_suite,
             "task": task.name,
@@ -417,21 +543,24 @@ class RunPlanner:
                 "max_seq_length": prepared.max_length,
             },
         }
+
+    def _general_spec(self, method_name: str, recipe: MethodRecipe, method: Method,
+                      task: TaskSpec, shape_name: str, shape: StudentConfig | StudentKindConfig,
+                      general: list[Stage], stage_configs: dict[str, TrainConfig]
+                      ) -> dict[str, Any]:
+        """The key of the general checkpoint the run starts from: its own general stages'
+        or, with ``init_from``, another method's."""
         if general:
             if recipe.init_from is not None:
-                raise ConfigError(f"methods.{method_name}.init_from: {plugin} runs general "
-                                  "stages of its own; init_from is for methods without them")
-            spec["general"] = {"key": self.general_key(method, shape, general, stage_configs)}
-        elif recipe.init_from is not None:
-            source, source_stages, source_configs = self.general_source(
-                recipe.init_from, task, shape_name, where=f"methods.{method_name}.init_from")
-            spec["general"] = {"key": self.general_key(source, shape, source_stages,
-                                                       source_configs),
-                               "from": recipe.init_from}
-        if method.reads_corpus():  # e.g. an augmenter's masked-LM head fitted on it
-            spec["corpus"] = {"sentences": sentences_fingerprint(self.corpus().sentences)}
-        spec["teacher"].update(intermediate_cache_spec(self.suite.teacher, method, stages))
-        return method, spec, stage_configs
+                raise ConfigError(f"methods.{method_name}.init_from: "
+                                  f"{self.suite.plugin(method_name)} runs general stages of "
+                                  "its own; init_from is for methods without them")
+            return {"key": self.general_key(method, shape, general, stage_configs)}
+        assert recipe.init_from is not None
+        source, source_stages, source_configs = self.general_source(
+            recipe.init_from, task, shape_name, where=f"methods.{method_name}.init_from")
+        return {"key": self.general_key(source, shape, source_stages, source_configs),
+                "from": recipe.init_from}
 
     def general_source(self, method_name: str, task: TaskSpec, shape_name: str, where: str
                        ) -> tuple[Method, list[Stage], dict[str, TrainConfig]]:
@@ -456,7 +585,7 @@ class RunPlanner:
     def run_id(self, method_name: str, task_name: str, seed: int,
                variation: Variation = Variation()) -> str:
         """The run's id: the hash of its resolved configuration."""
-        return content_hash(self.resolve(method_name, task_name, seed, variation)[1])
+        return self.resolve(method_name, task_name, seed, variation).run_id
 
     def run_code(self, method_name: str) -> dict[str, Any]:
         """The code a run of ``method_name`` executes (:func:`~harness.experiments.provenance.
@@ -468,60 +597,42 @@ class RunPlanner:
             plugins.append(self.suite.plugin(recipe.init_from))
         return run_code(plugins)
 
-    def overrides_are_the_recipes(self, method_name: str, task_name: str, seed: int,
-                                  variation: Variation, run_id: str | None = None) -> bool:
-        """Whether ``variation``'s overrides leave the run as it is without them (the
-        same run id: tuned parameters that are the recipe's own values).  ``run_id``: the
-        run's id with them, when the caller has it."""
-        if not variation.overrides:
-            return False
-        if run_id is None:
-            run_id = self.run_id(method_name, task_name, seed, variation)
-        try:
-            without = self.run_id(method_name, task_name, seed,
-                                  replace(variation, overrides=()))
-        except (ValueError, AssetNotFoundError):  # the recipe alone cannot run here:
-            return False  # the overrides are what makes the run possible
-        return run_id == without
-
-    def equivalent_run_ids(self, method_name: str, task_name: str, seed: int,
-                           variation: Variation = Variation()) -> list[str]:
-        """The ids this run has where the recipe's ``auto`` precisions resolve otherwise.
-
-        A run's id hashes the precision it trains in, so a record made on a machine without
-        native bf16 (``auto`` -> fp32) has another id than the same recipe run where bf16 is
-        native.  Both are records of the recipe as written: a store that holds either has
-        the run, and the record says which precision it ran in.  Empty when the recipe has
-        no ``auto`` precision."""
+    def other_precisions(self) -> list[RunPlanner]:
+        """Planners of this suite where its ``auto`` precisions resolve otherwise, reading
+        this planner's data (none when the recipe says no ``auto``)."""
         if self._other_precisions is None:
             self._other_precisions = []
             for resolution in AUTO_RESOLUTIONS:
                 if resolution == self.precision:
                     continue
                 other = RunPlanner(self.declared_suite, self.device, self.log, resolution,
-                                   encode=self.encode)
-                if other.suite == self.suite:  # nothing in the recipe says auto
-                    continue
-                other._tasks = self._tasks  # the same data, prepared once
-                self._other_precisions.append(other)
-        ids = []
-        for other in self._other_precisions:
-            other._tokenizer = self._tokenizer
-            other._corpus = other._corpus or self._corpus
-            ids.append(other.run_id(method_name, task_name, seed, variation))
-            self._corpus = self._corpus or other._corpus
-            self._tokenizer = self._tokenizer or other._tokenizer
-        return ids
+                                   encode=self.encode, reading=self.reading)
+                if other.suite != self.suite:  # something in the recipe says auto
+                    self._other_precisions.append(other)
+        return self._other_precisions
+
+    def equivalent_run_ids(self, plan: CellPlan, variation: Variation | None = None
+                           ) -> list[str]:
+        """The ids ``plan``'s run has where the recipe's ``auto`` precisions resolve
+        otherwise (``variation``: planned with this one instead of the plan's).
+
+        A run's id hashes the precision it trains in, so a record made on a machine without
+        native bf16 (``auto`` -> fp32) has another id than the same recipe run where bf16 is
+        native.  Both are records of the recipe as written: a store that holds either has
+        the run, and the record says which precision it ran in.  Empty when the recipe has
+        no ``auto`` precision."""
+        variation = plan.variation if variation is None else variation
+        return [other.run_id(plan.method_name, plan.task.name, plan.seed, variation)
+                for other in self.other_precisions()]
 
     # -- general distillation ------------------------------------------------------------
     def corpus(self) -> Corpus:
-        """The suite's unlabeled corpus (built once per process)."""
-        if self._corpus is None and self._corpus_from is not None:
-            self._corpus = self._corpus_from.corpus()
-        if self._corpus is None:
+        """The suite's unlabeled corpus (built once per reading and corpus settings)."""
+        names = self._corpus_tasks()
+        key = content_hash({"corpus": self.suite.corpus.model_dump(mode="json"),
+                            "tasks": names})
+        if key not in self.reading.corpora:
             self.check_lengths(corpus=True)
-            config = self.suite.corpus
-            names = self._corpus_tasks()
             tasks = []
             for name in names:
                 try:
@@ -533,8 +644,8 @@ class RunPlanner:
                         "tasks; --set 'corpus.tasks=[...]' names those you have)") from None
             data_dir = (resolve_data_dir(self.suite.data.dir)
                         if self.suite.data.source == "local" else None)
-            self._corpus = build_corpus(config, tasks, data_dir)
-        return self._corpus
+            self.reading.corpora[key] = build_corpus(self.suite.corpus, tasks, data_dir)
+        return self.reading.corpora[key]
 
     def _corpus_tasks(self) -> list[str]:
         """The tasks whose training sentences the corpus reads."""
@@ -542,17 +653,15 @@ class RunPlanner:
         return list(config.tasks or self.suite.tasks) if config.task_sentences else []
 
     def share_reading(self, other: RunPlanner) -> None:
-        """Take task data, and the corpus, from ``other`` where it reads the same: the same
-        data settings, teacher (its tokenizer) and encoding; for the corpus also the same
-        corpus settings and tasks.  Planners of two suites of one store (a view such as
-        tinybert-ablation and its protocol) then read and fingerprint each once."""
-        if (self.suite.data, self.suite.teacher.checkpoint, self.encode) != (
+        """Read task data, and corpora, with ``other`` where it reads the same: the same
+        data settings, teacher (its tokenizer) and encoding (a corpus is shared where its
+        settings and tasks are the same too).  Planners of two suites of one store (a view
+        such as tinybert-ablation and its protocol) then read and fingerprint each once."""
+        if (self.suite.data, self.suite.teacher.checkpoint, self.encode) == (
                 other.suite.data, other.suite.teacher.checkpoint, other.encode):
-            return
-        self._tasks = other._tasks
-        if (self.suite.corpus, self._corpus_tasks()) == (other.suite.corpus,
-                                                          other._corpus_tasks()):
-            self._corpus_from = other
+            self.reading = other.reading
+            for planner in self._other_precisions or []:
+                planner.reading = other.reading
 
     def general_key(self, method: Method, shape: StudentConfig, stages: list[Stage],
                     stage_configs: dict[str, TrainConfig]) -> str:
@@ -630,9 +739,8 @@ class RecipeCheck:
             planner = self._planner(record.method)
             variation = record_variation(record)
             try:
-                ids = {planner.run_id(record.method, record.task, record.seed, variation),
-                       *planner.equivalent_run_ids(record.method, record.task, record.seed,
-                                                   variation)}
+                plan = planner.resolve(record.method, record.task, record.seed, variation)
+                ids = {plan.run_id, *planner.equivalent_run_ids(plan)}
             except (ConfigError, KeyError, ValueError):
                 self._verdicts[key] = None
             else:

@@ -15,7 +15,7 @@ import platform
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -46,11 +46,12 @@ from harness.config.schema import (
     SuiteConfig,
     TrainConfig,
 )
-from harness.data.corpus import encode_corpus
+from harness.data.corpus import Corpus, encode_corpus
 from harness.data.features import EncodedSplit
 from harness.data.metrics import TaskEvaluator
-from harness.data.tasks import TaskSpec, get_task
+from harness.data.tasks import TaskSpec
 from harness.experiments.planner import (
+    CellPlan,
     PreparedTask,
     RunPlanner,
     Variation,
@@ -154,9 +155,27 @@ class RunOutcome:
     """The run's record: the one written, or the one found in the store (``skipped``)."""
 
 
-class SuiteRunner(RunPlanner):
-    """Executes the planner's runs: the teacher stage, general distillation, the method's
-    task stages through the engine, evaluation and the record."""
+@dataclass
+class TrainedStudent:
+    """A run's student after its task stages, with what it was trained from."""
+
+    student: torch.nn.Module
+    extra: torch.nn.Module
+    encoder: StudentEncoder | None
+    results: list[StageResult]
+    """Each task stage's result, in order."""
+    general: dict[str, Any] | None
+    """The general checkpoint it started from (:meth:`SuiteRunner._general_distillation`)."""
+    augmented: AugmentedSet | None
+    for_student: Callable[[EncodedSplit, str], EncodedSplit]
+    """A split with the student encoder's features (the split itself without one)."""
+    evaluator: TaskEvaluator
+
+
+class SuiteRunner:
+    """Executes the runs its planner (:attr:`planner`) resolves: the teacher stage,
+    general distillation, the method's task stages through the engine, evaluation and the
+    record."""
 
     def __init__(self, suite: SuiteConfig, results_dir: Path, cache_dir: Path | None = None,
                  log: Callable[[str], None] = print, retry_failed: bool = False,
@@ -187,8 +206,10 @@ class SuiteRunner(RunPlanner):
                 "ACCELERATE_USE_CPU=1 (accelerate launch --multi_gpu --num_processes N; "
                 "--cpu starts one process)")
         # Under `accelerate launch` every process runs the same cells: one of them talks.
-        super().__init__(suite, self.accelerator.device,
-                         log if self.accelerator.is_main_process else _silent, precision)
+        self.log = log if self.accelerator.is_main_process else _silent
+        self.planner = RunPlanner(suite, self.accelerator.device, self.log, precision)
+        self.suite = self.planner.suite
+        """The suite with its ``auto`` precisions resolved for this device."""
         if not self.accelerator.is_local_main_process:
             import datasets
             import transformers
@@ -210,11 +231,11 @@ class SuiteRunner(RunPlanner):
         if name in self._teacher_failures:
             raise TeacherError(self._teacher_failures[name])
         if name not in self._teachers:
-            prepared = self.prepare_task(name)
+            prepared = self.planner.prepare_task(name)
             try:
                 self._teachers[name] = prepare_teacher(
                     task=prepared.task, splits=prepared.splits,
-                    data_fingerprint=prepared.data.fingerprint, checkpoint=self.checkpoint,
+                    data_fingerprint=prepared.data.fingerprint, checkpoint=self.planner.checkpoint,
                     teacher=self.suite.teacher,
                     training=self.suite.teacher_train_config(name),
                     max_length=prepared.max_length, cache=self.cache,
@@ -232,21 +253,20 @@ class SuiteRunner(RunPlanner):
     def teacher_state(self) -> dict[str, torch.Tensor]:
         """The pre-trained teacher's weights (student initialisation)."""
         if self._teacher_state is None:
-            encoder = load_pretrained_encoder(self.checkpoint)
+            encoder = load_pretrained_encoder(self.planner.checkpoint)
             self._teacher_state = {k: v.detach().clone() for k, v in encoder.state_dict().items()}
         return self._teacher_state
 
-    def recorded(self, run_hash: str, method_name: str, task_name: str, seed: int,
-                 variation: Variation = Variation(), *,
-                 equivalents: list[str] | None = None) -> Path | None:
+    def recorded(self, plan: CellPlan, *, equivalents: list[str] | None = None
+                 ) -> Path | None:
         """The run's record in the store, if any: under its id, or under the id the same
         recipe has where its ``auto`` precisions resolve otherwise (a record made on a
-        machine with or without native bf16; :meth:`equivalent_run_ids`, or
-        ``equivalents`` when the caller has them already)."""
-        existing = self.store.find(run_hash)
+        machine with or without native bf16; :meth:`RunPlanner.equivalent_run_ids` of the
+        variation it is recorded with, or ``equivalents`` when the caller has them)."""
+        existing = self.store.find(plan.run_id)
         if existing is None:
             if equivalents is None:
-                equivalents = self.equivalent_run_ids(method_name, task_name, seed, variation)
+                equivalents = self.planner.equivalent_run_ids(plan, plan.effective_variation)
             for other_id in equivalents:
                 existing = self.store.find(other_id)
                 if existing is not None:
@@ -256,98 +276,94 @@ class SuiteRunner(RunPlanner):
     def run_one(self, method_name: str, task_name: str, seed: int,
                 variation: Variation = Variation(), *,
                 on_evaluate: EvaluationCallback | None = None,
-                annotations: dict[str, Any] | None = None) -> RunOutcome:
+                annotations: dict[str, Any] | None = None,
+                plan: CellPlan | None = None) -> RunOutcome:
         """Train and record one run, or find its record.  ``annotations`` go into the
-        record (e.g. the tuning trial it served) without entering its id.
+        record (e.g. the tuning trial it served) without entering its id; ``plan``: the
+        run as the caller planned it already (:meth:`RunPlanner.plan`).
 
         Overrides that leave the run as the recipe resolves it (tuned parameters that are
         the recipe's own values) make it the recipe's run: its record holds neither them
         nor a ``tuned`` annotation.  One run id has one record, written by whichever
         command comes first, so its table row must not depend on which that was."""
-        method, spec, stage_configs = self.resolve(method_name, task_name, seed, variation)
-        run_hash = content_hash(spec)
-        if self.overrides_are_the_recipes(method_name, task_name, seed, variation, run_hash):
-            variation = replace(variation, overrides=())
-            annotations = {key: value for key, value in (annotations or {}).items()
-                           if key != "tuned"}
-        departure = self._departure(method_name, task_name, seed, variation, spec)
-        code = self.run_code(method_name)
-        found = self._found_record(run_hash, method_name, task_name, seed, variation)
-        if found is not None and (skipped := self._skip_found(
-                found, code, run_hash, method_name, task_name, seed)) is not None:
+        plan = plan or self.planner.plan(method_name, task_name, seed, variation)
+        annotations = {key: value for key, value in (annotations or {}).items()
+                       if key != "tuned" or not plan.recipe_values}
+        code = self.planner.run_code(plan.method_name)
+        found = self._found_record(plan)
+        if found is not None and (skipped := self._skip_found(found, code, plan)) is not None:
             return skipped
-        task = get_task(task_name)
         path = self.store.record_path(
-            self.suite.record_suite, method_name, task.name,
-            f"{spec['student']['name']}-seed{seed}-{run_hash[:16]}")
-        recovered = self._recovered(path, run_hash, method_name, task.name, seed)
-        if recovered is not None:
+            self.suite.record_suite, plan.method_name, plan.task.name,
+            f"{plan.shape_name}-seed{plan.seed}-{plan.run_id[:16]}")
+        if (recovered := self._recovered(path, plan)) is not None:
             return recovered
         # Before any teacher or training time is spent; every process stops alike.
         self._on_main_or_stop(lambda: self.store.check_writable(path))
         # Peak memory from here (data, teacher, training, evaluation) to the record.
         memory = MemoryProbe(self.accelerator.device).start()
-        prepared = self.prepare_task(task_name)
+        prepared = self.planner.prepare_task(plan.task.name)
         self._on_main_or_stop(lambda: check_free_space(space_needed(
-            self, self.cache, method, prepared, spec, stage_configs, path,
-            general_key=self.general_entry_key, keep_student=self.save_students)))
-        teacher = self.teacher(task_name)
-        fields = self._record_fields(task, seed, spec, prepared, teacher)
-        fields.update({
-            "code": code,
-            "started_at": datetime.now(timezone.utc).isoformat(),
-            **({"variation": departure} if departure else {}),
-            **(annotations or {}),
-        })
-        self.log(f"[run] {method_name} on {task.name}, seed {seed} -> {path}")
-        tracker = self._start_tracker(path, {
-            "run_id": run_hash, "suite": self.suite.record_suite, "method": method_name,
-            "task": task.name, "seed": seed, "student": spec["student"]["name"],
-            "config": spec, **({"variation": departure} if departure else {}),
-            **(annotations or {})})
+            self.planner, self.cache, plan.method, prepared, dict(plan.spec),
+            dict(plan.stage_configs), path, general_key=self.general_entry_key,
+            keep_student=self.save_students)))
+        teacher = self.teacher(plan.task.name)
+        fields = self._record_fields(plan, prepared, teacher, code, annotations)
+        self.log(f"[run] {plan.method_name} on {plan.task.name}, seed {plan.seed} -> {path}")
+        tracker = self._start_tracker(path, plan, annotations)
         started = time.perf_counter()
+        fields.update(self._attempt(plan, prepared, teacher, on_evaluate, tracker, path))
+        record = self._finished_record(fields, started, memory, prepared, teacher)
+        # A record the store cannot take is kept (named in the error) for the next start.
+        self._on_main_or_stop(lambda: self.store.write_or_keep(
+            path, record, recovery_paths(self.cache.root, plan.run_id)))
+        release_freed_memory()  # the next run starts from this one's live memory, not its peak
+        self.accelerator.wait_for_everyone()  # the record exists for all once any returns
+        if record.finished:
+            self._log_done(record)
+        return RunOutcome(plan.method_name, plan.task.name, plan.seed, record.status, path,
+                          record.main_score, record)
+
+    def _attempt(self, plan: CellPlan, prepared: PreparedTask, teacher: TeacherArtifacts,
+                 on_evaluate: EvaluationCallback | None, tracker: RunTracker, path: Path
+                 ) -> dict[str, Any]:
+        """The record's results of training ``plan`` (its ``status`` finished), or of its
+        failure (``failed``, with the stage and step where a loss stopped being finite)."""
         try:
-            fields.update(self._train(method, task, prepared, teacher, seed, spec,
-                                      stage_configs, on_evaluate, tracker, run_id=run_hash,
-                                      predictions=predictions_file(path)))
-            fields["status"] = "finished"
-            tracker.log_final(fields["dev"], fields["pct_of_teacher"])
+            outcome = self._train(plan, prepared, teacher, on_evaluate, tracker,
+                                  predictions=predictions_file(path))
+            tracker.log_final(outcome["dev"], outcome["pct_of_teacher"])
+            return {**outcome, "status": "finished"}
         except NonFiniteLossError as error:
-            fields["status"] = "failed"
-            fields["error"] = str(error)
-            fields["failure"] = {"stage": error.stage, "step": error.step,
-                                 "losses": error.values}
             self.log(f"[failed] {error}")
             # The stage stopped before letting go of what it prepared (the diverged
             # student, its optimizer): the runner's later cells must not carry them.
             self.accelerator.free_memory()
+            return {"status": "failed", "error": str(error),
+                    "failure": {"stage": error.stage, "step": error.step,
+                                "losses": error.values}}
         finally:  # a stopped run (a pruned trial) ends its tracker run too
             tracker.finish()
+
+    def _finished_record(self, fields: dict[str, Any], started: float, memory: MemoryProbe,
+                         prepared: PreparedTask, teacher: TeacherArtifacts) -> RunRecord:
+        """The run's record: what it said before training (``fields``, with the results),
+        its wall time, peak memory and end, and the teacher's dev predictions."""
         fields["wall_seconds"] = time.perf_counter() - started
         fields["memory"] = memory.read()  # a result: not in the config, not in the run id
         fields["finished_at"] = datetime.now(timezone.utc).isoformat()
         if (teacher_predictions := self._teacher_predictions(prepared, teacher)) is not None:
             fields["teacher"]["predictions"] = teacher_predictions
-        record = RunRecord.model_validate(fields)
-        # A record the store cannot take is kept (named in the error) for the next start.
-        self._on_main_or_stop(lambda: self.store.write_or_keep(
-            path, record, recovery_paths(self.cache.root, run_hash)))
-        release_freed_memory()  # the next run starts from this one's live memory, not its peak
-        self.accelerator.wait_for_everyone()  # the record exists for all once any returns
-        if record.finished:
-            self._log_done(record)
-        return RunOutcome(method_name, task.name, seed, record.status, path, record.main_score,
-                          record)
+        return RunRecord.model_validate(fields)
 
-    def _found_record(self, run_hash: str, method_name: str, task_name: str, seed: int,
-                      variation: Variation) -> tuple[Path, RunRecord] | None:
+    def _found_record(self, plan: CellPlan) -> tuple[Path, RunRecord] | None:
         """The run's record in the store, loaded, with its path (:meth:`recorded`).  The
         main process looks (the record may appear meanwhile, from another worker): every
         process of a launch skips or trains alike, or stops alike on a record that does not
         load (the others would otherwise wait for a record never sent)."""
         found: tuple[Path, RunRecord] | str | None = None
         if self.accelerator.is_main_process:
-            existing = self.recorded(run_hash, method_name, task_name, seed, variation)
+            existing = self.recorded(plan)
             if existing is not None:
                 try:
                     found = (existing, self.store.load(existing))
@@ -358,50 +374,50 @@ class SuiteRunner(RunPlanner):
             raise InvalidRecordError(found)
         return found
 
-    def _skip_found(self, found: tuple[Path, RunRecord], code: dict[str, Any],
-                    run_hash: str, method_name: str, task_name: str, seed: int
+    def _skip_found(self, found: tuple[Path, RunRecord], code: dict[str, Any], plan: CellPlan
                     ) -> RunOutcome | None:
         """The outcome of a run whose record ``found`` is in the store, when it is not
         trained again; None when it is: a stale record (made by other ``code``), or a
         failed one under ``retry_failed``."""
         existing, recorded = found
+        cell = f"{plan.method_name} {plan.task.name} seed {plan.seed}"
         if (stale := code_change(recorded.code, code)) is not None:
-            self.log(f"[stale] {method_name} {task_name} seed {seed}: the record at "
-                     f"{existing} was {stale}; training it again")
+            self.log(f"[stale] {cell}: the record at {existing} was {stale}; training it "
+                     "again")
             return None
         if not recorded.finished and self.retry_failed:
             return None
-        other = ("" if recorded.run_id == run_hash else
+        other = ("" if recorded.run_id == plan.run_id else
                  " (made where the recipe's auto precision resolves otherwise: "
                  f"trained in {'/'.join(recorded.precisions)}, run id "
                  f"{recorded.run_id[:16]})")
-        self.log(f"[skip] {method_name} {task_name} seed {seed}: already recorded "
-                 f"({recorded.status}) at {existing}{other}")
+        self.log(f"[skip] {cell}: already recorded ({recorded.status}) at {existing}{other}")
         if (self.save_students and recorded.finished and self.accelerator.is_main_process
                 and kept_student(self.cache, recorded.run_id) is None):
-            self.log(f"[student] not kept: {method_name} {task_name} seed {seed} is "
-                     "recorded, so it did not train here; harness export "
-                     f"{recorded.run_id[:16]} <folder> (with this command's "
+            self.log(f"[student] not kept: {cell} is recorded, so it did not train here; "
+                     f"harness export {recorded.run_id[:16]} <folder> (with this command's "
                      "--results and --set) trains it again and keeps it")
-        return RunOutcome(method_name, task_name, seed, "skipped", existing,
+        return RunOutcome(plan.method_name, plan.task.name, plan.seed, "skipped", existing,
                           recorded.main_score, recorded)
 
-    def _record_fields(self, task: TaskSpec, seed: int, spec: dict[str, Any],
-                       prepared: PreparedTask, teacher: TeacherArtifacts) -> dict[str, Any]:
+    def _record_fields(self, plan: CellPlan, prepared: PreparedTask,
+                       teacher: TeacherArtifacts, code: dict[str, Any],
+                       annotations: dict[str, Any]) -> dict[str, Any]:
         """What a run's record says before it trains: what it is, its teacher, data,
-        seeds, versions and machine, and its configuration."""
-        run_hash = content_hash(spec)
+        seeds, versions, machine and code, its configuration, what of its variation
+        changed it, and the caller's ``annotations``."""
+        task, seed = plan.task, plan.seed
         return {
-            "run_id": run_hash,
+            "run_id": plan.run_id,
             "status": "running",
             "suite": self.suite.record_suite,
-            "method": spec["method"],
+            "method": plan.method_name,
             "task": task.name,
             "task_display": task.display_name,
             "seed": seed,
-            "student_shape": spec["student"]["name"],
+            "student_shape": plan.shape_name,
             "main_metric": task.main_metric,
-            "teacher": {"checkpoint": self.checkpoint.name, "key": teacher.key,
+            "teacher": {"checkpoint": self.planner.checkpoint.name, "key": teacher.key,
                         "inference_precision": teacher.inference_precision,
                         "pooling": teacher.pooling,
                         "dev": teacher.dev_metrics, "baseline": teacher.summary["baseline"],
@@ -420,8 +436,12 @@ class SuiteRunner(RunPlanner):
                       "subsample": self.suite.data.subsample_seed},
             "versions": package_versions(),
             "machine": machine_info(self.accelerator),
-            "config": spec,
-            "config_hash": run_hash,
+            "config": dict(plan.spec),
+            "config_hash": plan.run_id,
+            "code": code,
+            "started_at": datetime.now(timezone.utc).isoformat(),
+            **({"variation": dict(plan.departure)} if plan.departure else {}),
+            **annotations,
         }
 
     def _log_done(self, record: RunRecord) -> None:
@@ -450,82 +470,71 @@ class SuiteRunner(RunPlanner):
             invalid, text = message
             raise (InvalidRecordError if invalid else StoreNotWritableError)(text)
 
-    def _recovered(self, path: Path, run_hash: str, method_name: str, task_name: str,
-                   seed: int) -> RunOutcome | None:
+    def _recovered(self, path: Path, plan: CellPlan) -> RunOutcome | None:
         """The run's record that an earlier start trained but could not write (a full
         disk) and kept in a recovery copy, written to ``path`` now without training again;
         None when there is no such copy."""
         taken: list[tuple[RunRecord, Path] | None] = []
         self._on_main_or_stop(lambda: taken.append(self.store.take_recovered(
-            path, run_hash, recovery_paths(self.cache.root, run_hash))))
+            path, plan.run_id, recovery_paths(self.cache.root, plan.run_id))))
         found = broadcast(taken[0] if taken else None, self.accelerator)
         if found is None:
             return None
         record, copy = found
-        self.log(f"[recovered] {method_name} {task_name} seed {seed}: the record kept in "
-                 f"{copy} when it could not be written is now in the store at {path}; "
-                 "not trained again")
-        return RunOutcome(method_name, task_name, seed, record.status, path,
+        self.log(f"[recovered] {plan.method_name} {plan.task.name} seed {plan.seed}: the "
+                 f"record kept in {copy} when it could not be written is now in the store at "
+                 f"{path}; not trained again")
+        return RunOutcome(plan.method_name, plan.task.name, plan.seed, record.status, path,
                           record.main_score, record)
 
     def general_entry_key(self, method: Method, shape: StudentConfig, stages: list[Stage],
                           stage_configs: dict[str, TrainConfig]) -> str:
         """The cache key of the general checkpoint ``method``'s corpus ``stages`` make for
         a ``shape`` student."""
-        return general_cache_key(self.general_key(method, shape, stages, stage_configs),
+        return general_cache_key(self.planner.general_key(method, shape, stages, stage_configs),
                                  type(method))
 
-    def _start_tracker(self, record: Path, params: dict[str, Any]) -> RunTracker:
+    def _start_tracker(self, record: Path, plan: CellPlan, annotations: dict[str, Any]
+                       ) -> RunTracker:
         """The run's tracker runs, named like its record (relative to the results root,
-        without ``.json``), with ``params`` as hyper-parameters: none without trackers, and
+        without ``.json``), with the plan as hyper-parameters: none without trackers, and
         none on processes other than the main one of a launch."""
         if self.tracking is None or not self.accelerator.is_main_process:
             return RunTracker()
         root = self.results_root if record.is_relative_to(self.results_root) \
             else self.store.root
         name = record.relative_to(root).with_suffix("").as_posix()
-        tracker = self.tracking.start(name, params)
+        tracker = self.tracking.start(name, {
+            "run_id": plan.run_id, "suite": self.suite.record_suite,
+            "method": plan.method_name, "task": plan.task.name, "seed": plan.seed,
+            "student": plan.shape_name, "config": dict(plan.spec),
+            **({"variation": dict(plan.departure)} if plan.departure else {}),
+            **annotations})
         self.log(f"[track] {', '.join(self.tracking.backends)}: {tracker.name}")
         return tracker
 
-    def _departure(self, method_name: str, task_name: str, seed: int, variation: Variation,
-                   spec: dict[str, Any]) -> dict[str, Any]:
-        """What of ``variation`` changed the run (tables give such runs rows of their own):
-        a grid budget the recipe already meets is no departure."""
-        departure: dict[str, Any] = {}
-        if variation.student is not None:
-            own, _ = self.suite.student_for(method_name)
-            if variation.student != own:
-                departure["student"] = variation.student
-        if variation.overrides:
-            departure["overrides"] = dict(variation.overrides)
-        if variation.task_epochs is not None:
-            unscaled = Variation(variation.student, variation.overrides)
-            if content_hash(self.resolve(method_name, task_name, seed, unscaled)[1]) \
-                    != content_hash(spec):
-                departure["task_epochs"] = variation.task_epochs
-        return departure
-
-    def _train(self, method: Method, task: TaskSpec, prepared: PreparedTask,
-               teacher: TeacherArtifacts, seed: int, spec: dict[str, Any],
-               stage_configs: dict[str, TrainConfig],
-               on_evaluate: EvaluationCallback | None = None,
-               tracker: RunTracker | None = None, *, run_id: str,
+    def _train(self, plan: CellPlan, prepared: PreparedTask, teacher: TeacherArtifacts,
+               on_evaluate: EvaluationCallback | None, tracker: RunTracker, *,
                predictions: Path | None = None) -> dict[str, Any]:
         """Train the run's task stages, evaluate the student on the dev splits and return
         the record's results; ``predictions``: where its dev predictions are written."""
-        tracker = tracker or RunTracker()
-        context = self._student_context(spec["student"]["name"], task)
-        stages = method.stages(task)
-        general = [stage for stage in stages if stage.is_general]
+        trained = self._train_student(plan, prepared, teacher, on_evaluate, tracker)
+        return self._outcome(plan, prepared, teacher, trained, predictions)
+
+    def _train_student(self, plan: CellPlan, prepared: PreparedTask,
+                       teacher: TeacherArtifacts, on_evaluate: EvaluationCallback | None,
+                       tracker: RunTracker) -> TrainedStudent:
+        """The run's student: built, started from its general checkpoint (if any) and
+        trained through the task stages."""
+        task, method = plan.task, plan.method
+        context = self._student_context(plan.shape_name, task)
         encoder = method.student_encoder(context, prepared.splits["train"].texts or [])
-        if encoder is not None and general:
-            raise ConfigError(f"{spec['method']}: general distillation reads the teacher's "
+        if encoder is not None and plan.general_stages:
+            raise ConfigError(f"{plan.method_name}: general distillation reads the teacher's "
                               "WordPiece ids; a student with its own encoder cannot have "
                               "corpus stages")
         context.encoder = encoder
-        general_summary = self._run_general(method, context, general, spec, stage_configs,
-                                            tracker)
+        general_summary = self._run_general(plan, context, tracker)
 
         def for_student(split: EncodedSplit, key: str) -> EncodedSplit:
             return self._student_split(encoder, task.name, key, split)
@@ -534,87 +543,96 @@ class SuiteRunner(RunPlanner):
         # (the teacher is loaded to label copies), so a run would otherwise differ with
         # the state of the cache.
         augmented = (self.augmented(method, task.name)
-                     if any(stage.data == "augmented" for stage in stages) else None)
-        set_seed(seed)
+                     if any(stage.data == "augmented" for stage in plan.stages) else None)
+        set_seed(plan.seed)
         student, extra = self._build_student(method, context)
         if hasattr(student, "config"):
             check_label_order(task, student.config, "student")
         if general_summary is not None:
             self._load_general(student, extra, Path(general_summary["path"]))
         evaluator = TaskEvaluator(task)
-        student, stage_results = self._task_stages(
-            method, stages[len(general):], student, extra, for_student, prepared, teacher,
-            augmented, seed, spec, stage_configs, evaluator, on_evaluate, tracker)
-        final_stage = stages[-1]
+        student, results = self._task_stages(plan, student, extra, for_student, evaluator,
+                                             prepared, teacher, augmented, on_evaluate, tracker)
+        return TrainedStudent(student, extra, encoder, results, general_summary, augmented,
+                              for_student, evaluator)
+
+    def _outcome(self, plan: CellPlan, prepared: PreparedTask, teacher: TeacherArtifacts,
+                 trained: TrainedStudent, predictions: Path | None) -> dict[str, Any]:
+        """The record's results of a trained student: its dev scores (and predictions),
+        speed, size, the stages' summaries and what it was trained from."""
+        task, student = plan.task, trained.student
+        final_stage = plan.stages[-1]
 
         def forward(batch):
-            return method.forward_student(student, batch, final_stage)
+            return plan.method.forward_student(student, batch, final_stage)
 
-        eval_batch_size = stage_configs[final_stage.name].eval_batch_size
+        eval_batch_size = plan.stage_configs[final_stage.name].eval_batch_size
         # in fp32, as the stages evaluate: the scores the best checkpoint won by
         dev_logits = {split: predict_logits(
-            student, for_student(prepared.splits[split], split), self.accelerator,
+            student, trained.for_student(prepared.splits[split], split), self.accelerator,
             eval_batch_size, forward=forward) for split in task.dev_splits}
-        dev = {split: evaluator.score(logits, prepared.splits[split].labels)
+        dev = {split: trained.evaluator.score(logits, prepared.splits[split].labels)
                for split, logits in dev_logits.items()}
         main_score = dev[task.selection_split][task.main_metric]
         kept_predictions = (self._keep_predictions(predictions, prepared, dev_logits)
                             if predictions is not None else None)
         if self.save_students and self.accelerator.is_main_process:
-            self._keep_student(method, student, encoder, prepared, run_id, spec, main_score,
-                               self._student_sources(stages[len(general):], teacher,
-                                                     general_summary, augmented))
+            self._keep_student(plan, trained, prepared, main_score, self._student_sources(
+                plan.task_stages, teacher, trained.general, trained.augmented))
         inference = self._inference_speed(
-            task.name, student, for_student(prepared.splits[task.selection_split],
-                                            task.selection_split), forward, eval_batch_size)
-        seconds = sum(result.seconds for result in stage_results)
-        examples = sum(result.examples_seen for result in stage_results)
-        outcome = {
-            "dev": dev,
-            "main_score": main_score,
-            "teacher_main_score": teacher.main_score,
-            # None when the teacher scores 0 (e.g. an MCC of 0): no meaningful ratio.
-            "pct_of_teacher": (100.0 * main_score / teacher.main_score
-                               if teacher.main_score else None),
-            "parameters": count_parameters(student),
-            "inference": inference,
-            "extra_parameters": sum(p.numel() for p in extra.parameters()),
-            "train_seconds": seconds,
-            "train_examples_per_second": examples / seconds if seconds else 0.0,
-            "final_losses": stage_results[-1].final_losses,
-            "stages": [_stage_summary(result, method.active_terms(stage, task))
-                       for stage, result in zip(stages[len(general):], stage_results,
-                                                strict=True)],
-        }
-        if (selection := _selection_summary(self.suite.selection, stage_results,
-                                            task.main_metric)) is not None:
-            outcome["selection"] = selection
-        if general_summary is not None:  # the key identifies it; the cache path is local
-            outcome["general_distillation"] = {
-                **{key: value for key, value in general_summary.items() if key != "path"},
-                # what the corpus was read with: its key hashes it, the record shows it
-                "corpus": self.suite.corpus.model_dump(mode="json")}
-        if augmented is not None:
-            outcome["augmentation"] = augmented.summary
+            task.name, student, trained.for_student(prepared.splits[task.selection_split],
+                                                    task.selection_split),
+            forward, eval_batch_size)
+        outcome = {"dev": dev, "main_score": main_score,
+                   "teacher_main_score": teacher.main_score,
+                   # None when the teacher scores 0 (e.g. an MCC of 0): no meaningful ratio.
+                   "pct_of_teacher": (100.0 * main_score / teacher.main_score
+                                      if teacher.main_score else None),
+                   "parameters": count_parameters(student), "inference": inference,
+                   **self._training_summary(plan, trained)}
         if kept_predictions is not None:
             outcome["predictions"] = kept_predictions
-        if encoder is not None:
-            outcome["student_encoder"] = encoder.describe()
-        if getattr(student, "init_summary", None) is not None:
-            outcome["student_init"] = student.init_summary
         return outcome
 
-    def _task_stages(self, method: Method, stages: list[Stage], student: torch.nn.Module,
-                     extra: torch.nn.Module,
+    def _training_summary(self, plan: CellPlan, trained: TrainedStudent) -> dict[str, Any]:
+        """The record's account of training: time, losses and each task stage, the
+        checkpoint kept, and the general checkpoint, copies and encoder it was made with."""
+        results = trained.results
+        seconds = sum(result.seconds for result in results)
+        examples = sum(result.examples_seen for result in results)
+        summary: dict[str, Any] = {
+            "extra_parameters": sum(p.numel() for p in trained.extra.parameters()),
+            "train_seconds": seconds,
+            "train_examples_per_second": examples / seconds if seconds else 0.0,
+            "final_losses": results[-1].final_losses,
+            "stages": [_stage_summary(result, plan.method.active_terms(stage, plan.task))
+                       for stage, result in zip(plan.task_stages, results, strict=True)],
+        }
+        if (selection := _selection_summary(self.suite.selection, results,
+                                            plan.task.main_metric)) is not None:
+            summary["selection"] = selection
+        if trained.general is not None:  # the key identifies it; the cache path is local
+            summary["general_distillation"] = {
+                **{key: value for key, value in trained.general.items() if key != "path"},
+                # what the corpus was read with: its key hashes it, the record shows it
+                "corpus": self.suite.corpus.model_dump(mode="json")}
+        if trained.augmented is not None:
+            summary["augmentation"] = trained.augmented.summary
+        if trained.encoder is not None:
+            summary["student_encoder"] = trained.encoder.describe()
+        if getattr(trained.student, "init_summary", None) is not None:
+            summary["student_init"] = trained.student.init_summary
+        return summary
+
+    def _task_stages(self, plan: CellPlan, student: torch.nn.Module, extra: torch.nn.Module,
                      for_student: Callable[[EncodedSplit, str], EncodedSplit],
-                     prepared: PreparedTask, teacher: TeacherArtifacts,
-                     augmented: AugmentedSet | None, seed: int, spec: dict[str, Any],
-                     stage_configs: dict[str, TrainConfig], evaluator: TaskEvaluator,
+                     evaluator: TaskEvaluator, prepared: PreparedTask, teacher: TeacherArtifacts,
+                     augmented: AugmentedSet | None,
                      on_evaluate: EvaluationCallback | None, tracker: RunTracker
                      ) -> tuple[torch.nn.Module, list[StageResult]]:
-        """Train the run's task ``stages`` in turn; the trained student (unwrapped) and
-        each stage's result."""
-        task = prepared.task
+        """Train the run's task stages in turn; the trained student (unwrapped) and each
+        stage's result."""
+        task, seed = plan.task, plan.seed
         results: list[StageResult] = []
         evaluation_index = itertools.count()
 
@@ -624,7 +642,7 @@ class SuiteRunner(RunPlanner):
             if on_evaluate is not None:
                 on_evaluate(index, evaluation)
 
-        for stage in stages:
+        for stage in plan.task_stages:
             train_split = for_student(prepared.splits["train"], "train")
             train_logits = None
             if stage.data == "augmented":
@@ -633,14 +651,14 @@ class SuiteRunner(RunPlanner):
                 train_logits = augmented.teacher_logits
             tracker.begin_stage(stage.name)
             result = train_stage(
-                method=method, stage=stage, student=student, extra=extra,
-                config=stage_configs[stage.name], train_split=train_split,
+                method=plan.method, stage=stage, student=student, extra=extra,
+                config=plan.stage_configs[stage.name], train_split=train_split,
                 eval_split=for_student(prepared.splits[task.selection_split],
                                        task.selection_split),
                 evaluator=evaluator,
                 teacher=self._teacher_runtime(stage, teacher, train_logits),
                 accelerator=self.accelerator, seed=seed,
-                description=f"{spec['method']} {task.name} s{seed} {stage.name}",
+                description=f"{plan.method_name} {task.name} s{seed} {stage.name}",
                 task_train_size=len(prepared.splits["train"]), on_evaluate=evaluated,
                 on_log=tracker.log_losses, selection=self.suite.selection)
             tracker.end_stage(result.steps)
@@ -648,43 +666,41 @@ class SuiteRunner(RunPlanner):
             results.append(result)
         return student, results
 
-    def _keep_student(self, method: Method, student: torch.nn.Module,
-                      encoder: StudentEncoder | None, prepared: PreparedTask, run_id: str,
-                      spec: dict[str, Any], main_score: float,
-                      made_from: list[tuple[str, str]]) -> None:
+    def _keep_student(self, plan: CellPlan, trained: TrainedStudent, prepared: PreparedTask,
+                      main_score: float, made_from: list[tuple[str, str]]) -> None:
         """Keep the trained student in the cache (``--save-students``) for export."""
-        task = prepared.task
-        kept = keep_student(self.cache, run_id, student,
-                            tokenizer=None if encoder is not None else self.tokenizer,
+        method, student, encoder, task = plan.method, trained.student, trained.encoder, plan.task
+        kept = keep_student(self.cache, plan.run_id, student,
+                            tokenizer=None if encoder is not None else self.planner.tokenizer,
                             task=task, max_length=prepared.max_length,
-                            method=spec["method"], main_score=main_score,
+                            method=plan.method_name, main_score=main_score,
                             plugin=type(method).name,
                             save=lambda folder: method.save_student(
                                 student, encoder, task, folder),
                             made_from=made_from)
         self.log(f"[student] kept in {kept}")
 
-    def _run_general(self, method: Method, context: StudentContext, general: list[Stage],
-                     spec: dict[str, Any], stage_configs: dict[str, TrainConfig],
-                     tracker: RunTracker) -> dict[str, Any] | None:
+    def _run_general(self, plan: CellPlan, context: StudentContext, tracker: RunTracker
+                     ) -> dict[str, Any] | None:
         """The general checkpoint the run's student starts from (trained or read from the
-        cache): its own corpus ``general`` stages', another method's (``init_from``), or
-        None."""
-        if general:
+        cache): its own corpus stages', another method's (``init_from``), or None."""
+        if plan.general_stages:
             # On a copy of the method: what building the general student leaves on it (a
             # teacher head it loaded, say) must not reach the task stages, or the run that
             # trains the general checkpoint would train them differently from every run
             # that reads it from the cache (loading draws on the seeded random stream).
-            return self._general_distillation(copy.deepcopy(method), context, general,
-                                              stage_configs, tracker)
-        if "general" not in spec:
+            return self._general_distillation(copy.deepcopy(plan.method), context,
+                                              plan.general_stages, dict(plan.stage_configs),
+                                              tracker)
+        if "general" not in plan.spec:
             return None
         # init_from: another method's general checkpoint
-        source, source_stages, source_configs = self.general_source(
-            spec["general"]["from"], context.task, context.shape_name, where=spec["method"])
+        source_name = plan.spec["general"]["from"]
+        source, source_stages, source_configs = self.planner.general_source(
+            source_name, context.task, context.shape_name, where=plan.method_name)
         summary = self._general_distillation(source, context, source_stages, source_configs,
                                              tracker)
-        return {**summary, "from": spec["general"]["from"]}
+        return {**summary, "from": source_name}
 
     def _keep_predictions(self, path: Path, prepared: PreparedTask,
                           logits: dict[str, np.ndarray]) -> dict[str, Any] | None:
@@ -815,17 +831,17 @@ class SuiteRunner(RunPlanner):
         return sources
 
     def _student_context(self, shape_name: str, task: TaskSpec) -> StudentContext:
-        shape = self.student_shape(shape_name)
+        shape = self.planner.student_shape(shape_name)
         # Always given: a plugin may initialise from the teacher whatever the shape says.
         return StudentContext(
             task=task, shape_name=shape_name, shape=shape,
-            teacher_config=self.teacher_config,
+            teacher_config=self.planner.teacher_config,
             teacher_state=self.teacher_state(), assets=self._assets(),
-            pooling=self.student_pooling(shape_name) or "pooler")
+            pooling=self.planner.student_pooling(shape_name) or "pooler")
 
     def _assets(self) -> AugmentContext:
-        return AugmentContext(checkpoint=self.checkpoint, tokenizer=self.tokenizer,
-                              corpus=lambda: self.corpus().sentences, cache=self.cache,
+        return AugmentContext(checkpoint=self.planner.checkpoint, tokenizer=self.planner.tokenizer,
+                              corpus=lambda: self.planner.corpus().sentences, cache=self.cache,
                               log=self.log)
 
     def _general_distillation(self, method: Method, context: StudentContext,
@@ -834,73 +850,13 @@ class SuiteRunner(RunPlanner):
         """Run (or reuse) the method's corpus stages; the student body they produce is the
         starting point of every task and seed.  ``tracker``: the run that needs them, which
         logs their losses when they train here (a cached body logs nothing)."""
-        tracker = tracker or RunTracker()
         key = self.general_entry_key(method, context.shape, stages, stage_configs)
         # A second worker that needs the same checkpoint waits for this one's.
         with self.cache.producing("general", key,
                                   exclusive=self.accelerator.num_processes == 1):
             if any_process(not self.cache.has("general", key), self.accelerator):
-                corpus = self.corpus()
-                self.log(f"[general] {method.name}: general distillation on {corpus.units} "
-                         f"unlabeled {corpus.unit_name} ({', '.join(corpus.sources)})")
-                split = encode_corpus(corpus, self.tokenizer, self.suite.corpus.max_seq_length,
-                                      self.suite.corpus.long_lines)
-                seed = self.suite.corpus.seed
-                set_seed(seed)
-                student, extra = self._build_student(method, context)
-                results = []
-                # General distillation is the longest job there is: it saves its progress as
-                # it goes, and a process killed meanwhile resumes it where it was.
-                # It records what the finished checkpoint will record as its sources, and
-                # is not resumed once one of them is another build.
-                partial = {stage.name: StageCheckpoint(self.cache.root / "partial" /
-                                                       f"general-{key}-{stage.name}.safetensors",
-                                                       every_seconds=GENERAL_SAVE_SECONDS,
-                                                       made_from=method.general_made_from,
-                                                       cache=self.cache)
-                           for stage in stages}
-                for stage in stages:
-                    runtime = self._teacher_runtime(stage, None, None)
-                    tracker.begin_stage(stage.name)
-                    results.append(train_stage(
-                        method=method, stage=stage, student=student, extra=extra,
-                        config=stage_configs[stage.name], train_split=split, eval_split=None,
-                        evaluator=TaskEvaluator(context.task), teacher=runtime,
-                        accelerator=self.accelerator, seed=seed,
-                        description=f"{method.name} general {stage.name}",
-                        checkpoint=partial[stage.name], log=self.log,
-                        on_log=tracker.log_losses))
-                    tracker.end_stage(results[-1].steps)
-                    student = self.accelerator.unwrap_model(student)
-                prefix = getattr(student, "base_model_prefix", "")
-                # Saved from the CPU: a checkpoint built on a GPU then loads on any machine.
-                body = {name: tensor.cpu() for name, tensor in student.state_dict().items()
-                        if not prefix or name.startswith(f"{prefix}.")}
-                summary = {
-                    "corpus_sentences": len(corpus),
-                    **({"corpus_pairs": corpus.units} if corpus.pairs is not None else {}),
-                    "corpus_sequences": len(split),
-                    "corpus_tokens": int(split.lengths.sum()), "corpus_sources": corpus.sources,
-                    "corpus_fingerprint": corpus.fingerprint,
-                    "stages": [{"name": r.name, "steps": r.steps, "examples_seen": r.examples_seen,
-                                "seconds": r.seconds, "examples_per_second": r.examples_per_second,
-                                "final_losses": r.final_losses, "history": r.history}
-                               for r in results],
-                    "seconds": sum(r.seconds for r in results),
-                }
-                if self.accelerator.is_local_main_process:
-                    with self.cache.build("general", key, {"method": method.name,
-                                                           "student": context.shape_name},
-                                          made_from=method.general_made_from()) as scratch:
-                        torch.save(body, scratch / "student_body.pt")
-                        torch.save({name: tensor.cpu() for name, tensor in
-                                    self.accelerator.unwrap_model(extra).state_dict().items()},
-                                   scratch / "extra.pt")
-                        (scratch / "summary.json").write_text(json.dumps(summary, indent=2))
-                    for checkpoint in partial.values():
-                        checkpoint.path.unlink(missing_ok=True)
-                self.accelerator.wait_for_everyone()
-                self.log(f"[general] done in {summary['seconds']:.0f}s: {results[-1].final_losses}")
+                self._train_general(method, context, stages, stage_configs, key,
+                                    tracker or RunTracker())
         path = self.cache.path("general", key)
         summary = json.loads((path / "summary.json").read_text())
         return {"key": key, "path": str(path), "corpus_sentences": summary["corpus_sentences"],
@@ -909,6 +865,64 @@ class SuiteRunner(RunPlanner):
                    if name in summary},
                 "seconds": summary["seconds"],
                 "final_losses": summary["stages"][-1]["final_losses"]}
+
+    def _train_general(self, method: Method, context: StudentContext, stages: list[Stage],
+                       stage_configs: dict[str, TrainConfig], key: str, tracker: RunTracker
+                       ) -> None:
+        """Train the general stages on the corpus and cache the student body (entry
+        ``key``); each stage saves its progress as it goes, and a process killed meanwhile
+        resumes it where it was."""
+        corpus = self.planner.corpus()
+        self.log(f"[general] {method.name}: general distillation on {corpus.units} "
+                 f"unlabeled {corpus.unit_name} ({', '.join(corpus.sources)})")
+        split = encode_corpus(corpus, self.planner.tokenizer, self.suite.corpus.max_seq_length,
+                              self.suite.corpus.long_lines)
+        seed = self.suite.corpus.seed
+        set_seed(seed)
+        student, extra = self._build_student(method, context)
+        # Progress records what the finished checkpoint will record as its sources, and
+        # is not resumed once one of them is another build.
+        partial = {stage.name: StageCheckpoint(
+            self.cache.root / "partial" / f"general-{key}-{stage.name}.safetensors",
+            every_seconds=GENERAL_SAVE_SECONDS, made_from=method.general_made_from,
+            cache=self.cache) for stage in stages}
+        results = []
+        for stage in stages:
+            tracker.begin_stage(stage.name)
+            results.append(train_stage(
+                method=method, stage=stage, student=student, extra=extra,
+                config=stage_configs[stage.name], train_split=split, eval_split=None,
+                evaluator=TaskEvaluator(context.task),
+                teacher=self._teacher_runtime(stage, None, None),
+                accelerator=self.accelerator, seed=seed,
+                description=f"{method.name} general {stage.name}",
+                checkpoint=partial[stage.name], log=self.log, on_log=tracker.log_losses))
+            tracker.end_stage(results[-1].steps)
+            student = self.accelerator.unwrap_model(student)
+        summary = _general_summary(corpus, split, results)
+        if self.accelerator.is_local_main_process:
+            self._save_general(key, method, context, student, extra, summary)
+            for checkpoint in partial.values():
+                checkpoint.path.unlink(missing_ok=True)
+        self.accelerator.wait_for_everyone()
+        self.log(f"[general] done in {summary['seconds']:.0f}s: {results[-1].final_losses}")
+
+    def _save_general(self, key: str, method: Method, context: StudentContext,
+                      student: torch.nn.Module, extra: torch.nn.Module,
+                      summary: dict[str, Any]) -> None:
+        """Cache the general student's body, its extra modules and ``summary`` (entry
+        ``key``), saved from the CPU so that a checkpoint built on a GPU loads anywhere."""
+        prefix = getattr(student, "base_model_prefix", "")
+        body = {name: tensor.cpu() for name, tensor in student.state_dict().items()
+                if not prefix or name.startswith(f"{prefix}.")}
+        with self.cache.build("general", key, {"method": method.name,
+                                               "student": context.shape_name},
+                              made_from=method.general_made_from()) as scratch:
+            torch.save(body, scratch / "student_body.pt")
+            torch.save({name: tensor.cpu() for name, tensor in
+                        self.accelerator.unwrap_model(extra).state_dict().items()},
+                       scratch / "extra.pt")
+            (scratch / "summary.json").write_text(json.dumps(summary, indent=2))
 
     @staticmethod
     def _load_general(student: torch.nn.Module, extra: torch.nn.Module, path: Path) -> None:
@@ -931,7 +945,7 @@ class SuiteRunner(RunPlanner):
     # -- augmentation --------------------------------------------------------------------
     def augmented(self, method: Method, task_name: str) -> AugmentedSet:
         """The task's training split plus the method's cached synthetic copies."""
-        prepared = self.prepare_task(task_name)
+        prepared = self.planner.prepare_task(task_name)
         augmenter = method.augmenter(self._assets())
         if augmenter is None:
             raise ValueError(f"{method.name} has a stage on augmented data but no augmenter")
@@ -943,7 +957,7 @@ class SuiteRunner(RunPlanner):
         if memo_key not in self._augmented:
             self._augmented[memo_key] = prepare_augmented(
                 data=prepared.data, train_split=prepared.splits["train"], augmenter=augmenter,
-                teacher=self.teacher(task_name), tokenizer=self.tokenizer,
+                teacher=self.teacher(task_name), tokenizer=self.planner.tokenizer,
                 max_length=prepared.max_length, cache=self.cache, accelerator=self.accelerator,
                 inference_batch_size=self.suite.teacher.inference_batch_size,
                 seed=self.suite.data.subsample_seed, log=self.log)
@@ -974,7 +988,7 @@ class SuiteRunner(RunPlanner):
                 runtime.intermediate_cache = intermediate_cache_request(
                     self.suite.teacher, self.cache, teacher, self.log)
             else:
-                runtime.model = load_pretrained_encoder(self.checkpoint, attention)
+                runtime.model = load_pretrained_encoder(self.planner.checkpoint, attention)
         return runtime
 
     # -- many cells ----------------------------------------------------------------------
@@ -1001,7 +1015,7 @@ class SuiteRunner(RunPlanner):
                 raise ConfigError(f"{params.path}: parameters for {params.method} on "
                                   f"{params.task}, as {earlier.path} is; pass one of them")
             by_cell[params.method, params.task] = params
-        self.check_assets(methods, tasks, {
+        self.planner.check_assets(methods, tasks, {
             cell: Variation.of(params.student, params.overrides)
             for cell, params in by_cell.items()})
         not_applicable = {(method, task): why for task in tasks for method in methods
@@ -1018,19 +1032,20 @@ class SuiteRunner(RunPlanner):
             if params is None:
                 outcomes.append(self.run_one(method, task, seed))
                 continue
-            variation = Variation.of(params.student, params.overrides)
+            plan = self.planner.plan(method, task, seed,
+                                     Variation.of(params.student, params.overrides))
             if (method, task) not in said:
                 own, _ = self.suite.student_for(method)
                 if params.student not in (None, own):
                     self.log(f"[tuned] {method} {task}: tuned on student {params.student} "
                              f"({params.path}): its runs train that student")
-                if self.overrides_are_the_recipes(method, task, seed, variation):
+                if plan.recipe_values:
                     # run_one records such runs as the recipe's; say why they are untuned.
                     self.log(f"[tuned] {method} {task}: the tuned parameters are the "
                              f"recipe's own ({params.path}): its runs are the recipe's, not "
                              "marked tuned")
             said.add((method, task))
-            outcomes.append(self.run_one(method, task, seed, variation,
+            outcomes.append(self.run_one(method, task, seed, plan.variation, plan=plan,
                                          annotations={"tuned": params.annotation()}))
         return outcomes
 
@@ -1066,3 +1081,20 @@ def _stage_summary(result: StageResult, terms: dict[str, float]) -> dict[str, An
             "best_step": result.best_step, "best_metrics": result.best_metrics,
             "terms": terms, "final_losses": result.final_losses,
             "evaluations": result.evaluations, "history": result.history}
+
+
+def _general_summary(corpus: Corpus, split: EncodedSplit, results: list[StageResult]
+                     ) -> dict[str, Any]:
+    """The general checkpoint's summary: the corpus it read and each stage's training."""
+    return {
+        "corpus_sentences": len(corpus),
+        **({"corpus_pairs": corpus.units} if corpus.pairs is not None else {}),
+        "corpus_sequences": len(split),
+        "corpus_tokens": int(split.lengths.sum()), "corpus_sources": corpus.sources,
+        "corpus_fingerprint": corpus.fingerprint,
+        "stages": [{"name": r.name, "steps": r.steps, "examples_seen": r.examples_seen,
+                    "seconds": r.seconds, "examples_per_second": r.examples_per_second,
+                    "final_losses": r.final_losses, "history": r.history}
+                   for r in results],
+        "seconds": sum(r.seconds for r in results),
+    }

@@ -176,9 +176,9 @@ class TuningTarget:
 def study_name(runner, target: TuningTarget) -> str:
     """Deterministic: the same suite recipe, method, task, seeds, student and budget always
     name the same study; change any of them and a new study starts."""
-    _, spec, _ = runner.resolve(target.method, target.task, target.seeds[0],
-                                target.variation())
-    spec = {key: value for key, value in spec.items() if key != "seed"}
+    plan = runner.planner.resolve(target.method, target.task, target.seeds[0],
+                                  target.variation())
+    spec = {key: value for key, value in plan.spec.items() if key != "seed"}
     digest = content_hash({"spec": spec, "seeds": target.seeds})[:10]
     return f"tune-{runner.suite.record_suite}-{target.method}-{target.task}-{digest}"
 
@@ -314,8 +314,9 @@ class Tuner:
         keys = list(self._search_space(recorder))
         if len(keys) != len(recorder.calls):  # not one suggestion per override: unmatched
             return {}
-        _, spec, configs = self.runner.resolve(self.target.method, self.target.task,
-                                               self.target.seeds[0], self.target.variation())
+        plan = self.runner.planner.resolve(self.target.method, self.target.task,
+                                           self.target.seeds[0], self.target.variation())
+        spec, configs = plan.spec, plan.stage_configs
         point = {}
         for key, (name, distribution) in zip(keys, recorder.calls, strict=True):
             root, *rest = key.split(".")
@@ -349,8 +350,9 @@ class Tuner:
             problem = override_problem(method, self.target.task, key)
             if problem is None:  # the key's form is right: its value must resolve too
                 try:
-                    self.runner.resolve(self.target.method, self.target.task,
-                                        self.target.seeds[0], self.target.variation({key: value}))
+                    self.runner.planner.resolve(
+                        self.target.method, self.target.task, self.target.seeds[0],
+                        self.target.variation({key: value}))
                 except ConfigError as error:
                     problem = "; ".join(line.strip() for line in str(error).splitlines())
             if problem is not None:

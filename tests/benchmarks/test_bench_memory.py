@@ -57,7 +57,7 @@ def test_records_carry_peak_memory_and_many_runs_in_one_process_stay_flat(
     for path in (tmp_path / "results").glob("**/*.json"):
         record = json.loads(path.read_text())
         assert record["memory"]["peak_rss_mb"] >= record["memory"]["rss_start_mb"] > 0
-        _, spec, _ = runner.resolve(record["method"], record["task"], record["seed"])
+        spec = runner.planner.resolve(record["method"], record["task"], record["seed"]).spec
         assert content_hash(spec) == record["config_hash"]  # memory is not configuration
         assert "memory" not in record["config"]
 
