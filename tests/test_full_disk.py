@@ -96,9 +96,9 @@ def trainings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     calls: list[str] = []
     train = SuiteRunner._train
 
-    def counted(self, method, task, *args, **kwargs):
-        calls.append(task.name)
-        return train(self, method, task, *args, **kwargs)
+    def counted(self, plan, *args, **kwargs):
+        calls.append(plan.task.name)
+        return train(self, plan, *args, **kwargs)
 
     monkeypatch.setattr(SuiteRunner, "_train", counted)
     return calls
@@ -280,11 +280,10 @@ def test_the_estimate_counts_only_the_cache_entries_a_run_still_has_to_make(
         runner = SuiteRunner(suite, tmp_path / "results", tmp_path / "cache",
                              log=lambda _: None, save_students=True)
         plan = runner.planner.resolve("distilbert", "stsb", 1)
-        method, spec, configs = plan.method, plan.spec, plan.stage_configs
         return [what for _, _, what in space_needed(
-            runner, runner.cache, method, runner.planner.prepare_task("stsb"), spec, configs,
-            tmp_path / "results" / "r.json", general_key=runner.general_entry_key,
-            keep_student=runner.save_students)]
+            runner.planner, runner.cache, plan.method, runner.planner.prepare_task("stsb"),
+            dict(plan.spec), dict(plan.stage_configs), tmp_path / "results" / "r.json",
+            general_key=runner.general_entry_key, keep_student=runner.save_students)]
 
     assert needs() == ["its record", "the stsb teacher", "its general checkpoint",
                        "the kept student"]
