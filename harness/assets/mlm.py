@@ -33,11 +33,12 @@ from transformers import AutoModel, AutoModelForMaskedLM, PreTrainedTokenizerBas
 
 from harness.assets.checkpoints import Checkpoint, load_tokenizer, reading
 from harness.assets.word_pieces import piece_convention
-from harness.common.cache import CACHE_VERSION, ArtifactCache, content_hash
+from harness.common.cache import ArtifactCache
 from harness.common.progress import progress_bar
+from harness.config.identity import MLM_HEAD_KIND, mlm_head_key
 from harness.data.corpus import sentences_fingerprint
 
-HEAD_KIND = "mlm_head"
+HEAD_KIND = MLM_HEAD_KIND
 HeadSource = Literal["checkpoint_head", "fitted_head"]
 
 
@@ -280,9 +281,8 @@ def _quiet_transformers():
 
 def head_key(checkpoint: Checkpoint, corpus: Sequence[str], config: MLMHeadConfig,
              source: HeadSource) -> str:
-    return content_hash({"kind": HEAD_KIND, "cache_version": CACHE_VERSION,
-                         "checkpoint": checkpoint.identity, "source": source,
-                         "corpus": sentences_fingerprint(corpus), "config": config.model_dump()})
+    return mlm_head_key(checkpoint=checkpoint.identity, source=source,
+                        corpus=sentences_fingerprint(corpus), config=config.model_dump())
 
 
 def load_masked_lm(checkpoint: Checkpoint, corpus: Sequence[str], cache: ArtifactCache,

@@ -32,6 +32,7 @@ from pydantic import (
 )
 
 from harness.common.paths import NAME_RULE, UnsafeNameError, check_name, name_problem
+from harness.config.identity import train_identity
 from harness.data.tasks import get_task
 
 Name = Annotated[str, AfterValidator(check_name)]
@@ -179,19 +180,10 @@ class TrainConfig(StrictModel):
         "data an epoch then costs the same as without augmentation)")
 
     def identity(self) -> dict[str, Any]:
-        """The values that identify a run or a cached teacher: every field, except those of
-        :data:`LATER_TRAIN_FIELDS` while at their defaults (so a record or cached teacher
-        whose configuration lacks such a field keeps its key)."""
-        values = self.model_dump()
-        for name, default in LATER_TRAIN_FIELDS.items():
-            if values.get(name) == default:
-                values.pop(name)
-        return values
-
-
-LATER_TRAIN_FIELDS: dict[str, Any] = {"epoch_size": "data", "compile": False,
-                                      "fused_optimizer": False}
-"""TrainConfig fields added after record version 1, with their defaults."""
+        """The values that identify a run or a cached teacher: every field, except those
+        added later while at their defaults (:data:`harness.config.identity.LATER_TRAIN_FIELDS`:
+        a record or cached teacher whose configuration lacks such a field keeps its key)."""
+        return train_identity(self.model_dump())
 
 
 TrainOverride = create_model(  # every TrainConfig field, optional, same range checks

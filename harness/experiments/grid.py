@@ -27,8 +27,8 @@ from typing import Any
 from harness.api.registry import registry
 from harness.assets.checkpoints import TeacherError
 from harness.common.cache import content_hash
+from harness.config.identity import LATER_TRAIN_FIELDS
 from harness.config.schema import (
-    LATER_TRAIN_FIELDS,
     ConfigError,
     GridConfig,
     SuiteConfig,

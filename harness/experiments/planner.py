@@ -34,6 +34,7 @@ from harness.assets.checkpoints import (
 )
 from harness.common.cache import content_hash
 from harness.common.precision import AUTO_RESOLUTIONS, auto_precision
+from harness.config.identity import RECORD_VERSION, general_spec, run_spec
 from harness.config.schema import (
     ConfigError,
     MethodRecipe,
@@ -51,11 +52,9 @@ from harness.data.features import EncodedSplit, encode_split
 from harness.data.loading import DataNotFoundError, TaskData, load_task, resolve_data_dir
 from harness.data.tasks import TaskSpec, get_task
 from harness.experiments.provenance import code_change, run_code
-from harness.experiments.record import RECORD_VERSION, RunRecord
+from harness.experiments.record import RunRecord
 from harness.teacher.finetune import teacher_key, teacher_pooling
 from harness.teacher.outputs import intermediate_cache_spec
-
-GENERAL_VERSION = 1
 
 
 @dataclass
@@ -513,36 +512,27 @@ class RunPlanner:
               stage_configs: dict[str, TrainConfig], prepared: PreparedTask
               ) -> dict[str, Any]:
         """The run's configuration without its general checkpoint and corpus."""
-        plugin = self.suite.plugin(method_name)
-        return {
-            "record_version": RECORD_VERSION,
-            "suite": self.suite.record_suite,
-            "task": task.name,
-            "method": method_name,
-            "seed": seed,
-            # best-dev, the protocol of the first records, is the spec without it
-            **({"selection": self.suite.selection}
-               if self.suite.selection != "best-dev" else {}),
-            "student": {"name": shape_name,
-                        **(shape.run_identity() if isinstance(shape, StudentKindConfig)
-                           else shape.model_dump()),
-                        **({"pooling": pooling} if (pooling := self.student_pooling(shape_name))
-                           else {})},
-            **({"plugin": plugin} if plugin != method_name else {}),
-            "params": method.params.model_dump(),
-            **({"method_key": method_key} if (method_key := method.run_key()) else {}),
-            "loss_weights": {term: weight for term, weight in method.weights.items()
-                             if term not in method.inactive_terms(task)},
-            "stages": {name: config.identity() for name, config in stage_configs.items()},
-            "teacher": {"checkpoint": self.checkpoint.name, "key": self.teacher_key(prepared)},
-            "data": {  # content, not location: the same data hashes alike anywhere
+        return run_spec(
+            suite=self.suite.record_suite, task=task.name, method=method_name, seed=seed,
+            selection=self.suite.selection,
+            student={"name": shape_name,
+                     **(shape.run_identity() if isinstance(shape, StudentKindConfig)
+                        else shape.model_dump()),
+                     **({"pooling": pooling} if (pooling := self.student_pooling(shape_name))
+                        else {})},
+            plugin=self.suite.plugin(method_name), params=method.params.model_dump(),
+            method_key=method.run_key(),
+            loss_weights={term: weight for term, weight in method.weights.items()
+                          if term not in method.inactive_terms(task)},
+            stages={name: config.identity() for name, config in stage_configs.items()},
+            teacher={"checkpoint": self.checkpoint.name, "key": self.teacher_key(prepared)},
+            data={  # content, not location: the same data hashes alike anywhere
                 "source": self.suite.data.source,
                 "fingerprint": prepared.data.fingerprint,
                 "max_train_examples": self.suite.data.max_train_examples.get(task.name),
                 "subsample_seed": self.suite.data.subsample_seed,
                 "max_seq_length": prepared.max_length,
-            },
-        }
+            })
 
     def _general_spec(self, method_name: str, recipe: MethodRecipe, method: Method,
                       task: TaskSpec, shape_name: str, shape: StudentConfig | StudentKindConfig,
@@ -666,19 +656,17 @@ class RunPlanner:
     def general_key(self, method: Method, shape: StudentConfig, stages: list[Stage],
                     stage_configs: dict[str, TrainConfig]) -> str:
         corpus = self.corpus()
-        return content_hash({
-            "kind": "general", "version": GENERAL_VERSION, "method": method.name,
-            "method_key": method.general_key(),
-            "student": {**shape.model_dump(),
-                        "pooling": student_pooling(shape, self.teacher_pooling)},
-            "teacher": self.checkpoint.identity,
-            "corpus": {"fingerprint": corpus.fingerprint,
-                       "max_seq_length": self.suite.corpus.max_seq_length,
-                       "long_lines": self.suite.corpus.long_lines,
-                       "seed": self.suite.corpus.seed,
-                       **({"pairs": True} if self.suite.corpus.pairs else {})},
-            "stages": {stage.name: stage_configs[stage.name].identity() for stage in stages},
-        })
+        return content_hash(general_spec(
+            method=method.name, method_key=method.general_key(),
+            student={**shape.model_dump(),
+                     "pooling": student_pooling(shape, self.teacher_pooling)},
+            teacher=self.checkpoint.identity,
+            corpus={"fingerprint": corpus.fingerprint,
+                    "max_seq_length": self.suite.corpus.max_seq_length,
+                    "long_lines": self.suite.corpus.long_lines,
+                    "seed": self.suite.corpus.seed,
+                    **({"pairs": True} if self.suite.corpus.pairs else {})},
+            stages={stage.name: stage_configs[stage.name].identity() for stage in stages}))
 
 
 def record_variation(record: RunRecord) -> Variation:

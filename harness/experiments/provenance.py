@@ -35,7 +35,7 @@ from typing import Any
 
 import harness
 from harness.api.registry import registry
-from harness.common.cache import content_hash
+from harness.config import identity
 
 CORE_SOURCES = ("api/losses.py", "data/metrics.py", "data/glue_metric")
 """The core's loss and metric code (paths under the ``harness`` package): a change to any of
@@ -161,8 +161,7 @@ def general_cache_key(general_key: str, plugin: type) -> str:
     """The cache key of a general checkpoint: its key in the run's configuration (what it
     is distilled from and how) with the code that distils it (``plugin``'s and the core's),
     so that other code distils a checkpoint of its own."""
-    return content_hash({"general": general_key, "code": {"plugin": plugin_digest(plugin),
-                                                          "core": core_digest()}})
+    return identity.general_cache_key(general_key, plugin_digest(plugin), core_digest())
 
 
 def code_change(recorded: dict[str, Any] | None, current: dict[str, Any]) -> str | None:

@@ -17,8 +17,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from harness.common.cache import content_hash
 
-RECORD_VERSION = 1
-
 Status = Literal["running", "finished", "failed"]
 Number = float | int
 

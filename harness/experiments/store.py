@@ -31,7 +31,8 @@ from pydantic_core import ErrorDetails
 
 from harness.common.files import write_json_atomic
 from harness.common.paths import contained
-from harness.experiments.record import RECORD_VERSION, RunRecord
+from harness.config.identity import RECORD_VERSION, RecordVersionError, migrate_record
+from harness.experiments.record import RunRecord
 
 __all__ = ["NESTED_STORES", "NOT_RUN_RECORDS", "RECORD_BYTES", "RECORD_VERSION",
            "InvalidRecordError", "NotEnoughSpaceError", "RecordNotWrittenError",
@@ -158,7 +159,9 @@ class ResultsStore:
 
     def load(self, path: Path) -> RunRecord:
         try:
-            return RunRecord.model_validate(json.loads(path.read_text()))
+            return RunRecord.model_validate(migrate_record(json.loads(path.read_text())))
+        except RecordVersionError as error:
+            raise InvalidRecordError(f"{path}: not a valid run record: {error}") from None
         except ValidationError as error:
             problems = "; ".join(_problem(problem) for problem in error.errors()[:5])
             raise InvalidRecordError(f"{path}: not a valid run record: {problems}") from None

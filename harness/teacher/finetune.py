@@ -36,7 +36,8 @@ from harness.assets.checkpoints import (
     load_tokenizer,
     reading,
 )
-from harness.common.cache import CACHE_VERSION, ArtifactCache, content_hash
+from harness.common.cache import ArtifactCache
+from harness.config.identity import teacher_logits_key, teacher_model_key
 from harness.config.schema import Selection, TeacherConfig, TrainConfig
 from harness.data.features import EncodedSplit
 from harness.data.loading import single_class_problem
@@ -126,10 +127,7 @@ def teacher_key(checkpoint: Checkpoint, task: TaskSpec, data_fingerprint: str,
     is the key without it)."""
     key = _model_key(checkpoint, task, data_fingerprint, teacher, training, max_length,
                      selection)
-    if teacher.inference_precision == "fp32":
-        return key
-    return content_hash({"kind": "teacher_logits", "cache_version": CACHE_VERSION,
-                         "model": key, "inference_precision": teacher.inference_precision})
+    return teacher_logits_key(key, teacher.inference_precision)
 
 
 def teacher_pooling(checkpoint: Checkpoint, teacher: TeacherConfig) -> str:
@@ -150,21 +148,12 @@ def teacher_pooling(checkpoint: Checkpoint, teacher: TeacherConfig) -> str:
 def _model_key(checkpoint: Checkpoint, task: TaskSpec, data_fingerprint: str,
                teacher: TeacherConfig, training: TrainConfig, max_length: int,
                selection: Selection) -> str:
-    pooling = teacher_pooling(checkpoint, teacher) if teacher.finetune else None
-    return content_hash({
-        "kind": "teacher",
-        "cache_version": CACHE_VERSION,
-        "checkpoint": checkpoint.identity,
-        "task": task.name,
-        "data": data_fingerprint,
-        "finetune": teacher.finetune,
-        "training": training.identity() if teacher.finetune else None,
-        "seed": teacher.seed if teacher.finetune else None,
-        "max_seq_length": max_length,
-        # At their defaults (BERT's pooler, best-dev) these stay out of the key.
-        **({"pooling": pooling} if pooling not in (None, "pooler") else {}),
-        **({"selection": selection} if teacher.finetune and selection != "best-dev" else {}),
-    })
+    return teacher_model_key(
+        checkpoint=checkpoint.identity, task=task.name, data=data_fingerprint,
+        finetune=teacher.finetune, training=training.identity(), seed=teacher.seed,
+        max_seq_length=max_length,
+        pooling=teacher_pooling(checkpoint, teacher) if teacher.finetune else None,
+        selection=selection)
 
 
 def prepare_teacher(

@@ -47,8 +47,9 @@ from harness.api.method import (
     TeacherView,
     stage_layers,
 )
-from harness.common.cache import ArtifactCache, content_hash
+from harness.common.cache import ArtifactCache
 from harness.common.devices import batch_to_device
+from harness.config.identity import INTERMEDIATES_KIND, intermediates_key
 from harness.data.features import (
     BucketBatchSampler,
     EncodedSplit,
@@ -63,8 +64,6 @@ INFERENCE_PRECISIONS = {"fp32": "no", "bf16": "bf16"}
 """``teacher.inference_precision`` -> the autocast setting of
 :func:`harness.training.engine.autocast`."""
 
-INTERMEDIATES_KIND = "teacher_intermediates"
-INTERMEDIATES_VERSION = 1
 CACHEABLE_OUTPUTS = frozenset({"hidden_states", "attention_scores"})
 
 
@@ -217,9 +216,8 @@ def array_key(teacher_key: str, rows: str, precision: str, what: str, number: in
     """Key of one cached array: one output (``hidden`` or ``scores``) of one teacher layer
     on one set of rows (``rows``: :func:`split_digest`).  Layer by layer, so stages and
     ablations that read some of the same layers share those entries."""
-    return content_hash({"kind": INTERMEDIATES_KIND, "version": INTERMEDIATES_VERSION,
-                         "teacher": teacher_key, "rows": rows, "precision": precision,
-                         "output": what, "layer": number, "dtype": "float16"})
+    return intermediates_key(teacher_key=teacher_key, rows=rows, precision=precision,
+                             output=what, layer=number)
 
 
 def _arrays(layers: TeacherLayers) -> list[tuple[str, int]]:
