@@ -95,6 +95,9 @@ def run_suite(method: Names | None = None, suite: str | Path = "glue-cpu",
                                    teacher)
     config = load_suite(str(suite), assignments)
     methods = _names(method) or config.default_methods()
+    if not methods:
+        raise ConfigError(f"{resolve_suite_path(str(suite))}: the suite declares no methods; "
+                          f"name one with {method_option}")
     check_method_names(config, methods, method_option, str(resolve_suite_path(str(suite))))
     if "all" in methods:
         methods = config.method_names()

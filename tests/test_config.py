@@ -111,7 +111,7 @@ def test_shipped_suites_load_and_validate(name: str) -> None:
         assert get_task(task).name == task
         assert isinstance(suite.train_config(task), TrainConfig)
         assert isinstance(suite.teacher_train_config(task), TrainConfig)
-    assert set(suite.default_methods()) <= set(suite.method_names()) | {"kd"}
+    assert suite.default_methods() and set(suite.default_methods()) <= set(suite.method_names())
     for method in suite.methods:
         recipe = suite.recipe(method)
         for task in suite.tasks:  # stage budgets name stages the method has
@@ -783,6 +783,24 @@ def test_extends_merges_a_suite_over_another(tmp_path: Path) -> None:
     assert suite.default_methods() == ["kd", "kd-hot"]
     child.write_text(yaml.safe_dump({"extends": str(child), "name": "loop"}))
     assert "cycle" in config_error(child)
+
+
+def test_without_default_method_a_run_runs_the_first_method_declared(tmp_path: Path) -> None:
+    """The core names no method: a suite without ``default_method`` runs its first
+    declared method, and one that declares none asks for --method."""
+    base = write_suite(tmp_path)
+    plain = tmp_path / "plain.yaml"
+    document = yaml.safe_load(base.read_text())
+    document.pop("default_method")
+    plain.write_text(yaml.safe_dump(document))
+    suite = load_suite(str(plain))
+    assert suite.default_methods() == suite.method_names()[:1] != []
+    document["methods"] = {}
+    plain.write_text(yaml.safe_dump(document))
+    assert load_suite(str(plain)).default_methods() == []
+    from harness import run
+    with pytest.raises(ConfigError, match="declares no methods; name one with"):
+        run(suite=str(plain), results=tmp_path / "results")
 
 
 def test_extends_reads_a_relative_path_beside_the_extending_file(

@@ -629,8 +629,9 @@ class SuiteConfig(StrictModel):
     task_training: Annotated[dict[str, TrainOverride], PerTask] = Field(  # type: ignore[valid-type]
         default_factory=dict)
     methods: dict[Name, MethodRecipe] = Field(default_factory=dict)
-    default_method: NameOrNames = Field(
-        "kd", description="what `harness run` runs without --method: a name, a list, or 'all'")
+    default_method: NameOrNames | None = Field(
+        None, description="what `harness run` runs without --method: a name, a list, or "
+        "'all'; unset: the first method the suite declares")
     corpus: CorpusConfig = CorpusConfig()
     grid: GridConfig | None = Field(None, description="the common grid `harness grid` runs")
     anchor_groups: list[str] = Field(
@@ -726,7 +727,11 @@ class SuiteConfig(StrictModel):
         return list(self.methods)
 
     def default_methods(self) -> list[str]:
+        """What ``harness run`` runs without ``--method``: ``default_method``, else the
+        first method declared (none when the suite declares none)."""
         chosen = self.default_method
+        if chosen is None:
+            return self.method_names()[:1]
         names = [chosen] if isinstance(chosen, str) else list(chosen)
         return self.method_names() if names == ["all"] else names
 
