@@ -1114,103 +1114,159 @@ def _slug(text: str) -> str:
     return "".join(c if c.isalnum() else "-" for c in text.lower()).strip("-").replace("--", "-")
 
 
+@dataclass
+class _FigureList:
+    """The report's figures as they are drawn: (caption, PNG path) in order, each logged."""
+
+    out: Path
+    log: Callable[[str], None]
+    made: list[tuple[str, Path]] = field(default_factory=list)
+
+    @property
+    def directory(self) -> Path:
+        return self.out / "figures"
+
+    def keep(self, caption: str, paths: list[Path]) -> None:
+        png = next((path for path in paths if path.suffix == ".png"), None)
+        if png is None:  # nothing to draw
+            return
+        self.made.append((caption, png))
+        self.log(f"  figure {png.relative_to(self.out)}")
+
+
 def make_figures(inputs: ReportInputs, results: Path, out: Path,
                  log: Callable[[str], None]) -> list[tuple[str, Path]]:
     """Every figure of the report as (caption, PNG path); SVGs are written beside."""
     from harness.reporting import figures
 
-    config = inputs.config
-    tasks = config.tasks
-    directory = out / "figures"
-    made: list[tuple[str, Path]] = []
-
-    def keep(caption: str, paths: list[Path]) -> None:
-        png = next((path for path in paths if path.suffix == ".png"), None)
-        if png is None:  # nothing to draw
-            return
-        made.append((caption, png))
-        log(f"  figure {png.relative_to(out)}")
-
+    drawn = _FigureList(out, log)
     board, y_axis, y_text = figures.score_axis(inputs.board[inputs.board["complete"]],
-                                               inputs.runs, tasks)
+                                               inputs.runs, inputs.config.tasks)
     complete = list(zip(board["label"], board["student"], strict=True))
+    _cost_figures(inputs, board, y_axis, y_text, drawn)
+    _heatmap_figure(inputs, drawn)
+    _loss_figures(inputs, complete, drawn)
+    _ablation_figure(inputs, results, drawn)
+    _tuning_figures(inputs, drawn)
+    _remove_stale_figures(drawn.directory, {png.stem for _, png in drawn.made})
+    return drawn.made
+
+
+def _task_names(tasks: list[str]) -> dict[str, str]:
+    return {task: get_task(task).display_name for task in tasks}
+
+
+def _cost_figures(inputs: ReportInputs, board: pd.DataFrame, y_axis: dict[str, Any],
+                  y_text: str, drawn: _FigureList) -> None:
+    """Score against latency (when more than one row has one) and against parameters."""
+    from harness.reporting import figures
+
+    name = inputs.config.name
     board["params_millions"] = board["params_total"] / 1e6
     board["label"] = figures.row_names(board)
     device = _bench_device(inputs.bench)
     seq = _bench_seq(inputs.bench)
     if board["latency_ms"].notna().sum() > 1:
-        keep(f"{y_text}; vs latency at batch 1, sequence length {seq}, {device}; the line is "
-             "the Pareto front of the points.",
-             figures.plot_score_vs_cost(
-                 board, "latency_ms", directory, "score-vs-latency", **y_axis,
-                 x_label=f"latency per example at batch 1, seq {seq} (ms, {device})",
-                 title=f"{config.name}: score vs latency"))
-    keep(f"{y_text}; vs parameters (counted on the trained models); the line is the Pareto "
-         "front of the points.",
-         figures.plot_score_vs_cost(
-             board, "params_millions", directory, "score-vs-parameters", **y_axis,
-             x_label="parameters (millions, embeddings included)",
-             title=f"{config.name}: score vs parameters"))
-    names = {task: get_task(task).display_name for task in tasks}
+        drawn.keep(f"{y_text}; vs latency at batch 1, sequence length {seq}, {device}; the line "
+                   "is the Pareto front of the points.",
+                   figures.plot_score_vs_cost(
+                       board, "latency_ms", drawn.directory, "score-vs-latency", **y_axis,
+                       x_label=f"latency per example at batch 1, seq {seq} (ms, {device})",
+                       title=f"{name}: score vs latency"))
+    drawn.keep(f"{y_text}; vs parameters (counted on the trained models); the line is the "
+               "Pareto front of the points.",
+               figures.plot_score_vs_cost(
+                   board, "params_millions", drawn.directory, "score-vs-parameters", **y_axis,
+                   x_label="parameters (millions, embeddings included)",
+                   title=f"{name}: score vs parameters"))
+
+
+def _heatmap_figure(inputs: ReportInputs, drawn: _FigureList) -> None:
+    """The task x method heatmap of dev metrics, coloured by the share of the teacher's margin."""
+    from harness.reporting import figures
+
+    tasks = inputs.config.tasks
+    names = _task_names(tasks)
     scores, shares, marked = figures.heatmap_frames(
         inputs.board, tasks, task_baselines(inputs.records, tasks), names)
-    keep("Main dev metric per task (mean over seeds), coloured by the share of the teacher's "
-         "margin over the majority / mean baseline (0 = baseline, 1 = teacher; one scale for "
-         f"every column); {figures.MARK_NOTE}.",
-         figures.plot_task_heatmap(
-             scores, shares, directory, "task-heatmap", title=f"{config.name}: task x method",
-             marked=marked, separate=[c for c in scores.columns if c not in names.values()],
-             formats={c: "{:.2f}" for c in scores.columns if c not in names.values()},
-             reference=[name for name, teacher in zip(scores.index, inputs.board["is_teacher"],
-                                                      strict=True) if teacher],
-             metric_labels={names[task]: METRIC_NAMES.get(task_metric(task), task_metric(task))
-                            for task in tasks}))
+    extra = [column for column in scores.columns if column not in names.values()]
+    drawn.keep(
+        "Main dev metric per task (mean over seeds), coloured by the share of the teacher's "
+        "margin over the majority / mean baseline (0 = baseline, 1 = teacher; one scale for "
+        f"every column); {figures.MARK_NOTE}.",
+        figures.plot_task_heatmap(
+            scores, shares, drawn.directory, "task-heatmap",
+            title=f"{inputs.config.name}: task x method", marked=marked, separate=extra,
+            formats={column: "{:.2f}" for column in extra},
+            reference=[name for name, teacher in zip(scores.index, inputs.board["is_teacher"],
+                                                     strict=True) if teacher],
+            metric_labels={names[task]: METRIC_NAMES.get(task_metric(task), task_metric(task))
+                           for task in tasks}))
+
+
+def _loss_figures(inputs: ReportInputs, complete: list[tuple[str, str]],
+                  drawn: _FigureList) -> None:
+    """One figure per task: every complete row's final-stage training loss."""
+    from harness.reporting import figures
+
     runs = inputs.runs
-    for task in tasks:  # one figure per task: every complete row's final-stage loss
+    names = _task_names(inputs.config.tasks)
+    for task in inputs.config.tasks:
         chosen = [(f"{label} · {student}", inputs.records[run_id])
                   for label, student in complete
                   for run_id in runs.loc[(runs["label"] == label) & (runs["student"] == student)
                                          & (runs["task"] == task), "run_id"]]
-        keep(f"Final-stage training loss on {names[task]}: each complete row's mean over "
-             "seeds, the band from its lowest to its highest seed. Each method minimises its "
-             "own objective: compare the shapes of the curves, not their levels.",
-             figures.plot_task_losses(figures.final_stage_losses(chosen), directory,
-                                      f"curves-{_slug(task)}",
-                                      title=f"{config.name}: training loss on {names[task]}"))
-    ablation, described = ablation_frame(results, config, inputs.anchors, log)
-    if not ablation.empty:
-        ablation = figures.ablation_intervals(
-            ablation, tables.finished_records(config, results, lambda _: None), inputs.anchors)
-        heading, stem = ablation_heading(config, set(ablation["group"]))
-        keep(f"{heading}: change against the full model, ours beside the paper's "
-             f"({described}); error bars on ours: the 95% t interval over seeds of the change "
-             "(paired by seed). Our tasks and budget differ from the paper's.",
-             figures.plot_ablation(ablation, directory, stem,
-                                   title=f"{heading}: ours vs the paper"))
+        drawn.keep(
+            f"Final-stage training loss on {names[task]}: each complete row's mean over "
+            "seeds, the band from its lowest to its highest seed. Each method minimises its "
+            "own objective: compare the shapes of the curves, not their levels.",
+            figures.plot_task_losses(
+                figures.final_stage_losses(chosen), drawn.directory, f"curves-{_slug(task)}",
+                title=f"{inputs.config.name}: training loss on {names[task]}"))
+
+
+def _ablation_figure(inputs: ReportInputs, results: Path, drawn: _FigureList) -> None:
+    """The published ablations' changes against the full model, ours beside the paper's."""
+    from harness.reporting import figures
+
+    config = inputs.config
+    ablation, described = ablation_frame(results, config, inputs.anchors, drawn.log)
+    if ablation.empty:
+        return
+    ablation = figures.ablation_intervals(
+        ablation, tables.finished_records(config, results, lambda _: None), inputs.anchors)
+    heading, stem = ablation_heading(config, set(ablation["group"]))
+    drawn.keep(f"{heading}: change against the full model, ours beside the paper's "
+               f"({described}); error bars on ours: the 95% t interval over seeds of the "
+               "change (paired by seed). Our tasks and budget differ from the paper's.",
+               figures.plot_ablation(ablation, drawn.directory, stem,
+                                     title=f"{heading}: ours vs the paper"))
+
+
+def _tuning_figures(inputs: ReportInputs, drawn: _FigureList) -> None:
+    """Each tuning study's trial history and, when there is one, its parameter importances."""
+    from harness.reporting import figures
+
     for path, tuned in inputs.tuned:
         history = pd.DataFrame([{"number": trial["trial"], "state": trial["state"],
                                  "value": trial.get("value")
                                  if trial.get("value") is not None
                                  else (trial.get("evaluations") or [np.nan])[-1]}
                                 for trial in tuned["history"]])
-        study = tuned["study"]
-        keep(f"Optuna history of {study} ({tuned['method']} on "
-             f"{get_task(tuned['task']).display_name}, {len(history)} trials; "
-             f"{path.name}).",
-             figures.plot_optuna_history(history, directory, f"optuna-history-{path.stem}",
-                                         title=f"tuning {tuned['method']} on "
-                                               f"{get_task(tuned['task']).display_name}",
-                                         metric_label=f"dev "
-                                         f"{METRIC_NAMES.get(task_metric(tuned['task']))}"))
+        study, method = tuned["study"], tuned["method"]
+        task = get_task(tuned["task"]).display_name
+        drawn.keep(f"Optuna history of {study} ({method} on {task}, {len(history)} trials; "
+                   f"{path.name}).",
+                   figures.plot_optuna_history(
+                       history, drawn.directory, f"optuna-history-{path.stem}",
+                       title=f"tuning {method} on {task}",
+                       metric_label=f"dev {METRIC_NAMES.get(task_metric(tuned['task']))}"))
         importances = figures.param_importances(tuned["history"])
         if importances:
-            keep(f"Parameter importances (fANOVA over the complete trials) of {study}.",
-                 figures.plot_param_importances(
-                     importances, directory, f"optuna-importance-{path.stem}",
-                     title=f"parameter importance: {tuned['method']} on "
-                           f"{get_task(tuned['task']).display_name}"))
-    _remove_stale_figures(directory, {png.stem for _, png in made})
-    return made
+            drawn.keep(f"Parameter importances (fANOVA over the complete trials) of {study}.",
+                       figures.plot_param_importances(
+                           importances, drawn.directory, f"optuna-importance-{path.stem}",
+                           title=f"parameter importance: {method} on {task}"))
 
 
 def _remove_stale_figures(directory: Path, current: set[str]) -> None:
