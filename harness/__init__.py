@@ -1,6 +1,6 @@
 """distill-bench: a benchmark and ablation harness for knowledge distillation on GLUE.
 
-The Python API (:mod:`harness.notebook`) is importable from here: ``from harness import
+The Python API (:mod:`harness.python_api`) is importable from here: ``from harness import
 run, load_records, records_frame, predictions_frame, load_student``. It is imported on
 first use, so that importing any part of the package does not import the runner and torch
 with it.
@@ -12,7 +12,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from harness.notebook import (
+    from harness.python_api import (
         SuiteRun,
         load_records,
         load_student,
@@ -29,5 +29,5 @@ __all__ = ["SuiteRun", "load_records", "load_student", "predictions_frame", "rec
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        return getattr(importlib.import_module("harness.notebook"), name)
+        return getattr(importlib.import_module("harness.python_api"), name)
     raise AttributeError(f"module 'harness' has no attribute {name!r}")

@@ -90,7 +90,7 @@ def run(
     log_dir: LogDirOpt = None,
 ) -> None:
     """Train and evaluate METHOD(s) on the suite's tasks; one record per run."""
-    from harness.notebook import run_suite
+    from harness.python_api import run_suite
 
     try:
         done = run_suite(method, suite, tasks, seeds, results=results, cache_dir=cache_dir,

@@ -1,5 +1,5 @@
 """Run records as one pandas table: one row per run, its results and its configuration
-flattened into dotted columns, for analysis beyond the reports (``harness.notebook``) and
+flattened into dotted columns, for analysis beyond the reports (``harness.python_api``) and
 for the reports' own tables (:func:`harness.reporting.tables.finished_records`)."""
 
 from __future__ import annotations

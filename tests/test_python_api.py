@@ -1,4 +1,4 @@
-"""The Python API (harness.notebook): runs started from it are the command line's runs, a
+"""The Python API (harness.python_api): runs started from it are the command line's runs, a
 store reads as records and as one table, and the README's examples run."""
 
 from __future__ import annotations
