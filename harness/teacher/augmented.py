@@ -13,6 +13,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import datasets
@@ -104,54 +105,18 @@ def prepare_augmented(
     # POS tags, are one process's work): the others find the finished entry.
     with accelerator.local_main_process_first():
         if not cache.has("augmented", text_key):
-            log(f"[augment] {task.name}: making synthetic copies (candidates from "
-                f"{description.get('source', '?')})")
-            started = time.perf_counter()
-            copies = augmenter.augment(_examples(data), seed=seed)
-            seconds = time.perf_counter() - started
-            with cache.build("augmented", text_key, {"task": task.name,
-                                                     "augmenter": description,
-                                                     "data": data.fingerprint},
-                             made_from=augmenter.made_from()) as scratch:
-                with (scratch / "examples.jsonl").open("w") as handle:
-                    for row, fields in copies:
-                        handle.write(json.dumps({"source_row": row, "fields": list(fields)})
-                                     + "\n")
-                summary = {"examples": len(copies), "source_examples": len(train_split),
-                           "seconds": seconds,
-                           "sentences_per_second": (len(train_split) / seconds if seconds
-                                                    else None),
-                           "augmenter": description}
-                (scratch / "summary.json").write_text(json.dumps(summary, indent=2))
-            log(f"[augment] {task.name}: {len(copies)} copies of {len(train_split)} examples "
-                f"in {seconds:.0f}s")
+            _make_copies(data, len(train_split), augmenter, description, cache, text_key,
+                         seed, log)
     text_path = cache.path("augmented", text_key)
-    copies = []
-    with (text_path / "examples.jsonl").open() as handle:
-        for line in handle:
-            item = json.loads(line)
-            copies.append((int(item["source_row"]), tuple(item["fields"])))
+    copies = _read_copies(text_path)
     text_summary = json.loads((text_path / "summary.json").read_text())
     synthetic = encode_split("augmented", _as_dataset(data, copies), task, tokenizer, max_length)
 
     logits_key = content_hash({"kind": "augmented_logits", "text": text_key,
                                "teacher": teacher.key, "max_length": max_length})
     if any_process(not cache.has("augmented_logits", logits_key), accelerator):
-        log(f"[augment] {task.name}: teacher logits on {len(synthetic)} synthetic examples")
-        started = time.perf_counter()
-        model = teacher.load_model().to(accelerator.device)
-        logits = predict_logits(model, synthetic, accelerator, inference_batch_size,
-                                autocast_setting(teacher.inference_precision),
-                                progress=f"teacher labels {task.name}")
-        if accelerator.is_local_main_process:
-            with cache.build("augmented_logits", logits_key,
-                             {"task": task.name, "text": text_key, "teacher": teacher.key},
-                             made_from=[("teachers", teacher.model_key),
-                                        ("augmented", text_key)]) as scratch:
-                np.save(scratch / "logits.npy", logits)
-                (scratch / "summary.json").write_text(json.dumps(
-                    {"seconds": time.perf_counter() - started, "rows": len(synthetic)}))
-        accelerator.wait_for_everyone()
+        _label_copies(synthetic, task.name, teacher, cache, (text_key, logits_key),
+                      accelerator, inference_batch_size, log)
     logits_path = cache.path("augmented_logits", logits_key)
     synthetic_logits = np.load(logits_path / "logits.npy")
     logits_summary = json.loads((logits_path / "summary.json").read_text())
@@ -167,3 +132,64 @@ def prepare_augmented(
                  "teacher_logits_seconds": logits_summary["seconds"],
                  "augmenter": description},
     )
+
+
+def _make_copies(data: TaskData, source_examples: int, augmenter: Augmenter,
+                 description: dict[str, Any], cache: ArtifactCache, text_key: str, seed: int,
+                 log: Callable[[str], None]) -> None:
+    """Make the synthetic copies of the task's training rows and cache them under
+    ``text_key``: examples.jsonl (one source row and its fields a line) and summary.json."""
+    task = data.task
+    log(f"[augment] {task.name}: making synthetic copies (candidates from "
+        f"{description.get('source', '?')})")
+    started = time.perf_counter()
+    copies = augmenter.augment(_examples(data), seed=seed)
+    seconds = time.perf_counter() - started
+    with cache.build("augmented", text_key, {"task": task.name,
+                                             "augmenter": description,
+                                             "data": data.fingerprint},
+                     made_from=augmenter.made_from()) as scratch:
+        with (scratch / "examples.jsonl").open("w") as handle:
+            for row, fields in copies:
+                handle.write(json.dumps({"source_row": row, "fields": list(fields)}) + "\n")
+        summary = {"examples": len(copies), "source_examples": source_examples,
+                   "seconds": seconds,
+                   "sentences_per_second": source_examples / seconds if seconds else None,
+                   "augmenter": description}
+        (scratch / "summary.json").write_text(json.dumps(summary, indent=2))
+    log(f"[augment] {task.name}: {len(copies)} copies of {source_examples} examples "
+        f"in {seconds:.0f}s")
+
+
+def _read_copies(text_path: Path) -> list[tuple[int, tuple[str, ...]]]:
+    """The cached copies as (source row, fields), in the order they were made."""
+    copies = []
+    with (text_path / "examples.jsonl").open() as handle:
+        for line in handle:
+            item = json.loads(line)
+            copies.append((int(item["source_row"]), tuple(item["fields"])))
+    return copies
+
+
+def _label_copies(synthetic: EncodedSplit, task_name: str, teacher: TeacherArtifacts,
+                  cache: ArtifactCache, keys: tuple[str, str], accelerator: Accelerator,
+                  inference_batch_size: int, log: Callable[[str], None]) -> None:
+    """The teacher's logits on the synthetic rows, predicted by every process (a collective)
+    and cached under the logits key by the main process of each machine; ``keys`` is
+    (the copies' key, the logits' key)."""
+    text_key, logits_key = keys
+    log(f"[augment] {task_name}: teacher logits on {len(synthetic)} synthetic examples")
+    started = time.perf_counter()
+    model = teacher.load_model().to(accelerator.device)
+    logits = predict_logits(model, synthetic, accelerator, inference_batch_size,
+                            autocast_setting(teacher.inference_precision),
+                            progress=f"teacher labels {task_name}")
+    if accelerator.is_local_main_process:
+        with cache.build("augmented_logits", logits_key,
+                         {"task": task_name, "text": text_key, "teacher": teacher.key},
+                         made_from=[("teachers", teacher.model_key),
+                                    ("augmented", text_key)]) as scratch:
+            np.save(scratch / "logits.npy", logits)
+            (scratch / "summary.json").write_text(json.dumps(
+                {"seconds": time.perf_counter() - started, "rows": len(synthetic)}))
+    accelerator.wait_for_everyone()
