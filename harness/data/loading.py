@@ -830,66 +830,100 @@ def _load_local(
                 f"and the other formats of a Hugging Face export); {_HOW_TO_GET_DATA}"
             )
         if split in spec.test_splits and not test_splits:
-            first = paths[0].read_bytes()
-            digest = hashlib.sha256(first)
-            for path in paths[1:]:
-                digest.update(path.read_bytes())
-            digests[split] = digest.digest() + _quoting_mark(_reads_quoted(spec, paths[0],
-                                                                           first))
+            digests[split] = _unparsed_digest(spec, paths)
             files[split] = paths[0].relative_to(data_dir).as_posix()
             continue
-        digest = hashlib.sha256()
-        texts: list[tuple[str, ...]] = []
-        labels: list[int | float] = []
-        parts: list[_SplitRows] = []
-        raws: list[bytes] = []
-        first_row: int | None = 0  # the next shard's first row number (None: unknown)
-        for path in paths:
-            raw = path.read_bytes()
-            raws.append(raw)
-            digest.update(raw)
-            try:
-                part = _read_split_file(spec, path, raw, is_test=split in spec.test_splits,
-                                        first_row=first_row)
-            except DataFormatError as error:
-                failures.append(error)
-                # The next shard's rows continue this one's count, malformed or not.
-                rows = _parquet_rows(raw) if path.suffix.lower() == ".parquet" else None
-                first_row = None if first_row is None or rows is None else first_row + rows
-                continue
-            parts.append(part)
-            texts += part.texts
-            labels += part.labels
-            first_row = None if first_row is None else first_row + len(part.labels)
-        if len(parts) < len(paths):
+        read = _read_shards(spec, paths, split in spec.test_splits, failures)
+        if read is None:
             continue
-        copies = [] if split in spec.test_splits else [
-            DataFormatError(path, None, problem) for path, raw in zip(paths, raws, strict=True)
-            if (problem := _other_task_copy_problem(spec, data_dir, path, raw)) is not None]
-        if copies:
-            failures += copies
-            continue
-        if split not in spec.test_splits \
-                and (problem := _binary_scores_problem(spec, labels)) is not None:
-            failures.append(DataFormatError(paths[0], None, problem))
+        train_file = data_dir / files["train"] if "train" in splits else None
+        if problems := _split_problems(spec, split, data_dir, read, train_rows, train_file):
+            failures += problems
             continue
         if split == "train":
-            train_rows = set(zip(texts, labels, strict=True))
-        elif split in spec.dev_splits and "train" in splits:
-            problem = _copied_dev_problem(train_rows, texts, labels,
-                                          data_dir / files["train"])
-            if problem is not None:
-                failures.append(DataFormatError(paths[0], None, problem))
-                continue
-        splits[split] = _build_dataset(spec, texts, labels)
-        layouts[split] = parts[0].layout
+            train_rows = set(zip(read.texts, read.labels, strict=True))
+        splits[split] = _build_dataset(spec, read.texts, read.labels)
+        layouts[split] = read.parts[0].layout
         files[split] = paths[0].relative_to(data_dir).as_posix()
-        digests[split] = digest.digest() + _quoting_mark(parts[0].quoted)
+        digests[split] = read.digest + _quoting_mark(read.parts[0].quoted)
     if failures:
         raise failures[0] if len(failures) == 1 else DataFormatErrors(failures)
     digest_input = b"".join(split.encode() + b"\0" + digests[split]
                             for split in sorted(digests))
     return splits, files, layouts, digest_input
+
+
+def _unparsed_digest(spec: TaskSpec, paths: list[Path]) -> bytes:
+    """A split's entry in the digest from its files' bytes alone (a test split that is not
+    parsed), marked as the file would be read."""
+    first = paths[0].read_bytes()
+    digest = hashlib.sha256(first)
+    for path in paths[1:]:
+        digest.update(path.read_bytes())
+    return digest.digest() + _quoting_mark(_reads_quoted(spec, paths[0], first))
+
+
+@dataclass
+class _ReadSplit:
+    """A split's files, every one parsed: their bytes, rows and the digest of the bytes."""
+
+    paths: list[Path]
+    raws: list[bytes]
+    parts: list[_SplitRows]
+    texts: list[tuple[str, ...]] = field(default_factory=list)
+    labels: list[int | float] = field(default_factory=list)
+    digest: bytes = b""
+
+
+def _read_shards(spec: TaskSpec, paths: list[Path], is_test: bool,
+                 failures: list[DataFormatError]) -> _ReadSplit | None:
+    """Parse a split's files (one, or a parquet export's shards, rows numbered across them);
+    None, with each malformed file's error added to ``failures``, when any is malformed."""
+    digest = hashlib.sha256()
+    read = _ReadSplit(paths=paths, raws=[], parts=[])
+    first_row: int | None = 0  # the next shard's first row number (None: unknown)
+    for path in paths:
+        raw = path.read_bytes()
+        read.raws.append(raw)
+        digest.update(raw)
+        try:
+            part = _read_split_file(spec, path, raw, is_test=is_test, first_row=first_row)
+        except DataFormatError as error:
+            failures.append(error)
+            # The next shard's rows continue this one's count, malformed or not.
+            rows = _parquet_rows(raw) if path.suffix.lower() == ".parquet" else None
+            first_row = None if first_row is None or rows is None else first_row + rows
+            continue
+        read.parts.append(part)
+        read.texts += part.texts
+        read.labels += part.labels
+        first_row = None if first_row is None else first_row + len(part.labels)
+    if len(read.parts) < len(paths):
+        return None
+    read.digest = digest.digest()
+    return read
+
+
+def _split_problems(spec: TaskSpec, split: str, data_dir: Path, read: _ReadSplit,
+                    train_rows: set[tuple[tuple[str, ...], int | float]],
+                    train_file: Path | None) -> list[DataFormatError]:
+    """What is wrong with a parsed split as a whole: a copy of another task's file, binary
+    scores where the task scores on a scale, a dev split copied from the training split
+    (``train_file``, when the training split was read)."""
+    if split in spec.test_splits:
+        return []
+    copies = [DataFormatError(path, None, problem)
+              for path, raw in zip(read.paths, read.raws, strict=True)
+              if (problem := _other_task_copy_problem(spec, data_dir, path, raw)) is not None]
+    if copies:
+        return copies
+    if (problem := _binary_scores_problem(spec, read.labels)) is not None:
+        return [DataFormatError(read.paths[0], None, problem)]
+    if split in spec.dev_splits and train_file is not None:
+        problem = _copied_dev_problem(train_rows, read.texts, read.labels, train_file)
+        if problem is not None:
+            return [DataFormatError(read.paths[0], None, problem)]
+    return []
 
 
 # --------------------------------------------------------------------------- hub
