@@ -22,6 +22,7 @@ import pickle
 import time
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -299,47 +300,78 @@ def load_masked_lm(checkpoint: Checkpoint, corpus: Sequence[str], cache: Artifac
     tokenizer = tokenizer or load_tokenizer(checkpoint)
     corpus = list(dict.fromkeys(sentence for sentence in corpus if sentence.strip()))
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    encoder, head = _encoder_and_head(checkpoint, config)
+    encoder.requires_grad_(False)
+    encoder.eval().to(device)
+    request = _HeadRequest(checkpoint, corpus, cache, config, log)
+    if head is not None:
+        return _checkpoint_head_lm(request, encoder, head.to(device), tokenizer)
+    return _fitted_head_lm(request, encoder, tokenizer, device)
+
+
+@dataclass(frozen=True)
+class _HeadRequest:
+    """What a masked LM's head is read, evaluated or fitted for, and where it is cached."""
+
+    checkpoint: Checkpoint
+    corpus: list[str]
+    cache: ArtifactCache
+    config: MLMHeadConfig
+    log: Callable[[str], None]
+
+
+def _encoder_and_head(checkpoint: Checkpoint,
+                      config: MLMHeadConfig) -> tuple[nn.Module, nn.Module | None]:
+    """The checkpoint's encoder and its own masked-LM head: None where it has none (a model
+    type without a masked-LM class, head weights missing) or ``use_checkpoint_head`` is off."""
     with _quiet_transformers(), reading(checkpoint):
         try:
             model, info = AutoModelForMaskedLM.from_pretrained(
                 checkpoint.location, output_loading_info=True, **checkpoint.load_kwargs)
         except ValueError:  # a model type without a masked-LM class
             model, info = None, None
-    head: nn.Module | None = None
-    if model is not None:
-        prefix = f"{model.base_model_prefix}."
-        missing_head = [key for key in info["missing_keys"] if not key.startswith(prefix)]
-        encoder = model.base_model
-        if not missing_head and config.use_checkpoint_head:
-            head = _checkpoint_head(model)
-    else:
+    if model is None:
         with _quiet_transformers(), reading(checkpoint):
-            encoder = AutoModel.from_pretrained(checkpoint.location,
-                                                **checkpoint.load_kwargs)
-    encoder.requires_grad_(False)
-    encoder.eval().to(device)
+            return AutoModel.from_pretrained(checkpoint.location, **checkpoint.load_kwargs), None
+    prefix = f"{model.base_model_prefix}."
+    missing_head = [key for key in info["missing_keys"] if not key.startswith(prefix)]
+    if not missing_head and config.use_checkpoint_head:
+        return model.base_model, _checkpoint_head(model)
+    return model.base_model, None
 
-    if head is not None:
-        head.requires_grad_(False)
-        key = head_key(checkpoint, corpus, config, "checkpoint_head")
-        masked_lm = MaskedLM(encoder, head.to(device), tokenizer, "checkpoint_head", {}, key)
-        if cache.has(HEAD_KIND, key):
-            masked_lm.summary = _read_summary(cache, key)
-            masked_lm.from_cache = True
-        else:
-            summary = {"source": "checkpoint_head", "checkpoint": checkpoint.spec,
-                       "corpus_sentences": len(corpus), "steps": 0, "seconds": 0.0}
-            if corpus:
-                _, held_out = _split(corpus, config)
-                summary.update(evaluate_head(masked_lm, held_out, config))
-            with cache.build(HEAD_KIND, key, {"checkpoint": checkpoint.spec,
-                                              "source": "checkpoint_head"}) as scratch:
-                (scratch / "summary.json").write_text(json.dumps(summary, indent=2))
-            masked_lm.summary = summary
-        log(f"[mlm] {checkpoint.spec}: using the checkpoint's MLM head"
-            f"{_recall_text(masked_lm.summary)}")
-        return masked_lm
 
+def _checkpoint_head_lm(request: _HeadRequest, encoder: nn.Module, head: nn.Module,
+                        tokenizer: PreTrainedTokenizerBase) -> MaskedLM:
+    """The masked LM with the checkpoint's own head, its held-out summary cached."""
+    checkpoint, corpus, cache, config = (request.checkpoint, request.corpus, request.cache,
+                                         request.config)
+    head.requires_grad_(False)
+    key = head_key(checkpoint, corpus, config, "checkpoint_head")
+    masked_lm = MaskedLM(encoder, head, tokenizer, "checkpoint_head", {}, key)
+    if cache.has(HEAD_KIND, key):
+        masked_lm.summary = _read_summary(cache, key)
+        masked_lm.from_cache = True
+    else:
+        summary = {"source": "checkpoint_head", "checkpoint": checkpoint.spec,
+                   "corpus_sentences": len(corpus), "steps": 0, "seconds": 0.0}
+        if corpus:
+            _, held_out = _split(corpus, config)
+            summary.update(evaluate_head(masked_lm, held_out, config))
+        with cache.build(HEAD_KIND, key, {"checkpoint": checkpoint.spec,
+                                          "source": "checkpoint_head"}) as scratch:
+            (scratch / "summary.json").write_text(json.dumps(summary, indent=2))
+        masked_lm.summary = summary
+    request.log(f"[mlm] {checkpoint.spec}: using the checkpoint's MLM head"
+                f"{_recall_text(masked_lm.summary)}")
+    return masked_lm
+
+
+def _fitted_head_lm(request: _HeadRequest, encoder: nn.Module,
+                    tokenizer: PreTrainedTokenizerBase, device: torch.device) -> MaskedLM:
+    """The masked LM with a head tied to the encoder's word embeddings: read from the cache,
+    else fitted on the corpus, evaluated on its held-out slice and cached."""
+    checkpoint, corpus, cache, config = (request.checkpoint, request.corpus, request.cache,
+                                         request.config)
     embeddings = encoder.get_input_embeddings().weight
     hidden_size = encoder.config.hidden_size
     eps = getattr(encoder.config, "layer_norm_eps", 1e-12)
@@ -351,17 +383,18 @@ def load_masked_lm(checkpoint: Checkpoint, corpus: Sequence[str], cache: Artifac
         path = cache.path(HEAD_KIND, key)
         fitted.load_own_state(_read_head_state(path / "head.pt", device))
         summary = _read_summary(cache, key)
-        log(f"[mlm] {checkpoint.spec}: fitted MLM head from the cache"
-            f"{_recall_text(summary)} ({path})")
+        request.log(f"[mlm] {checkpoint.spec}: fitted MLM head from the cache"
+                    f"{_recall_text(summary)} ({path})")
         return MaskedLM(encoder, fitted, tokenizer, "fitted_head", summary, key, from_cache=True)
 
     if len(corpus) < 2:
         raise ValueError(f"{checkpoint.spec} has no masked-LM head and the corpus to fit one "
                          f"has {len(corpus)} sentences: pass the task's training sentences "
                          f"(or a checkpoint with an MLM head)")
-    log(f"[mlm] {checkpoint.spec} has no masked-LM head: fitting one tied to its word "
-        f"embeddings on {len(corpus)} sentences ({config.steps} steps x {config.batch_size})")
-    summary = fit_head(encoder, fitted, tokenizer, corpus, config, log)
+    request.log(f"[mlm] {checkpoint.spec} has no masked-LM head: fitting one tied to its word "
+                f"embeddings on {len(corpus)} sentences ({config.steps} steps x "
+                f"{config.batch_size})")
+    summary = fit_head(encoder, fitted, tokenizer, corpus, config, request.log)
     summary["checkpoint"] = checkpoint.spec
     masked_lm = MaskedLM(encoder, fitted, tokenizer, "fitted_head", summary, key)
     _, held_out = _split(corpus, config)
@@ -370,8 +403,8 @@ def load_masked_lm(checkpoint: Checkpoint, corpus: Sequence[str], cache: Artifac
                                       "source": "fitted_head"}) as scratch:
         torch.save(fitted.own_state(), scratch / "head.pt")
         (scratch / "summary.json").write_text(json.dumps(summary, indent=2))
-    log(f"[mlm] fitted head{_recall_text(summary)} in {summary['seconds']:.0f}s; cached at "
-        f"{cache.path(HEAD_KIND, key)}")
+    request.log(f"[mlm] fitted head{_recall_text(summary)} in {summary['seconds']:.0f}s; "
+                f"cached at {cache.path(HEAD_KIND, key)}")
     return masked_lm
 
 
