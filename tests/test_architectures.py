@@ -1,10 +1,10 @@
 """Every supported encoder architecture as teacher and student, for every method: tiny random
-configs (2 layers, width 32, 4 heads) saved as Hugging Face folders with a tokenizer of the
-architecture's kind, run end to end through the harness's own runner, each cell finishing
-with a finite score or refused, before training, with the reason the code documents
-(docs/architectures.md is generated from the same decision).  Attention scores are checked
-against the eager implementation of each architecture, heads and students against a save
-and reload."""
+configs (2 layers, width 32, 4 heads; MPNet with its 32 relative-position buckets) saved as
+Hugging Face folders with a tokenizer of the architecture's kind, run end to end through
+the harness's own runner, each cell finishing with a finite score or refused, before
+training, with the reason the code documents (docs/architectures.md is generated from the
+same decision).  Attention scores are checked against the eager implementation of each
+architecture, heads and students against a save and reload."""
 
 from __future__ import annotations
 
@@ -111,7 +111,21 @@ def _tokenizer(model_type: str, folder: Path):
         from transformers import ElectraTokenizer
 
         return ElectraTokenizer(vocab=str(MINILM_DIR / "vocab.txt"))
+    if model_type == "mpnet":
+        return mpnet_tokenizer()
     return AutoTokenizer.from_pretrained(MINILM_DIR)
+
+
+def mpnet_tokenizer():
+    """MPNet's WordPiece tokenizer laid out as all-mpnet-base-v2's: ``<s>``, ``<pad>``,
+    ``</s>``, ``<unk>`` at 0-3 (``<pad>`` at MPNet's padding index 1), the bert-base-uncased
+    vocabulary after them, ``<mask>`` last (30,527 entries)."""
+    from transformers import MPNetTokenizer
+
+    words = (MINILM_DIR / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    vocab = {token: index for index, token in enumerate(
+        ["<s>", "<pad>", "</s>", "<unk>", *words, "<mask>"])}
+    return MPNetTokenizer(vocab=vocab)
 
 
 def write_tiny_encoder(path: Path, model_type: str) -> Path:

@@ -6,8 +6,9 @@ with the student shape's depth, width, heads and feed-forward size written under
 class's own field names (:data:`ARCHITECTURES`).  What a method reads from inside the
 self-attention (pre-softmax scores, queries, keys, values) is captured through transformers'
 ``AttentionInterface`` (:mod:`harness.api.capture`), which only some architectures route
-their attention through; :func:`self_attention_problem` says when one does not, and
-:mod:`harness.api.compatibility` turns that into the refusal of a method whose stages
+their attention through, or, for MPNet, whose scores add a relative position bias, through
+hooks on its self-attention modules; :func:`self_attention_problem` says when neither works,
+and :mod:`harness.api.compatibility` turns that into the refusal of a method whose stages
 need it, before anything trains.
 """
 
@@ -61,6 +62,9 @@ ARCHITECTURES: dict[str, Architecture] = {arch.model_type: arch for arch in (
     Architecture("distilbert", "DistilBERT", layers="n_layers", hidden="dim", heads="n_heads",
                  intermediate="hidden_dim",
                  own_head="pre_classifier (dense + ReLU over [CLS]), then the classifier"),
+    Architecture("mpnet", "MPNet",
+                 own_head="MPNetClassificationHead: dense + tanh over `<s>`, then the output "
+                 "projection (the checkpoint's pooler is not read)"),
 )}
 
 
@@ -84,6 +88,9 @@ class Dimensions:
     ``embedding_size``, projected to the hidden size), which a student keeps
     (:func:`harness.api.students.student_config`); None: they are as wide as the hidden
     states, and a student's follow its hidden size."""
+    model_type: str = "bert"
+    """The architecture's ``model_type`` (what a student built from these dimensions may
+    copy weights from)."""
 
 
 def dimensions(config: PretrainedConfig) -> Dimensions:
@@ -96,17 +103,22 @@ def dimensions(config: PretrainedConfig) -> Dimensions:
         arch.layers, arch.hidden, arch.heads, arch.intermediate)]
     embedding = getattr(config, "embedding_size", None)
     separate = None if embedding is None or int(embedding) == sizes[1] else int(embedding)
-    return Dimensions(*sizes, embedding=separate)
+    return Dimensions(*sizes, embedding=separate, model_type=arch.model_type)
 
 
 def self_attention_problem(config: PretrainedConfig) -> str | None:
     """Why the self-attention of ``config``'s architecture cannot be captured (None: it can).
 
     Read from the modelling class itself: it must declare its self-attention module for
-    output recording and support attention backends (``AttentionInterface``); the reason
-    given for a known architecture that does not is :attr:`Architecture.scores`."""
+    output recording and support attention backends (``AttentionInterface``), or be one the
+    harness reads through hooks (:data:`harness.api.capture.HOOKED_ATTENTION`: MPNet); the
+    reason given for a known architecture that does neither is :attr:`Architecture.scores`."""
     from transformers.models.auto.modeling_auto import MODEL_MAPPING
 
+    from harness.api.capture import HOOKED_ATTENTION
+
+    if config.model_type in HOOKED_ATTENTION:
+        return None
     arch = ARCHITECTURES.get(config.model_type)
     model_class = MODEL_MAPPING[type(config)]
     recordable = getattr(model_class, "_can_record_outputs", None) or {}

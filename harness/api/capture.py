@@ -9,6 +9,13 @@ It computes exactly what the eager implementation computes and hands the scores 
 is forked: any model whose attention goes through ``AttentionInterface`` (BERT, RoBERTa,
 ELECTRA, DistilBERT, ALBERT, ... in transformers 5.x) works, teacher or student.
 
+MPNet's self-attention does not go through ``AttentionInterface``: its scores are
+QK^T / sqrt(d_k) plus a relative position bias (computed once by ``MPNetEncoder`` and passed
+to every layer) plus the padding mask.  For it, hooks on each ``MPNetSelfAttention`` and its
+``q`` / ``k`` / ``v`` projections see the tensors its own forward computes with and repeat
+its score arithmetic, in the same order, on them (:data:`HOOKED_ATTENTION`); the model's own
+forward is left as it is.
+
 Captured tensors live on the :class:`ScoreCapture` (per model, per forward), never in module
 globals; the only global is the registration of the function itself, done lazily so that
 importing this module (e.g. for :func:`padding_key_mask`) does not import transformers.
@@ -16,7 +23,8 @@ importing this module (e.g. for :func:`padding_key_mask`) does not import transf
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -24,6 +32,7 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
+    from torch.utils.hooks import RemovableHandle
     from transformers import PreTrainedModel
 
 ATTN_IMPLEMENTATION = "harness_scores"
@@ -217,6 +226,60 @@ def transformer_layers(model: nn.Module) -> list[nn.Module]:
     return layers
 
 
+def _mpnet_score_hooks(module: nn.Module, capture: ScoreCapture) -> list[RemovableHandle]:
+    """Hooks on one ``MPNetSelfAttention`` that record its scores as its forward computes
+    them: the ``q`` / ``k`` / ``v`` projections' outputs split into heads as it splits them
+    (``view`` then ``transpose(1, 2)``), QK^T / sqrt(d_k), plus the ``position_bias`` and
+    the additive ``attention_mask`` it was called with, in that order (the bias added in
+    place, as it adds it, so the dtype under autocast is its own)."""
+    seen: dict[str, torch.Tensor | None] = {}
+
+    def before(_module: nn.Module, args: tuple, kwargs: dict) -> None:
+        given = dict(zip(("hidden_states", "attention_mask", "position_bias"), args,
+                         strict=False)) | kwargs
+        seen["mask"], seen["bias"] = given.get("attention_mask"), given.get("position_bias")
+
+    def projection(name: str) -> Callable[..., None]:
+        def hook(_module: nn.Module, _args: tuple, output: torch.Tensor) -> None:
+            seen[name] = output
+        return hook
+
+    def after(_module: nn.Module, _args: tuple, _output: object) -> None:
+        found = dict(seen)
+        seen.clear()
+        if not capture._recording:
+            return
+        head_size = module.attention_head_size
+        query, key, value = (found[name].view(*found[name].shape[:-1], -1, head_size)
+                             .transpose(1, 2) for name in ("q", "k", "v"))
+        scores = torch.matmul(query, key.transpose(-1, -2))
+        scores = scores / math.sqrt(head_size)
+        if found["bias"] is not None:
+            scores += found["bias"]
+        if found["mask"] is not None:
+            scores = scores + found["mask"]
+        capture._record(scores, query, key, value)
+
+    return [module.register_forward_pre_hook(before, with_kwargs=True),
+            *(getattr(module, name).register_forward_hook(projection(name))
+              for name in ("q", "k", "v")),
+            module.register_forward_hook(after)]
+
+
+def _mpnet_attention() -> type[nn.Module]:
+    from transformers.models.mpnet.modeling_mpnet import MPNetSelfAttention
+
+    return MPNetSelfAttention
+
+
+HOOKED_ATTENTION: dict[str, tuple[Callable[[], type[nn.Module]],
+                                  Callable[[nn.Module, ScoreCapture], list[RemovableHandle]]]]
+HOOKED_ATTENTION = {"mpnet": (_mpnet_attention, _mpnet_score_hooks)}
+"""Architectures (``model_type``) whose self-attention does not go through
+``AttentionInterface`` and is read through hooks instead: its module class, and the hooks
+that record one module's scores (and queries, keys, values) into a :class:`ScoreCapture`."""
+
+
 @contextmanager
 def capture_attention_scores(model: PreTrainedModel, layers: Sequence[int] | None = None,
                              record: Iterable[str] = ()) -> Iterator[ScoreCapture]:
@@ -225,13 +288,15 @@ def capture_attention_scores(model: PreTrainedModel, layers: Sequence[int] | Non
 
     Switches ``model`` to :data:`ATTN_IMPLEMENTATION` (restoring its previous attention
     implementation on exit) and attaches a :class:`ScoreCapture` to its self-attention
-    modules.  ``layers`` restricts capture to some Transformer layers (1-based, as returned
-    by :func:`harness.api.layer_mapping.layer_map`) to save memory; by default all are kept.
+    modules; an architecture of :data:`HOOKED_ATTENTION` (MPNet) keeps its own attention
+    and is read through hooks on those modules instead.  ``layers`` restricts capture to
+    some Transformer layers (1-based, as returned by
+    :func:`harness.api.layer_mapping.layer_map`) to save memory; by default all are kept.
     Each captured score tensor is an extra (batch, heads, L, L) activation kept alive until
     the next forward.
     """
-    register_score_attention()
-    attention_class = _self_attention_class(model)
+    hooked = HOOKED_ATTENTION.get(getattr(model.config, "model_type", ""))
+    attention_class = hooked[0]() if hooked else _self_attention_class(model)
     attention_modules = [module for module in model.modules()
                          if isinstance(module, attention_class)]
     if not attention_modules:
@@ -241,17 +306,22 @@ def capture_attention_scores(model: PreTrainedModel, layers: Sequence[int] | Non
 
     capture = ScoreCapture(model.config.num_hidden_layers, layers, record)
     previous_implementation = model.config._attn_implementation
-    if previous_implementation != ATTN_IMPLEMENTATION:
-        model.set_attn_implementation(ATTN_IMPLEMENTATION)
-    if model.config._attn_implementation != ATTN_IMPLEMENTATION:
-        raise TypeError(f"{type(model).__name__} cannot switch its attention implementation "
-                        "(it does not use transformers' AttentionInterface)")
+    switch = hooked is None and previous_implementation != ATTN_IMPLEMENTATION
+    if hooked is None:
+        register_score_attention()
+        if switch:
+            model.set_attn_implementation(ATTN_IMPLEMENTATION)
+        if model.config._attn_implementation != ATTN_IMPLEMENTATION:
+            raise TypeError(f"{type(model).__name__} cannot switch its attention "
+                            "implementation (it does not use transformers' AttentionInterface)")
     hooks = [
         model.register_forward_pre_hook(lambda _module, _args: capture._start()),
         model.register_forward_hook(lambda _module, _args, _output: capture._finish()),
     ]
     for module in attention_modules:
         setattr(module, _CAPTURE_ATTRIBUTE, capture)
+        if hooked:
+            hooks += hooked[1](module, capture)
     try:
         yield capture
     finally:
@@ -259,7 +329,7 @@ def capture_attention_scores(model: PreTrainedModel, layers: Sequence[int] | Non
             hook.remove()
         for module in attention_modules:
             delattr(module, _CAPTURE_ATTRIBUTE)
-        if previous_implementation != ATTN_IMPLEMENTATION:
+        if switch:
             model.set_attn_implementation(previous_implementation)
 
 

@@ -92,11 +92,13 @@ def student_config(shape: StudentConfig, teacher_config: PretrainedConfig, task:
                    pooling: str = "pooler") -> PretrainedConfig:
     """The student's config: the teacher's architecture with the shape's depth, width, heads
     and feed-forward size (under that config class's own field names), for ``task``'s
-    labels and with the head's ``pooling``.  A BERT student is a fresh ``BertConfig`` with
-    the teacher's activation, layer-norm epsilon, dropouts and position embeddings
+    labels and with the head's ``pooling``.  A BERT student (of a BERT teacher, or any
+    teacher's with ``architecture: bert``) is a fresh ``BertConfig`` with the teacher's
+    vocabulary, activation, layer-norm epsilon, dropouts and position embeddings
     (:func:`student_bert_config`); another architecture keeps the rest of the teacher's
-    config (activation, dropout, position scheme, DeBERTa-v2's relative attention...)."""
-    if teacher_config.model_type == "bert":
+    config (activation, dropout, position scheme, DeBERTa-v2's relative attention, MPNet's
+    relative-position buckets...)."""
+    if teacher_config.model_type == "bert" or shape.architecture == "bert":
         return student_bert_config(shape, teacher_config, task, pooling)
     shape = resolve_teacher_sizes(shape, teacher_config)
     arch = architecture(teacher_config)
@@ -155,6 +157,8 @@ class WeightSelection:
             teacher.hidden: (heads[:, None] * head_size + within[None, :]).reshape(-1),
             teacher.intermediate: _even_indices(teacher.intermediate, shape.intermediate_size),
         }
+        # A per-head axis (MPNet's relative attention bias: bucket x head) keeps the heads.
+        self.indices.setdefault(teacher.heads, heads)
 
     def __call__(self, name: str, value: torch.Tensor, target: torch.Size) -> torch.Tensor:
         """``value`` (the teacher's ``name``) cut down to the student's ``target`` shape."""
@@ -177,6 +181,12 @@ def teacher_fit_problem(shape: StudentConfig, teacher: Dimensions) -> str | None
     ``init`` and ``embedding_init`` say (layers it does not have, copies of another width);
     None: it can, or it starts from random weights.  Needs the teacher's config only, so a
     run is refused before the teacher is fine-tuned."""
+    if shape.architecture == "bert" and teacher.model_type != "bert" \
+            and (shape.init, shape.embedding_init) != ("random", "random"):
+        return (f"architecture: bert builds a BERT student, which cannot start from the "
+                f"weights of a {teacher.model_type} teacher (other modules, other position "
+                "scheme); set init and embedding_init to random, or build the student of "
+                "the teacher's architecture (architecture: teacher)")
     if shape.init != "random":
         if shape.teacher_layers is not None:
             missing = [index for index in shape.teacher_layers

@@ -43,6 +43,19 @@ LATER_TRAIN_FIELDS: dict[str, Any] = {"epoch_size": "data", "compile": False,
 stage's identity while at them (:func:`train_identity`)."""
 
 
+LATER_STUDENT_FIELDS: dict[str, Any] = {"architecture": "teacher"}
+"""Student shape fields added after record version 1, with their defaults: they stay out of
+a shape's identity (its ``model_dump``, which run ids and general keys hash) while at them
+(:func:`student_identity`)."""
+
+
+def student_identity(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A student shape's fields as keys hold them: every field, less those of
+    :data:`LATER_STUDENT_FIELDS` while at their defaults."""
+    return {name: value for name, value in values.items()
+            if not (name in LATER_STUDENT_FIELDS and value == LATER_STUDENT_FIELDS[name])}
+
+
 def train_identity(values: Mapping[str, Any]) -> dict[str, Any]:
     """A stage's training settings as keys hold them: every field, less those of
     :data:`LATER_TRAIN_FIELDS` while at their defaults."""

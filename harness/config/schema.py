@@ -28,11 +28,12 @@ from pydantic import (
     Tag,
     ValidationError,
     create_model,
+    model_serializer,
     model_validator,
 )
 
 from harness.common.paths import NAME_RULE, UnsafeNameError, check_name, name_problem
-from harness.config.identity import train_identity
+from harness.config.identity import student_identity, train_identity
 from harness.data.tasks import get_task
 
 Name = Annotated[str, AfterValidator(check_name)]
@@ -309,6 +310,17 @@ class StudentConfig(StrictModel):
         "auto", description="what the classification head reads (see teacher.pooling); "
         "auto: the teacher's resolved pooling, since the student starts from (or is compared "
         "with) that checkpoint")
+    architecture: Literal["teacher", "bert"] = Field(
+        "teacher", description="teacher: a Transformer of the teacher's architecture; bert: "
+        "a BERT (BertConfig) whatever the teacher's, reading the teacher's vocabulary (as "
+        "TinyBERT's students do); a BERT student of another architecture's teacher starts "
+        "from random weights (init and embedding_init random)")
+
+    @model_serializer(mode="wrap")
+    def _identity(self, handler: Any) -> dict[str, Any]:
+        # A shape's dump is its identity in run ids: fields added later stay out at their
+        # defaults (harness.config.identity.LATER_STUDENT_FIELDS).
+        return student_identity(handler(self))
 
     @property
     def teacher_sizes(self) -> list[str]:
