@@ -28,7 +28,7 @@ import hashlib
 import json
 import shutil
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -291,35 +291,17 @@ def prepare_intermediates(request: IntermediateCacheRequest, model: nn.Module,
 
 def _build(request: IntermediateCacheRequest, missing: dict[tuple[str, int], str],
            wanted: int, model: nn.Module, split: EncodedSplit, device: torch.device) -> None:
+    """Compute the ``missing`` arrays (of ``wanted`` in all) in one teacher pass over
+    ``split`` and write each as its own cache entry."""
     config = model.config
     width, heads = config.hidden_size, config.num_attention_heads
     build = TeacherLayers(frozenset(n for what, n in missing if what == "hidden"),
                           frozenset(n for what, n in missing if what == "scores"))
     lengths = np.asarray(split.lengths, dtype=np.int64)
     size = estimate_bytes(lengths, build, width, heads)
-    reused = f"; {wanted - len(missing)} other arrays already cached" if wanted > len(missing) \
-        else ""
-    request.log(
-        f"[teacher cache] {split.name}: {len(split)} rows, {size['tokens']} tokens; hidden "
-        f"states of layers {sorted(build.hidden)} {_size(size['hidden'])} + attention "
-        f"scores of layers {sorted(build.scores)} {_size(size['scores'])} = "
-        f"{_size(size['total'])} to write (fp16; limit {request.max_gb:g} GB){reused}")
-    if size["total"] > request.max_gb * 1e9:
-        raise IntermediateCacheTooLarge(
-            f"the teacher's intermediate outputs on {split.name} ({len(split)} rows) would "
-            f"take {_size(size['total'])} on disk, over teacher.intermediate_cache.max_gb = "
-            f"{request.max_gb:g} GB (hidden states {_size(size['hidden'])}, attention scores "
-            f"{_size(size['scores'])}). Raise max_gb, make fewer augmented copies, or set "
-            "teacher.intermediate_cache.enabled: false (the teacher then runs live each step)")
-    request.cache.root.mkdir(parents=True, exist_ok=True)
-    free = shutil.disk_usage(request.cache.root).free
-    if size["total"] > free:
-        raise IntermediateCacheTooLarge(
-            f"the teacher's intermediate outputs on {split.name} need {_size(size['total'])}; "
-            f"{request.cache.root} has {_size(free)} free")
+    _check_space(request, split, build, size, wanted - len(missing))
     started = time.perf_counter()
     offsets = {"hidden": _offsets(lengths), "scores": _offsets(heads * lengths ** 2)}
-    collate = PaddingCollator(split, multiple_of=padding_multiple(device))
     model.to(device).eval()
     with ExitStack() as entries:
         outputs: dict[tuple[str, int], np.ndarray] = {}
@@ -335,32 +317,7 @@ def _build(request: IntermediateCacheRequest, missing: dict[tuple[str, int], str
             outputs[what, number] = np.lib.format.open_memmap(
                 scratch / "values.npy", mode="w+", dtype=np.float16, shape=shape)
             scratches[what, number] = scratch
-        with ExitStack() as stack:
-            capture = (stack.enter_context(capture_attention_scores(model, sorted(build.scores)))
-                       if build.scores else None)
-            stack.enter_context(torch.inference_mode())
-            for rows in BucketBatchSampler(lengths, request.batch_size, shuffle=False):
-                batch = batch_to_device(collate(rows), device)
-                with _autocast(device, request.precision):
-                    found = forward_to_depth(model, batch, build.hidden, build.depth)
-                tensors = {("hidden", n): found[n] for n in build.hidden}
-                if capture is not None:
-                    capture.finish_early(build.depth)
-                    tensors.update({("scores", n): capture.layer(n) for n in build.scores})
-                for (what, number), tensor in tensors.items():
-                    # fp32 until the padding (the mask's dtype minimum) is cut away
-                    values = tensor.float().cpu().numpy()
-                    target, starts = outputs[what, number], offsets[what]
-                    for position, row in enumerate(rows):
-                        length = int(lengths[row])
-                        part = (values[position, :length] if what == "hidden"
-                                else values[position, :, :length, :length].reshape(-1))
-                        with np.errstate(over="ignore"):  # caught just below
-                            part = part.astype(np.float16)
-                        if not np.isfinite(part).all():
-                            raise OverflowError(f"teacher {what} of layer {number} overflow "
-                                                f"fp16 on row {row}: cannot cache them")
-                        target[starts[row]:starts[row + 1]] = part
+        _teacher_pass(request, model, split, build, device, outputs, offsets)
         seconds = time.perf_counter() - started
         for (what, number), array in outputs.items():
             array.flush()
@@ -373,6 +330,74 @@ def _build(request: IntermediateCacheRequest, missing: dict[tuple[str, int], str
         del outputs
     request.log(f"[teacher cache] {split.name}: {len(missing)} arrays written in "
                 f"{seconds:.0f}s")
+
+
+def _check_space(request: IntermediateCacheRequest, split: EncodedSplit, build: TeacherLayers,
+                 size: dict[str, int], reused: int) -> None:
+    """Say what is about to be written; refuse it over ``max_gb`` or the disk's free space.
+    ``reused``: how many other arrays of the request are cached already."""
+    others = f"; {reused} other arrays already cached" if reused > 0 else ""
+    request.log(
+        f"[teacher cache] {split.name}: {len(split)} rows, {size['tokens']} tokens; hidden "
+        f"states of layers {sorted(build.hidden)} {_size(size['hidden'])} + attention "
+        f"scores of layers {sorted(build.scores)} {_size(size['scores'])} = "
+        f"{_size(size['total'])} to write (fp16; limit {request.max_gb:g} GB){others}")
+    if size["total"] > request.max_gb * 1e9:
+        raise IntermediateCacheTooLarge(
+            f"the teacher's intermediate outputs on {split.name} ({len(split)} rows) would "
+            f"take {_size(size['total'])} on disk, over teacher.intermediate_cache.max_gb = "
+            f"{request.max_gb:g} GB (hidden states {_size(size['hidden'])}, attention scores "
+            f"{_size(size['scores'])}). Raise max_gb, make fewer augmented copies, or set "
+            "teacher.intermediate_cache.enabled: false (the teacher then runs live each step)")
+    request.cache.root.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(request.cache.root).free
+    if size["total"] > free:
+        raise IntermediateCacheTooLarge(
+            f"the teacher's intermediate outputs on {split.name} need {_size(size['total'])}; "
+            f"{request.cache.root} has {_size(free)} free")
+
+
+def _teacher_pass(request: IntermediateCacheRequest, model: nn.Module, split: EncodedSplit,
+                  build: TeacherLayers, device: torch.device,
+                  outputs: dict[tuple[str, int], np.ndarray],
+                  offsets: dict[str, np.ndarray]) -> None:
+    """Run the teacher over ``split`` in length buckets, up to the deepest layer wanted, and
+    write every row's hidden states and attention scores into ``outputs`` as fp16."""
+    lengths = np.asarray(split.lengths, dtype=np.int64)
+    collate = PaddingCollator(split, multiple_of=padding_multiple(device))
+    with ExitStack() as stack:
+        capture = (stack.enter_context(capture_attention_scores(model, sorted(build.scores)))
+                   if build.scores else None)
+        stack.enter_context(torch.inference_mode())
+        for rows in BucketBatchSampler(lengths, request.batch_size, shuffle=False):
+            batch = batch_to_device(collate(rows), device)
+            with _autocast(device, request.precision):
+                found = forward_to_depth(model, batch, build.hidden, build.depth)
+            tensors = {("hidden", n): found[n] for n in build.hidden}
+            if capture is not None:
+                capture.finish_early(build.depth)
+                tensors.update({("scores", n): capture.layer(n) for n in build.scores})
+            for (what, number), tensor in tensors.items():
+                _store_rows(tensor, what, number, rows, lengths, outputs[what, number],
+                            offsets[what])
+
+
+def _store_rows(tensor: torch.Tensor, what: str, number: int, rows: Sequence[int],
+                lengths: np.ndarray, target: np.ndarray, starts: np.ndarray) -> None:
+    """One batch's output of one layer, each row cut to its length and stored as fp16 at its
+    offset; a value fp16 cannot hold is an error naming the row."""
+    # fp32 until the padding (the mask's dtype minimum) is cut away
+    values = tensor.float().cpu().numpy()
+    for position, row in enumerate(rows):
+        length = int(lengths[row])
+        part = (values[position, :length] if what == "hidden"
+                else values[position, :, :length, :length].reshape(-1))
+        with np.errstate(over="ignore"):  # caught just below
+            part = part.astype(np.float16)
+        if not np.isfinite(part).all():
+            raise OverflowError(f"teacher {what} of layer {number} overflow "
+                                f"fp16 on row {row}: cannot cache them")
+        target[starts[row]:starts[row + 1]] = part
 
 
 class CachedIntermediates:
