@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import ExitStack
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -61,23 +62,20 @@ def method_view(student: nn.Module, model: nn.Module) -> Any:
     return model if model is student else _DataParallelStudent(student, model)
 
 
+@dataclass(frozen=True, kw_only=True, eq=False)
 class StepForward:
     """A batch's loss terms and their weighted total, its forward passes under the
     stage's autocast (``precision``)."""
 
-    def __init__(self, *, method: Method, stage: Stage, task: TaskSpec, extra: nn.Module,
-                 accelerator: Accelerator, precision: str, student_view: Any,
-                 teacher_logits: torch.Tensor | None, fill_teacher: FillTeacher | None
-                 ) -> None:
-        self.method = method
-        self.stage = stage
-        self.task = task
-        self.extra = extra
-        self.accelerator = accelerator
-        self.precision = precision
-        self.student_view = student_view
-        self.teacher_logits = teacher_logits
-        self.fill_teacher = fill_teacher
+    method: Method
+    stage: Stage
+    task: TaskSpec
+    extra: nn.Module
+    accelerator: Accelerator
+    precision: str
+    student_view: Any
+    teacher_logits: torch.Tensor | None
+    fill_teacher: FillTeacher | None
 
     @classmethod
     def open(cls, *, method: Method, stage: Stage, task: TaskSpec, student: nn.Module,

@@ -5,6 +5,7 @@ extra modules' gradients averaged over the processes."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -40,18 +41,16 @@ def build_optimizer(modules: list[nn.Module], config: TrainConfig) -> torch.opti
                              fused=config.fused_optimizer or None)
 
 
+@dataclass(frozen=True, eq=False)
 class Updates:
     """The backward of each batch and the optimiser step of each group of batches."""
 
-    def __init__(self, optimizer: torch.optim.Optimizer, scheduler: Any,
-                 scaler: torch.amp.GradScaler | None, accelerator: Accelerator,
-                 max_grad_norm: float | None, extra_parameters: list[nn.Parameter]) -> None:
-        self.optimizer = optimizer
-        self.scheduler = scheduler
-        self.scaler = scaler
-        self.accelerator = accelerator
-        self.max_grad_norm = max_grad_norm
-        self.extra_parameters = extra_parameters
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    scaler: torch.amp.GradScaler | None
+    accelerator: Accelerator
+    max_grad_norm: float | None
+    extra_parameters: list[nn.Parameter]
 
     @classmethod
     def prepare(cls, student: nn.Module, extra: nn.Module, config: TrainConfig,
