@@ -351,12 +351,13 @@ def test_a_suite_given_as_a_file_reports_under_its_name(store, tmp_path, monkeyp
     named after the recipe file's path (which once tried to make the file a folder)."""
     import shutil
 
-    import harness.cli as cli
+    import harness.cli.report_commands as report_commands
+    from harness.common.cli_options import REPO_ROOT
 
     recipe = tmp_path / "recipes" / "my-recipe.yaml"
     recipe.parent.mkdir()
-    shutil.copy(Path(cli.__file__).parents[1] / "suites" / "glue-cpu.yaml", recipe)
-    monkeypatch.setattr(cli, "REPO_ROOT", tmp_path / "checkout")
+    shutil.copy(REPO_ROOT / "suites" / "glue-cpu.yaml", recipe)
+    monkeypatch.setattr(report_commands, "REPO_ROOT", tmp_path / "checkout")
     done = CliRunner().invoke(app, ["report", "--suite", str(recipe), "--results", str(store),
                                     "--no-figures"])
     assert done.exit_code == 0, done.output

@@ -61,7 +61,13 @@ def recipe_overrides(sets: list[str] | None, data_dir: str | None, teacher: str 
     return overrides
 
 
+# The options several commands share, each defined once (the `harness` commands and
+# `python -m benchmarks` alike).
 SuiteOpt = Annotated[str, typer.Option("--suite", "-s", help="suite name or YAML path")]
+MethodsOpt = Annotated[list[str] | None, typer.Option(
+    "--method", "-m", help="method or variant name (repeatable; 'all': every method the "
+    "suite declares; default: the suite's default_method)")]
+SeedsOpt = Annotated[list[str] | None, typer.Option(help="seeds, comma-separated or repeated")]
 TasksOpt = Annotated[list[str] | None, typer.Option(
     help="tasks, comma-separated or repeated (default: the suite's)")]
 SetOpt = Annotated[list[str] | None, typer.Option(
@@ -91,6 +97,12 @@ LogWithOpt = Annotated[list[str] | None, typer.Option(
 LogDirOpt = Annotated[Path | None, typer.Option(
     help="where TensorBoard and Aim write (and W&B its local files; MLflow follows "
     "MLFLOW_TRACKING_URI); default: runs/ beside the results store")]
+RetryFailedOpt = Annotated[bool, typer.Option(help="re-run configurations that failed")]
+GridMethodOpt = Annotated[list[str] | None, typer.Option(
+    "--method", "-m", help="only these of the grid's methods (repeatable)")]
+GridSeedsOpt = Annotated[list[str] | None, typer.Option(help="seeds (default: the grid's)")]
+GridOnlyOpt = Annotated[bool, typer.Option(
+    "--grid", help="the suite's common grid only: its cells' runs, on its budget")]
 
 
 def log_dir_for(log_dir: Path | None, results: Path) -> Path:

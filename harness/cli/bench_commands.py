@@ -1,4 +1,4 @@
-"""The ``harness bench`` command: model efficiency of a suite's teacher and students."""
+"""``harness bench``: model efficiency of a suite's teacher and students."""
 
 from __future__ import annotations
 
