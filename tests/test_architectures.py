@@ -37,9 +37,9 @@ from harness.api.students import build_encoder_student
 from harness.api.suites import load_suite
 from harness.config.schema import ConfigError, StudentConfig
 from harness.data.tasks import get_task
+from harness.experiments.kept_students import kept_student
 from harness.experiments.planner import Variation
 from harness.experiments.runner import SuiteRunner
-from harness.experiments.students import kept_student
 from harness.teacher.outputs import forward_to_depth
 from tests.conftest import MINILM_DIR, WORDS, tiny_suite_dict
 

@@ -17,9 +17,9 @@ from harness.common.cache import ArtifactCache
 from harness.config.schema import ConfigError, CorpusConfig
 from harness.data.corpus import Corpus, build_corpus, encode_corpus, split_into_windows
 from harness.data.loading import DataFormatError, DataNotFoundError, load_task
+from harness.experiments.kept_students import STUDENT_KIND, kept_student
 from harness.experiments.provenance import general_cache_key
 from harness.experiments.runner import SuiteRunner
-from harness.experiments.students import STUDENT_KIND, kept_student
 from harness.teacher.augmented import prepare_augmented
 from methods.kd import VanillaKD
 from tests.conftest import record_as_rebuilt, tiny_suite_dict

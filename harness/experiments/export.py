@@ -46,10 +46,10 @@ from harness.common.files import write_text_atomic
 from harness.common.precision import AUTO_RESOLUTIONS
 from harness.config.schema import ConfigError, SuiteConfig, available_suites
 from harness.data.tasks import get_task
+from harness.experiments.kept_students import STUDENT_FILE, STUDENT_KIND, kept_student
 from harness.experiments.planner import RunPlanner, record_variation
 from harness.experiments.record import RunRecord
 from harness.experiments.store import ResultsStore
-from harness.experiments.students import STUDENT_FILE, STUDENT_KIND, kept_student
 
 EXPORTED_FILE = "harness_student.json"
 """In an exported student that is not a Transformers model: the plugin that loads it."""

@@ -50,6 +50,7 @@ from harness.data.corpus import Corpus, encode_corpus
 from harness.data.features import EncodedSplit
 from harness.data.metrics import TaskEvaluator
 from harness.data.tasks import TaskSpec
+from harness.experiments.kept_students import keep_student, kept_student
 from harness.experiments.planner import (
     CellPlan,
     PreparedTask,
@@ -74,7 +75,6 @@ from harness.experiments.store import (
     check_free_space,
     recovery_paths,
 )
-from harness.experiments.students import keep_student, kept_student
 from harness.experiments.tracking import RunTracker, Tracking
 from harness.teacher.augmented import AugmentedSet, prepare_augmented
 from harness.teacher.finetune import (
