@@ -234,7 +234,7 @@ def load_student(folder: str | Path) -> ExportedStudent:
     Transformers student loads with ``AutoModelForSequenceClassification`` instead):
     ``student.predict(texts_a, texts_b)`` gives its logits, ``student.id2label`` their
     names."""
-    from harness.experiments.export import load_student as load
+    from harness.experiments.student_export import load_student as load
 
     return load(folder)
 

@@ -389,7 +389,7 @@ def test_exporting_a_pooled_student_of_another_architecture_is_refused(tmp_path)
     """Its stock class would load with a random head: refused, with what to do instead."""
     import json
 
-    from harness.experiments.export import ExportError, _make_loadable
+    from harness.experiments.student_export import ExportError, _make_loadable
 
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "roberta",
                                                       "classifier_pooling": "mean"}))

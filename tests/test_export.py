@@ -18,10 +18,10 @@ from typer.testing import CliRunner
 from harness.api.suites import load_suite
 from harness.cli import app
 from harness.common.cache import ArtifactCache
-from harness.experiments.export import ExportError, export_run, export_student
 from harness.experiments.kept_students import STUDENT_FILE, STUDENT_KIND
 from harness.experiments.runner import SuiteRunner
 from harness.experiments.store import ResultsStore
+from harness.experiments.student_export import ExportError, export_run, export_student
 from tests.conftest import tiny_suite_dict
 
 # Scores the exported folder on the task's dev file with nothing but transformers, torch and
@@ -373,9 +373,9 @@ def test_the_cards_command_names_the_suite_that_trains_the_run_and_a_zero_share_
     import torch
 
     from harness.common.cache import content_hash
-    from harness.experiments.export import model_card, reproduce_command, suite_for
     from harness.experiments.planner import RunPlanner, Variation
     from harness.experiments.record import RunRecord
+    from harness.experiments.student_export import model_card, reproduce_command, suite_for
     from tests.records import run_record
 
     ablation = load_suite("tinybert-ablation")

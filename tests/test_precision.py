@@ -123,7 +123,7 @@ def test_a_record_made_where_auto_meant_fp32_is_the_recipes_run_where_it_means_b
     assert found.main_score == made.main_score
     assert "trained in no" in messages[-1] and fp32_id[:16] in messages[-1]
     # `harness export` retrains it in the precision it was recorded in, on any machine.
-    from harness.experiments.export import suite_for
+    from harness.experiments.student_export import suite_for
 
     sets = ["training.mixed_precision=auto", "teacher.inference_precision=auto"]
     assert suite_for(made.record, [str(suite_file)], sets)[1] == FP32

@@ -38,7 +38,7 @@ def export(
     tokenizer, model card); a student not kept by `run --save-students` is trained again
     and must reproduce the record's dev score."""
     quiet_libraries()
-    from harness.experiments.export import ExportError, export_run
+    from harness.experiments.student_export import ExportError, export_run
 
     try:
         result = export_run(run_id, out_dir, results, cache_dir, suite,
