@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from harness.common.files import atomic_path, write_text_atomic
-from harness.common.memory import rss_mb
+from harness.common.process_memory import rss_mb
 from harness.experiments.record import RunRecord
 from harness.experiments.store import ResultsStore
 
@@ -110,8 +110,8 @@ def run_memory_flatness(*, suite: str, methods: Sequence[str], tasks: Sequence[s
     augmented copies come from the cache (these budgets are not in their keys; general
     distillation's key does hold its budget, so methods with corpus stages would train
     and cache a short general stage: leave them out).  ``release``: whether the runner
-    trims the heap after each run (:func:`harness.common.memory.release_freed_memory`)."""
-    import harness.common.memory as memory_module
+    trims the heap after each run (:func:`harness.common.process_memory.release_freed_memory`)."""
+    import harness.common.process_memory as memory_module
     import harness.experiments.runner as runner_module
     from harness.api.suites import load_suite
 

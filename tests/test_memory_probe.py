@@ -7,8 +7,8 @@ import sys
 import numpy as np
 import pytest
 
-import harness.common.memory as memory
-from harness.common.memory import MemoryProbe, release_freed_memory, rss_mb
+import harness.common.process_memory as memory
+from harness.common.process_memory import MemoryProbe, release_freed_memory, rss_mb
 
 LINUX = sys.platform.startswith("linux")
 

@@ -37,9 +37,9 @@ from harness.api.registry import registry
 from harness.api.students import count_parameters
 from harness.assets.checkpoints import TeacherError, check_label_order, load_pretrained_encoder
 from harness.common.cache import ArtifactCache, content_hash, default_cache_dir
-from harness.common.memory import MemoryProbe, release_freed_memory
 from harness.common.paths import contained
 from harness.common.precision import native_bf16
+from harness.common.process_memory import MemoryProbe, release_freed_memory
 from harness.config.schema import (
     ConfigError,
     StudentConfig,
