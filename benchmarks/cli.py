@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -40,6 +41,27 @@ app = typer.Typer(
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 """The checkout holding this package: a child ``python -m benchmarks`` imports it from here."""
+
+
+T = TypeVar("T")
+
+
+def guarded(run: Callable[[], T], *errors: type[Exception]) -> T:
+    """``run()``'s result; one of ``errors`` (what the benchmark raises for a bad option or a
+    missing file) ends the command with its one-line message, exit 2, no traceback."""
+    try:
+        return run()
+    except errors as error:
+        fail(error_text(error))
+
+
+def print_table(run: Callable[[], Sequence[str]], *errors: type[Exception]) -> Sequence[str]:
+    """Run a benchmark that returns its table's lines (guarded as :func:`guarded`) and print
+    them; returns the lines."""
+    lines = guarded(run, *errors)
+    for line in lines:
+        echo(line)
+    return lines
 
 
 def module_env() -> dict[str, str]:
@@ -76,17 +98,12 @@ def bench_augment(
     quiet_libraries()
     from methods.tinybert.augmentation import run_augment_benchmark
 
-    try:
-        result = run_augment_benchmark(
-            task=task, examples=examples, copies=copies, candidates=candidates, fields=fields,
-            seed=seed, corpus_tasks=split_csv(corpus_tasks) or [], head_steps=head_steps,
-            batch_size=batch_size, teacher=teacher, data_dir=data_dir, cache_dir=cache_dir,
-            words=words, authors_input=authors_input, log=echo)
-    except (KeyError, FileNotFoundError, RuntimeError, ValueError) as error:
-        fail(error_text(error))
-        return
-    for line in result["table"]:
-        echo(line)
+    print_table(lambda: run_augment_benchmark(
+        task=task, examples=examples, copies=copies, candidates=candidates, fields=fields,
+        seed=seed, corpus_tasks=split_csv(corpus_tasks) or [], head_steps=head_steps,
+        batch_size=batch_size, teacher=teacher, data_dir=data_dir, cache_dir=cache_dir,
+        words=words, authors_input=authors_input, log=echo)["table"],
+        KeyError, FileNotFoundError, RuntimeError, ValueError)
 
 
 @app.command("cache")
@@ -106,15 +123,10 @@ def bench_cache(
     """Second seed, method and trial on an already-cached task vs the first run."""
     from benchmarks.memory import run_cache_benchmark
 
-    try:
-        result = run_cache_benchmark(task=task, train_examples=train_examples or None,
-                                     suite=suite, extra_sets=set_ or [], data_dir=data_dir,
-                                     work_dir=work_dir, trial=trial, log=echo)
-    except (ConfigError, FileNotFoundError, RuntimeError, ValueError) as error:
-        fail(error_text(error))
-        return
-    for line in result["table"]:
-        echo(line)
+    print_table(lambda: run_cache_benchmark(
+        task=task, train_examples=train_examples or None, suite=suite, extra_sets=set_ or [],
+        data_dir=data_dir, work_dir=work_dir, trial=trial, log=echo)["table"],
+        ConfigError, FileNotFoundError, RuntimeError, ValueError)
 
 
 @app.command("memory")
@@ -143,62 +155,57 @@ def bench_memory(
 ) -> None:
     """Many runs in ONE process: resident memory after each run and each run's peak."""
     quiet_libraries()
-    import transformers
-
-    transformers.utils.logging.disable_progress_bar()
-    import subprocess
-
-    from benchmarks.memory import (
-        flatness_slopes,
-        plot_memory_flatness,
-        read_rows,
-        run_memory_flatness,
-    )
+    from benchmarks.memory import run_memory_flatness
 
     if mode not in {"both", "release", "no-release"}:
         fail(f"--mode {mode!r}: choose both, release or no-release")
     methods = method or ["kd", "finetune", "bilstm-soft", "tinybert-no-gd"]
     task_list = split_csv(tasks) or ["mrpc", "rte"]
     if mode == "both":
-        panels = []
-        for one in ("no-release", "release"):
-            command = [sys.executable, "-m", "benchmarks", "memory", "--mode", one,
-                       "--suite", suite, "--tasks", ",".join(task_list), "--seeds", seeds,
-                       "--max-steps", str(max_steps), "--out", f"{out}-{one}", "--no-figure",
-                       *[item for name in methods for item in ("--method", name)],
-                       *[item for value in set_ or [] for item in ("--set", value)],
-                       *(["--cache-dir", str(cache_dir)] if cache_dir else [])]
-            if subprocess.run(command, check=False, env=module_env()).returncode != 0:
-                fail(f"benchmarks memory --mode {one} failed")
-            rows = read_rows(Path(f"{out}-{one}.csv"))
-            panels.append((f"{'after' if one == 'release' else 'before'}: "
-                           f"{'gc + malloc_trim(0)' if one == 'release' else 'gc only'} "
-                           "after each run", rows))
-        for title, rows in panels:
-            slope, peak_slope = flatness_slopes(rows)
-            echo(f"{title}: RSS after run {slope:+.2f} MiB/run, per-run peak "
-                  f"{peak_slope:+.2f} MiB/run (rounds 2+)")
-        figures = plot_memory_flatness(panels, out, suptitle=(
-            f"{len(panels[0][1])} runs in one process: {', '.join(methods)} on "
-            f"{', '.join(task_list)}, seeds {seeds}, {max_steps} steps per stage"))
-        for figure in figures:
-            echo(f"figure: {figure}")
+        _memory_both_modes(suite, methods, task_list, seeds, max_steps, out,
+                           [*[item for value in set_ or [] for item in ("--set", value)],
+                            *(["--cache-dir", str(cache_dir)] if cache_dir else [])])
         return
-    try:
-        result = run_memory_flatness(
-            suite="tinybert-ablation" if suite == "glue-cpu" and any(
-                name.startswith("tinybert-") for name in methods) else suite,
-            methods=methods, tasks=task_list,
-            seeds=[int(s) for s in split_csv(seeds) or []], max_steps=max_steps,
-            overrides=set_ or [], results_dir=results, cache_dir=cache_dir,
-            csv_path=Path(f"{out}.csv"), figure_path=out if figure else None,
-            release=mode == "release",
-            log=echo)
-    except (ConfigError, KeyError, FileNotFoundError, RuntimeError, ValueError) as error:
-        fail(error_text(error))
-        return
-    for line in result.table:
-        echo(line)
+    print_table(lambda: run_memory_flatness(
+        suite="tinybert-ablation" if suite == "glue-cpu" and any(
+            name.startswith("tinybert-") for name in methods) else suite,
+        methods=methods, tasks=task_list,
+        seeds=[int(s) for s in split_csv(seeds) or []], max_steps=max_steps,
+        overrides=set_ or [], results_dir=results, cache_dir=cache_dir,
+        csv_path=Path(f"{out}.csv"), figure_path=out if figure else None,
+        release=mode == "release", log=echo).table,
+        ConfigError, KeyError, FileNotFoundError, RuntimeError, ValueError)
+
+
+def _memory_both_modes(suite: str, methods: list[str], tasks: list[str], seeds: str,
+                       max_steps: int, out: Path, options: list[str]) -> None:
+    """Each mode of the memory benchmark in its own process (``options``: the sets and
+    cache folder they share), then their slopes and one figure with both."""
+    import subprocess
+
+    from benchmarks.memory import flatness_slopes, plot_memory_flatness, read_rows
+
+    panels = []
+    for one in ("no-release", "release"):
+        command = [sys.executable, "-m", "benchmarks", "memory", "--mode", one,
+                   "--suite", suite, "--tasks", ",".join(tasks), "--seeds", seeds,
+                   "--max-steps", str(max_steps), "--out", f"{out}-{one}", "--no-figure",
+                   *[item for name in methods for item in ("--method", name)], *options]
+        if subprocess.run(command, check=False, env=module_env()).returncode != 0:
+            fail(f"benchmarks memory --mode {one} failed")
+        rows = read_rows(Path(f"{out}-{one}.csv"))
+        panels.append((f"{'after' if one == 'release' else 'before'}: "
+                       f"{'gc + malloc_trim(0)' if one == 'release' else 'gc only'} "
+                       "after each run", rows))
+    for title, rows in panels:
+        slope, peak_slope = flatness_slopes(rows)
+        echo(f"{title}: RSS after run {slope:+.2f} MiB/run, per-run peak "
+             f"{peak_slope:+.2f} MiB/run (rounds 2+)")
+    figures = plot_memory_flatness(panels, out, suptitle=(
+        f"{len(panels[0][1])} runs in one process: {', '.join(methods)} on "
+        f"{', '.join(tasks)}, seeds {seeds}, {max_steps} steps per stage"))
+    for figure in figures:
+        echo(f"figure: {figure}")
 
 
 @app.command("runs")
@@ -213,13 +220,8 @@ def bench_runs(
     """Per method: wall time of a full seed (from the records) and peak memory."""
     from benchmarks.memory import method_costs
 
-    try:
-        _, lines = method_costs(results, suite, memory_results or [], method)
-    except (ConfigError, FileNotFoundError, ValueError) as error:
-        fail(error_text(error))
-        return
-    for line in lines:
-        echo(line)
+    print_table(lambda: method_costs(results, suite, memory_results or [], method)[1],
+                ConfigError, FileNotFoundError, ValueError)
 
 
 @app.command("threads")
@@ -237,15 +239,10 @@ def bench_threads(
 
     command = " ".join(["harness run --suite", suite, "--method", method, "--tasks", task,
                         *[f"--set {item}" for item in set_ or []]])
-    try:
-        result = run_threads_benchmark(suite=suite, method=method, task=task,
-                                       sets=set_ or [], cores=cores, cache_dir=cache_dir,
-                                       log=echo)
-    except (ConfigError, RuntimeError, ValueError) as error:
-        fail(error_text(error))
-        return
-    for line in result.table(command):
-        echo(line)
+    print_table(lambda: run_threads_benchmark(
+        suite=suite, method=method, task=task, sets=set_ or [], cores=cores,
+        cache_dir=cache_dir, log=echo).table(command),
+        ConfigError, RuntimeError, ValueError)
 
 
 @app.command("train")
@@ -285,7 +282,7 @@ def bench_train(
         write_record,
     )
 
-    try:
+    def bench() -> dict[str, Any]:
         settings = TrainBenchSettings(
             suite=suite, task=task, batch_size=batch_size, steps=steps, warmup=warmup,
             rounds=rounds, seq=seq, teacher_outputs=teacher_outputs, textbrewer=textbrewer,
@@ -293,14 +290,10 @@ def bench_train(
         if textbrewer:
             settings.textbrewer_python()
         quiet_libraries()
-        import transformers
+        return run_train_bench(settings, recipe_overrides(set_, None, teacher), log=echo)
 
-        transformers.utils.logging.disable_progress_bar()
-        record = run_train_bench(settings, recipe_overrides(set_, None, teacher), log=echo)
-    except (TrainBenchError, ConfigError, KeyError, FileNotFoundError, OSError,
-            RuntimeError, ValueError) as error:
-        fail(error_text(error))
-        return
+    record = guarded(bench, TrainBenchError, ConfigError, KeyError, FileNotFoundError, OSError,
+                     RuntimeError, ValueError)
     echo("")
     for line in summary_lines(record):
         echo(line)
@@ -326,16 +319,11 @@ def bench_teacher_precision(
     quiet_libraries()
     from benchmarks.teacher_precision import run_precision_benchmark
 
-    try:
-        result = run_precision_benchmark(
-            suite=suite, tasks=split_csv(tasks) or ["mrpc", "sst2"], train_rows=train_rows,
-            batch_size=batch_size, data_dir=data_dir, cache_dir=cache_dir, log=echo)
-    except (ConfigError, KeyError, FileNotFoundError, RuntimeError, ValueError) as error:
-        fail(error_text(error))
-        return
-    for line in result["table"]:
-        echo(line)
+    table = print_table(lambda: run_precision_benchmark(
+        suite=suite, tasks=split_csv(tasks) or ["mrpc", "sst2"], train_rows=train_rows,
+        batch_size=batch_size, data_dir=data_dir, cache_dir=cache_dir, log=echo)["table"],
+        ConfigError, KeyError, FileNotFoundError, RuntimeError, ValueError)
     if out is not None:
-        write_text_atomic(out, "\n".join(result["table"]) + "\n")
+        write_text_atomic(out, "\n".join(table) + "\n")
 
 
