@@ -123,7 +123,7 @@ def test_an_already_fine_tuned_teacher_keeps_its_own_heads_pooling(tmp_path) -> 
     folder's sentence-transformers files or a default) is what a student's auto follows."""
     from harness.assets.checkpoints import TeacherError, resolve_checkpoint
     from harness.config.schema import TeacherConfig
-    from harness.teacher.finetune import teacher_pooling
+    from harness.teacher.preparation import teacher_pooling
 
     PooledBertForSequenceClassification(tiny_config("mean")).save_pretrained(tmp_path / "m")
     checkpoint = resolve_checkpoint(str(tmp_path / "m"))

@@ -15,8 +15,8 @@ from harness.common.cache import CACHE_VERSION, content_hash
 from harness.config.schema import ConfigError, TeacherConfig, TrainConfig
 from harness.data.tasks import get_task
 from harness.experiments.runner import SuiteRunner
-from harness.teacher.finetune import teacher_key
 from harness.teacher.outputs import autocast_setting
+from harness.teacher.preparation import teacher_key
 
 CHECKPOINT = Checkpoint("pypi:x", "/nowhere", {"config": "c", "weights": {"w": "d"}})
 
@@ -195,7 +195,7 @@ def test_a_teachers_logits_on_a_split_it_does_not_label_are_refused_by_name(
     labelled the test split (its checksums include test.npy) is used as it is, not
     rebuilt, and refuses them alike."""
     from harness.common.cache import DESCRIPTION, file_manifest
-    from harness.teacher.finetune import labelled_splits
+    from harness.teacher.preparation import labelled_splits
 
     assert labelled_splits(get_task("mnli")) == ("train", "dev_matched", "dev_mismatched")
     assert labelled_splits(get_task("rte")) == ("train", "dev")

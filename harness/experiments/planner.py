@@ -53,8 +53,8 @@ from harness.data.loading import DataNotFoundError, TaskData, load_task, resolve
 from harness.data.tasks import TaskSpec, get_task
 from harness.experiments.provenance import code_change, run_code
 from harness.experiments.record import RunRecord
-from harness.teacher.finetune import teacher_key, teacher_pooling
 from harness.teacher.outputs import intermediate_cache_spec
+from harness.teacher.preparation import teacher_key, teacher_pooling
 
 
 @dataclass

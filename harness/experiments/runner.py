@@ -77,13 +77,13 @@ from harness.experiments.store import (
 )
 from harness.experiments.tracking import RunTracker, Tracking
 from harness.teacher.augmented import AugmentedSet, prepare_augmented
-from harness.teacher.finetune import (
-    TeacherArtifacts,
-    prepare_teacher,
-)
 from harness.teacher.outputs import (
     TeacherRuntime,
     intermediate_cache_request,
+)
+from harness.teacher.preparation import (
+    TeacherArtifacts,
+    prepare_teacher,
 )
 from harness.training.distributed import any_process, broadcast, release_at_exit
 from harness.training.engine import (

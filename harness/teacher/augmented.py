@@ -25,8 +25,8 @@ from harness.api.context import Augmenter
 from harness.common.cache import ArtifactCache, content_hash
 from harness.data.features import EncodedSplit, encode_split
 from harness.data.loading import TaskData
-from harness.teacher.finetune import TeacherArtifacts
 from harness.teacher.outputs import autocast_setting
+from harness.teacher.preparation import TeacherArtifacts
 from harness.training.distributed import any_process
 from harness.training.engine import predict_logits
 
