@@ -474,24 +474,8 @@ def fit_head(encoder: nn.Module, head: TiedMLMHead, tokenizer: PreTrainedTokeniz
     vocab = head.bias.shape[0]
     special = _special_mask(tokenizer, vocab)
     if config.bias_init == "unigram":
-        counts = np.bincount(np.fromiter((i for row in encoded for i in row), dtype=np.int64),
-                             minlength=vocab)[:vocab].astype(np.float64)
-        counts[special.numpy()] = 0
-        with torch.no_grad():
-            head.bias.copy_(torch.from_numpy(np.log((counts + 0.1) / (counts + 0.1).sum())))
-    trainable = [p for p in head.parameters() if p.requires_grad]
-    decay = [p for p in trainable if p.dim() > 1]
-    no_decay = [p for p in trainable if p.dim() <= 1]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}], lr=config.lr)
-    warmup = max(1, int(config.warmup_fraction * config.steps))
-
-    def schedule(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        return max(0.0, (config.steps - step) / max(1, config.steps - warmup))
-
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+        _unigram_bias(head, encoded, special)
+    optimizer, scheduler = _head_optimizer(head, config)
     generator = torch.Generator().manual_seed(config.seed)
     order = torch.randperm(len(encoded), generator=generator)
     cursor = 0
@@ -506,21 +490,13 @@ def fit_head(encoder: nn.Module, head: TiedMLMHead, tokenizer: PreTrainedTokeniz
         batch = [encoded[i] for i in order[cursor:cursor + config.batch_size].tolist()]
         cursor += config.batch_size
         ids, attention = _pad(batch, tokenizer.pad_token_id or 0)
-        maskable = _maskable(ids, attention, special)
-        chosen = (torch.rand(ids.shape, generator=generator) < config.mask_prob) & maskable
-        if not chosen.any():
-            chosen = maskable & (torch.cumsum(maskable, 1) == 1)  # one token per row
-        targets = ids[chosen]
-        inputs = ids.clone()
-        roll = torch.rand(ids.shape, generator=generator)
-        inputs[chosen & (roll < 0.8)] = tokenizer.mask_token_id
-        swap = chosen & (roll >= 0.8) & (roll < 0.9)
-        inputs[swap] = torch.randint(vocab, (int(swap.sum()),), generator=generator)
+        inputs, chosen = _mask_for_training(ids, attention, special, tokenizer.mask_token_id,
+                                            config.mask_prob, generator)
         with torch.no_grad():
             hidden = encoder(input_ids=inputs.to(device),
                              attention_mask=attention.to(device)).last_hidden_state
         logits = head(hidden[chosen.to(device)])
-        loss = nn.functional.cross_entropy(logits, targets.to(device))
+        loss = nn.functional.cross_entropy(logits, ids[chosen].to(device))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -542,6 +518,56 @@ def fit_head(encoder: nn.Module, head: TiedMLMHead, tokenizer: PreTrainedTokeniz
         "config": config.model_dump(),
         "torch_threads": torch.get_num_threads(),
     }
+
+
+def _unigram_bias(head: TiedMLMHead, encoded: Sequence[Sequence[int]],
+                  special: torch.Tensor) -> None:
+    """Start the head's bias at the training tokens' log frequencies (special tokens as
+    unseen ones, with the same +0.1 smoothing)."""
+    vocab = head.bias.shape[0]
+    counts = np.bincount(np.fromiter((i for row in encoded for i in row), dtype=np.int64),
+                         minlength=vocab)[:vocab].astype(np.float64)
+    counts[special.numpy()] = 0
+    with torch.no_grad():
+        head.bias.copy_(torch.from_numpy(np.log((counts + 0.1) / (counts + 0.1).sum())))
+
+
+def _head_optimizer(head: TiedMLMHead, config: MLMHeadConfig
+                    ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW over the head's trainable parameters (no decay on vectors) and a linear
+    warm-up then linear decay to zero over ``config.steps``."""
+    trainable = [p for p in head.parameters() if p.requires_grad]
+    decay = [p for p in trainable if p.dim() > 1]
+    no_decay = [p for p in trainable if p.dim() <= 1]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
+                                   {"params": no_decay, "weight_decay": 0.0}], lr=config.lr)
+    warmup = max(1, int(config.warmup_fraction * config.steps))
+
+    def schedule(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return max(0.0, (config.steps - step) / max(1, config.steps - warmup))
+
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+
+
+def _mask_for_training(ids: torch.Tensor, attention: torch.Tensor, special: torch.Tensor,
+                       mask_token_id: int, mask_prob: float, generator: torch.Generator
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the inputs, the chosen positions) of a padded batch: each real, non-special token
+    (``special``: a flag per vocabulary entry) chosen with ``mask_prob`` (where none in the
+    batch is, the first of each row), then replaced by [MASK] 80% of the time, by a random
+    token 10%, and kept 10%."""
+    maskable = _maskable(ids, attention, special)
+    chosen = (torch.rand(ids.shape, generator=generator) < mask_prob) & maskable
+    if not chosen.any():
+        chosen = maskable & (torch.cumsum(maskable, 1) == 1)  # one token per row
+    inputs = ids.clone()
+    roll = torch.rand(ids.shape, generator=generator)
+    inputs[chosen & (roll < 0.8)] = mask_token_id
+    swap = chosen & (roll >= 0.8) & (roll < 0.9)
+    inputs[swap] = torch.randint(len(special), (int(swap.sum()),), generator=generator)
+    return inputs, chosen
 
 
 @torch.no_grad()
