@@ -16,7 +16,7 @@ hard stop on a non-finite loss.
 :class:`~harness.training.loss_log.LossLog`        the loss history
 :class:`~harness.training.evaluation.DevEvaluation`  dev evaluation and checkpoint selection
 :class:`~harness.training.checkpoints.StageSaves`  saved progress and resuming it
-:mod:`harness.training.precision`                  autocast, the fp16 loss scaler
+:mod:`harness.training.autocast`                   autocast, the fp16 loss scaler
 :mod:`harness.training.distributed`                what the processes agree on and average
 =================================================  ===========================================
 
@@ -46,6 +46,7 @@ from harness.common.progress import progress_bar
 from harness.config.schema import Selection, TrainConfig
 from harness.data.features import EncodedSplit
 from harness.data.metrics import TaskEvaluator
+from harness.training.autocast import autocast, grad_scaler, step_losses
 from harness.training.batches import StageBatches
 from harness.training.checkpoints import StageCheckpoint, StageSaves
 from harness.training.distributed import all_finite, weighted_by_share
@@ -53,7 +54,6 @@ from harness.training.evaluation import CheckpointSelection, DevEvaluation
 from harness.training.forward import StepForward, TeacherSource, method_view
 from harness.training.loss_log import LossLog
 from harness.training.optimization import Updates, parameter_groups
-from harness.training.precision import autocast, grad_scaler, step_losses
 from harness.training.prediction import predict_logits
 from harness.training.results import NonFiniteLossError, StageResult
 

@@ -18,7 +18,7 @@ from harness.api.method import Method, Stage, StepInputs, TeacherView
 from harness.common.devices import batch_to_device
 from harness.data.features import EncodedSplit
 from harness.data.tasks import TaskSpec
-from harness.training.precision import autocast, step_losses
+from harness.training.autocast import autocast, step_losses
 
 FillTeacher = Callable[[dict[str, torch.Tensor], TeacherView], None]
 

@@ -14,8 +14,8 @@ from torch import nn
 from transformers import get_linear_schedule_with_warmup
 
 from harness.config.schema import TrainConfig
+from harness.training.autocast import grad_scaler
 from harness.training.distributed import average_gradients
-from harness.training.precision import grad_scaler
 
 
 def parameter_groups(modules: Sequence[nn.Module], weight_decay: float) -> list[dict]:

@@ -15,8 +15,8 @@ from harness.common.devices import batch_to_device
 from harness.common.interrupts import raise_if_interrupted
 from harness.common.progress import progress_bar
 from harness.data.features import BucketBatchSampler, EncodedSplit
+from harness.training.autocast import autocast
 from harness.training.batches import batch_loader
-from harness.training.precision import autocast
 
 
 @torch.inference_mode()
