@@ -275,18 +275,7 @@ def _match_layout(
         label_col = names.index(lay.label) if lay.label in names else None
         if label_col is None and not is_test:
             continue
-        return _FileLayout(
-            lay,
-            tuple(names.index(c) for c in lay.text),
-            label_col,
-            len(names),
-            has_header=True,
-            checks=tuple((names.index(column), column, check) for column, check in lay.checks
-                         if column in names),
-            index_col=next((names.index(c) for c in _INDEX_COLUMNS if c in names), None),
-            key_cols=(tuple(names.index(c) for c in lay.key)
-                      if all(c in names for c in lay.key) else ()),
-        )
+        return _header_layout(lay, names, label_col)
     if with_text:
         raise DataFormatError(
             path,
@@ -298,17 +287,7 @@ def _match_layout(
             continue
         width = len(lay.positional)
         if len(fields) - width in (0, *lay.extra_fields):
-            cols = lay.positional
-            return _FileLayout(
-                lay,
-                tuple(cols.index(c) for c in lay.text),
-                cols.index(lay.label),
-                width,
-                has_header=False,
-                checks=tuple((cols.index(column), column, check)
-                             for column, check in lay.checks),
-                key_cols=tuple(cols.index(c) for c in lay.key),
-            )
+            return _headerless_layout(lay)
     known = "; ".join(dict.fromkeys(" ".join((*lay.text, lay.label)) for lay in candidates))
     other = next((lay for lay in _HEADER_LAYOUTS if lay.tasks and spec.name not in lay.tasks
                   and all(col in names for col in (*lay.text, lay.label))), None)
@@ -319,6 +298,36 @@ def _match_layout(
         lineno,
         f"unrecognised header {names!r} for task {spec.name}{whose}: "
         f"expected columns including one of: {known}",
+    )
+
+
+def _header_layout(lay: _Layout, names: list[str], label_col: int | None) -> _FileLayout:
+    """``lay`` resolved against a header's column ``names``."""
+    return _FileLayout(
+        lay,
+        tuple(names.index(c) for c in lay.text),
+        label_col,
+        len(names),
+        has_header=True,
+        checks=tuple((names.index(column), column, check) for column, check in lay.checks
+                     if column in names),
+        index_col=next((names.index(c) for c in _INDEX_COLUMNS if c in names), None),
+        key_cols=(tuple(names.index(c) for c in lay.key)
+                  if all(c in names for c in lay.key) else ()),
+    )
+
+
+def _headerless_layout(lay: _Layout) -> _FileLayout:
+    """``lay`` for a file without a header: its columns in their fixed positions."""
+    cols = lay.positional
+    return _FileLayout(
+        lay,
+        tuple(cols.index(c) for c in lay.text),
+        cols.index(lay.label),
+        len(cols),
+        has_header=False,
+        checks=tuple((cols.index(column), column, check) for column, check in lay.checks),
+        key_cols=tuple(cols.index(c) for c in lay.key),
     )
 
 
@@ -620,7 +629,6 @@ def _read_split_file(spec: TaskSpec, path: Path, raw: bytes, is_test: bool,
     texts: list[tuple[str, ...]] = []
     labels: list[int | float] = []
     problems: list[tuple[int | None, str]] = []
-    text_names = layout.text
     key_lines: dict[tuple[str, ...], int | None] = {}
     records = table.records[1:] if file_layout.has_header else table.records
     for lineno, fields in records:
@@ -631,33 +639,10 @@ def _read_split_file(spec: TaskSpec, path: Path, raw: bytes, is_test: bool,
             problems.append((lineno, f"expected {expected} {table.separator}fields, got "
                                      f"{len(fields)}"))
             continue
+        row = None if first_row is None else first_row + len(texts) + len(problems)
         try:
-            row_texts = tuple(_clean_text(fields[i]) for i in file_layout.text_cols)
-            for name, text in zip(text_names, row_texts, strict=True):
-                if not text:
-                    raise DataFormatError(path, lineno, f"{name} is empty (expected text)",
-                                          unit=unit)
-            for position, column, check in file_layout.checks:
-                pattern, expected = _FIELD_CHECKS[check]
-                if not pattern.fullmatch(fields[position].strip()):
-                    raise DataFormatError(path, lineno, f"{column} {fields[position]!r} is not "
-                                          f"{expected}", unit=unit)
-            if file_layout.index_col is not None and first_row is not None:
-                _check_index(fields[file_layout.index_col], first_row + len(texts) +
-                             len(problems), path, lineno, unit)
-            if file_layout.label_col is None:
-                label: int | float = math.nan if spec.is_regression else _UNLABELED
-            else:
-                label = _parse_label(spec, fields[file_layout.label_col], is_test, path,
-                                     lineno, table.label_names, unit)
-            if file_layout.key_cols:
-                key = tuple(fields[i].strip() for i in file_layout.key_cols)
-                if key in key_lines:
-                    first = key_lines[key]
-                    raise DataFormatError(
-                        path, lineno, f"repeats the row {' / '.join(key)} "
-                        f"({', '.join(layout.key)}) of {unit} {first}", unit=unit)
-                key_lines[key] = lineno
+            row_texts, label = _parse_row(spec, file_layout, table, path, (lineno, fields),
+                                          row, is_test, key_lines)
         except DataFormatError as error:
             problems.append((error.line, error.detail))
             continue
@@ -670,6 +655,41 @@ def _read_split_file(spec: TaskSpec, path: Path, raw: bytes, is_test: bool,
         (line, detail), *more = problems
         raise DataFormatError(path, line, detail, more, unit=unit)
     return _SplitRows(texts, labels, layout.name, table.quoted)
+
+
+def _parse_row(spec: TaskSpec, file_layout: _FileLayout, table: _Table, path: Path,
+               record: tuple[int, list[str]], row: int | None, is_test: bool,
+               key_lines: dict[tuple[str, ...], int | None]
+               ) -> tuple[tuple[str, ...], int | float]:
+    """One record's texts and label, checked against the file's layout: texts present,
+    checked columns well formed, the index column equal to ``row`` (None: not checked), the
+    label valid, the key not seen before in the file (``key_lines``, which it extends)."""
+    lineno, fields = record
+    layout, unit = file_layout.layout, table.unit
+    row_texts = tuple(_clean_text(fields[i]) for i in file_layout.text_cols)
+    for name, text in zip(layout.text, row_texts, strict=True):
+        if not text:
+            raise DataFormatError(path, lineno, f"{name} is empty (expected text)", unit=unit)
+    for position, column, check in file_layout.checks:
+        pattern, expected = _FIELD_CHECKS[check]
+        if not pattern.fullmatch(fields[position].strip()):
+            raise DataFormatError(path, lineno, f"{column} {fields[position]!r} is not "
+                                  f"{expected}", unit=unit)
+    if file_layout.index_col is not None and row is not None:
+        _check_index(fields[file_layout.index_col], row, path, lineno, unit)
+    if file_layout.label_col is None:
+        label: int | float = math.nan if spec.is_regression else _UNLABELED
+    else:
+        label = _parse_label(spec, fields[file_layout.label_col], is_test, path, lineno,
+                             table.label_names, unit)
+    if file_layout.key_cols:
+        key = tuple(fields[i].strip() for i in file_layout.key_cols)
+        if key in key_lines:
+            raise DataFormatError(
+                path, lineno, f"repeats the row {' / '.join(key)} "
+                f"({', '.join(layout.key)}) of {unit} {key_lines[key]}", unit=unit)
+        key_lines[key] = lineno
+    return row_texts, label
 
 
 READ_AS_QUOTED_TSV = "hf-export-tsv-quoted"
