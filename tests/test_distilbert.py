@@ -25,7 +25,7 @@ from harness.config.schema import ConfigError, MethodRecipe, StudentConfig
 from harness.data.tasks import get_task
 from harness.experiments import runner as runner_module
 from harness.experiments.runner import SuiteRunner
-from harness.training.progress import load_progress_file
+from harness.training.progress_file import load_progress_file
 from methods.distilbert import (
     IGNORE,
     DistilBERT,

@@ -14,7 +14,7 @@ from harness.api.registry import instantiate
 from harness.common.cache import ArtifactCache
 from harness.config.schema import TrainConfig
 from harness.training.engine import StageCheckpoint
-from harness.training.progress import load_progress_file, save_progress_file
+from harness.training.progress_file import load_progress_file, save_progress_file
 from tests.tiny_training import train_tiny_student
 
 CONFIG = TrainConfig(epochs=3, batch_size=6, lr=1e-3, log_every_steps=1)  # 4 batches/epoch

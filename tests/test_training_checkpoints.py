@@ -1,4 +1,4 @@
-"""A stage's saves (:class:`harness.training.checkpoints.StageSaves`): when it saves, the
+"""A stage's saves (:class:`harness.training.stage_saves.StageSaves`): when it saves, the
 state it writes and reads back, and the saved states it refuses to resume (each with
 the line that says why)."""
 
@@ -10,7 +10,7 @@ import torch
 from accelerate import Accelerator
 
 from harness.config.schema import TrainConfig
-from harness.training.checkpoints import PROGRESS_KEYS, StageCheckpoint, StageSaves
+from harness.training.stage_saves import PROGRESS_KEYS, StageCheckpoint, StageSaves
 
 CONFIG = TrainConfig(batch_size=4)
 

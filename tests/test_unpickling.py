@@ -24,7 +24,7 @@ from harness.assets.checkpoints import resolve_checkpoint
 from harness.assets.mlm import HEAD_KIND, MLMHeadConfig, head_key, load_masked_lm
 from harness.common.cache import ENTRY_FORMAT, ArtifactCache, content_hash
 from harness.training.engine import StageCheckpoint
-from harness.training.progress import (
+from harness.training.progress_file import (
     ProgressRefusedError,
     load_progress_file,
     save_progress_file,

@@ -15,7 +15,7 @@ hard stop on a non-finite loss.
 :class:`~harness.training.optimization.Updates`    backward, clipping, optimiser and schedule
 :class:`~harness.training.loss_log.LossLog`        the loss history
 :class:`~harness.training.evaluation.DevEvaluation`  dev evaluation and checkpoint selection
-:class:`~harness.training.checkpoints.StageSaves`  saved progress and resuming it
+:class:`~harness.training.stage_saves.StageSaves`  saved progress and resuming it
 :mod:`harness.training.autocast`                   autocast, the fp16 loss scaler
 :mod:`harness.training.distributed`                what the processes agree on and average
 =================================================  ===========================================
@@ -48,7 +48,6 @@ from harness.data.features import EncodedSplit
 from harness.data.metrics import TaskEvaluator
 from harness.training.autocast import autocast, grad_scaler, step_losses
 from harness.training.batches import StageBatches
-from harness.training.checkpoints import StageCheckpoint, StageSaves
 from harness.training.distributed import all_finite, weighted_by_share
 from harness.training.evaluation import CheckpointSelection, DevEvaluation
 from harness.training.forward import StepForward, TeacherSource, method_view
@@ -56,6 +55,7 @@ from harness.training.loss_log import LossLog
 from harness.training.optimization import Updates, parameter_groups
 from harness.training.prediction import predict_logits
 from harness.training.results import NonFiniteLossError, StageResult
+from harness.training.stage_saves import StageCheckpoint, StageSaves
 
 __all__ = [
     "NonFiniteLossError", "StageCheckpoint", "StageResult", "TeacherSource", "autocast",
@@ -248,7 +248,7 @@ class _StageLoop:
             self.saves.save(self._progress(next_batch=index + 1))
 
     def _progress(self, next_batch: int) -> dict[str, Any]:
-        """The stage's state, as :class:`~harness.training.checkpoints.StageSaves` saves it."""
+        """The stage's state, as :class:`~harness.training.stage_saves.StageSaves` saves it."""
         return {
             "student": self.model.state_dict(), "extra": self.extra.state_dict(),
             **self.updates.state(),

@@ -1,5 +1,5 @@
 """A stage's saved progress: where and how often it is saved, and whether a saved state
-may be resumed (the file's format: :mod:`harness.training.progress`)."""
+may be resumed (the file's format: :mod:`harness.training.progress_file`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from accelerate import Accelerator
 
 from harness.common.cache import ArtifactCache
 from harness.config.schema import TrainConfig
-from harness.training.progress import (
+from harness.training.progress_file import (
     ProgressRefusedError,
     load_progress_file,
     save_progress_file,
@@ -107,7 +107,7 @@ class StageSaves:
 
 def save_progress(checkpoint: StageCheckpoint, state: dict[str, Any]) -> None:
     """Written beside, then renamed over the previous state: a kill while saving leaves
-    the previous state whole (the format: :mod:`harness.training.progress`)."""
+    the previous state whole (the format: :mod:`harness.training.progress_file`)."""
     save_progress_file(checkpoint.path, state)
 
 
