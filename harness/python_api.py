@@ -218,7 +218,7 @@ def predictions_frame(source: str | Path | Iterable[RunRecord] = DEFAULT_RESULTS
     no file (made before predictions were kept, failed runs) have no rows; their run ids
     are in ``attrs["without_predictions"]``.
     """
-    from harness.reporting.predictions import predictions_table
+    from harness.reporting.prediction_tables import predictions_table
 
     if isinstance(source, str | Path):
         records = load_records(source, suite)

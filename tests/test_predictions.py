@@ -29,7 +29,7 @@ from harness.experiments.predictions import (
 from harness.experiments.runner import SuiteRunner
 from harness.experiments.store import ResultsStore
 from harness.python_api import predictions_frame
-from harness.reporting.predictions import agreement, check_predictions
+from harness.reporting.prediction_tables import agreement, check_predictions
 from harness.reporting.report import PREDICTIONS_WARNING
 from tests.conftest import tiny_suite_dict
 

@@ -57,7 +57,7 @@ from harness.experiments.record import RunRecord
 from harness.experiments.store import ResultsStore
 from harness.reporting import tables
 from harness.reporting.paper_claims import SHARES_NOTE, shares_table
-from harness.reporting.predictions import (
+from harness.reporting.prediction_tables import (
     AGREEMENT_NOTE,
     PredictionsCheck,
     agreement_table,
@@ -864,7 +864,7 @@ class ReportInputs:
     """Per general checkpoint key, the builds its runs read (:func:`general_builds`)."""
     predictions: PredictionsCheck = field(default_factory=PredictionsCheck)
     """The runs' dev predictions files: those missing or damaged, teacher-student
-    agreement (:func:`harness.reporting.predictions.check_predictions`)."""
+    agreement (:func:`harness.reporting.prediction_tables.check_predictions`)."""
 
 
 @dataclass
