@@ -1045,18 +1045,7 @@ def ablation_frame(results: Path, config: SuiteConfig, published: pd.DataFrame,
         seeds = sorted({s for _, s in pairs})
         seed_text = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {seeds}"
         ours_label = f"ours: {config.record_suite} dev, {task_names}, {seed_text}"
-        # The paper on the tasks we ran when it reports each of them for every row (MRPC and
-        # CoLA in TinyBERT's tables), else its own average over its tasks.
-        paper = paper.reindex(methods)
-        on_our_tasks = [f"paper_{task}" for task in ran]
-        if set(on_our_tasks) <= set(paper.columns) and paper[on_our_tasks].notna().all().all():
-            paper_value = paper[on_our_tasks].mean(axis=1)
-            paper_label = f"paper: GLUE dev, {task_names}"
-        else:
-            paper_value = paper["paper_average"]
-            paper_tasks = ", ".join(_anchor_task_name(task) for task in dict.fromkeys(
-                group.loc[group["task"] != "average", "task"]))
-            paper_label = f"paper: GLUE dev, average of {paper_tasks}"
+        paper_value, paper_label = _paper_ablation(paper.reindex(methods), group, ran)
         described.append((group_name, ours_label))
         for method in methods:
             label = listed.loc[listed["method"] == method, "source_label"].iloc[0]
@@ -1072,6 +1061,21 @@ def ablation_frame(results: Path, config: SuiteConfig, published: pd.DataFrame,
     if len({label for _, label in described}) == 1:  # one description for every table
         return pd.DataFrame(rows), described[0][1]
     return pd.DataFrame(rows), "; ".join(f"{group}: {label}" for group, label in described)
+
+
+def _paper_ablation(paper: pd.DataFrame, group: pd.DataFrame,
+                    ran: list[str]) -> tuple[pd.Series, str]:
+    """The paper's value of each row of an ablation table (``paper``: its anchors, one row a
+    method) and how it was taken: its mean over the tasks we ran where it reports each of
+    them for every row (MRPC and CoLA in TinyBERT's tables), else its own average over its
+    tasks (``group``: the table's published rows)."""
+    on_our_tasks = [f"paper_{task}" for task in ran]
+    if set(on_our_tasks) <= set(paper.columns) and paper[on_our_tasks].notna().all().all():
+        task_names = ", ".join(get_task(task).display_name for task in ran)
+        return paper[on_our_tasks].mean(axis=1), f"paper: GLUE dev, {task_names}"
+    paper_tasks = ", ".join(_anchor_task_name(task) for task in dict.fromkeys(
+        group.loc[group["task"] != "average", "task"]))
+    return paper["paper_average"], f"paper: GLUE dev, average of {paper_tasks}"
 
 
 def _anchor_task_name(task: str) -> str:
