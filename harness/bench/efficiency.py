@@ -222,7 +222,7 @@ def load_teacher(spec: str, random_weights: bool, teacher: TeacherConfig | None 
     if random_weights:
         model = new_sequence_classifier(config)
     else:
-        if local and not (checkpoint.identity.get("weights") or {}):
+        if local and not _has_weights(Path(checkpoint.location)):
             raise BenchError(f"teacher {spec!r} ({checkpoint.location}) has a config.json but "
                              "no weights: pass --random-weights to time it with random "
                              "weights")
@@ -235,6 +235,12 @@ def load_teacher(spec: str, random_weights: bool, teacher: TeacherConfig | None 
     return BenchModel("teacher", "teacher", "bert", model,
                       _bert_inputs(config.vocab_size, getattr(config, "type_vocab_size", 0)),
                       info)
+
+
+def _has_weights(folder: Path) -> bool:
+    """Whether a checkpoint folder holds weights (safetensors or PyTorch files), whichever
+    way its identity was recorded (a folder's digests, or an assembled asset's files)."""
+    return any(folder.glob("*.safetensors")) or any(folder.glob("*.bin"))
 
 
 def _bert_architecture(config) -> dict[str, Any]:
