@@ -1,15 +1,15 @@
 """The ``harness`` command line: the typer app, with one module per command group.
 
-============================  ===========================================
-``run``, ``teacher``          :mod:`harness.cli.run_commands`
-``tune``                      :mod:`harness.cli.tune_commands`
-``grid``, ``worker``          :mod:`harness.cli.grid_commands`
-``table``, ``report``         :mod:`harness.cli.report_commands`
-``list``, ``new-method``      :mod:`harness.cli.method_commands`
-``export``                    :mod:`harness.cli.export_commands`
+==============================  ==================================
+``run``, ``teacher``            :mod:`harness.cli.run_commands`
+``tune``                        :mod:`harness.cli.tune_commands`
+``grid``, ``worker``            :mod:`harness.cli.grid_commands`
+``table``, ``report``           :mod:`harness.cli.report_commands`
+``list``, ``new-method``        :mod:`harness.cli.method_commands`
+``export``                      :mod:`harness.cli.export_commands`
 ``data check``, ``data fetch``  :mod:`harness.cli.data_commands`
-``bench``                     :mod:`harness.cli.bench_commands`
-============================  ===========================================
+``bench``                       :mod:`harness.cli.bench_commands`
+==============================  ==================================
 
 The options several commands share are defined once, in :mod:`harness.common.cli_options`;
 how a command fails or is stopped is :mod:`harness.cli.shared`. ``python -m harness.cli``
