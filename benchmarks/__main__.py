@@ -1,5 +1,5 @@
 """``python -m benchmarks``: every benchmark of the harness itself (``--help`` lists them)."""
 
-from benchmarks.cli import app
+from benchmarks.commands import app
 
 app(prog_name="python -m benchmarks")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from benchmarks.cli import app
+from benchmarks.commands import app
 from harness.cli import app as harness_app
 
 CHECKOUT = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ from accelerate import Accelerator
 from transformers import BertConfig, BertForSequenceClassification
 from typer.testing import CliRunner
 
-from benchmarks.cli import app
+from benchmarks.commands import app
 from benchmarks.train import (
     DEFAULT_TEXTBREWER_ENV,
     TEXTBREWER_SCRIPT,
