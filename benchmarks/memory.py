@@ -113,7 +113,7 @@ def run_memory_flatness(*, suite: str, methods: Sequence[str], tasks: Sequence[s
     trims the heap after each run (:func:`harness.common.process_memory.release_freed_memory`)."""
     import harness.common.process_memory as memory_module
     import harness.experiments.runner as runner_module
-    from harness.api.suites import load_suite
+    from harness.experiments.suites import load_suite
 
     config = load_suite(suite, [*overrides, f"training.max_steps={max_steps}"])
     results_dir = Path(results_dir or tempfile.mkdtemp(prefix="bench-memory-"))
@@ -501,7 +501,7 @@ def method_costs(results: Path, suite_name: str, memory_results: Sequence[Path] 
     seeds with every task finished, plain runs only: no grid budget, no tuned values) from
     ``results``, and the highest peak RSS of the records carrying ``memory`` in
     ``memory_results`` (and ``results``), with that run's task and minutes."""
-    from harness.api.suites import load_suite
+    from harness.experiments.suites import load_suite
 
     suite = load_suite(suite_name)
     tasks = suite.tasks

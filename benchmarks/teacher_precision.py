@@ -28,10 +28,10 @@ def run_precision_benchmark(*, suite: str = "glue-cpu", tasks: Iterable[str] = (
     import tempfile
     from datetime import datetime, timezone
 
-    from harness.api.suites import load_suite
     from harness.common.cli_options import recipe_overrides
     from harness.data.metrics import TaskEvaluator
     from harness.experiments.runner import SuiteRunner
+    from harness.experiments.suites import load_suite
     from harness.training.engine import predict_logits
 
     config = load_suite(suite, recipe_overrides(None, data_dir, None))

@@ -176,12 +176,12 @@ def build_setup(settings: TrainBenchSettings, overrides: list[str] | None = None
     from harness.api.context import StudentContext
     from harness.api.registry import instantiate, typed_student_shape
     from harness.api.students import classifier_config, resolve_teacher_sizes
-    from harness.api.suites import load_suite
     from harness.assets.checkpoints import load_base_config, load_tokenizer, resolve_checkpoint
     from harness.common.cli_options import recipe_overrides
     from harness.data.features import encode_split
     from harness.data.loading import load_task
     from harness.data.tasks import get_task
+    from harness.experiments.suites import load_suite
 
     suite = load_suite(settings.suite, recipe_overrides(overrides, settings.data_dir, None))
     task = get_task(settings.task)

@@ -80,10 +80,10 @@ def run_suite(method: Names | None = None, suite: str | Path = "glue-cpu",
     The arguments are :func:`run`'s; ``method_option`` is how an error names the method
     argument (``--method`` from the command line). Raises :class:`ConfigError` for a
     mistake in the recipe or the arguments, before anything runs."""
-    from harness.api.suites import check_method_names, load_suite, unused_assignments
     from harness.common.progress import silent_progress
     from harness.config.schema import resolve_suite_path
     from harness.experiments.runner import SuiteRunner
+    from harness.experiments.suites import check_method_names, load_suite, unused_assignments
     from harness.experiments.tracking import Tracking
     from harness.experiments.tuning import load_tuned
 

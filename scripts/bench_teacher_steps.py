@@ -39,11 +39,11 @@ import torch
 from harness.api.capture import capture_attention_scores
 from harness.api.method import TeacherView, stage_layers
 from harness.api.registry import instantiate
-from harness.api.suites import load_suite
 from harness.common.cache import ArtifactCache
 from harness.data.features import BucketBatchSampler, PaddingCollator
 from harness.data.metrics import TaskEvaluator
 from harness.experiments.runner import SuiteRunner
+from harness.experiments.suites import load_suite
 from harness.teacher.outputs import (
     IntermediateCacheRequest,
     TeacherRuntime,

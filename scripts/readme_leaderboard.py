@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.api.suites import load_suite
 from harness.config.published import load_published
 from harness.data.tasks import get_task
+from harness.experiments.suites import load_suite
 from harness.reporting.figures import METRIC_NAMES
 from harness.reporting.report import PCT_HEADER, collect_runs, share_headers, task_baselines
 from harness.reporting.tables import finished_records, suite_table

@@ -6,9 +6,9 @@ import shutil
 
 import pytest
 
-from harness.api.suites import load_suite
 from harness.config.published import PUBLISHED, AnchorError, ablation_columns, load_published
 from harness.config.schema import available_suites
+from harness.experiments.suites import load_suite
 
 
 def test_published_file_loads_and_names_methods_the_suites_declare():

@@ -29,17 +29,17 @@ from transformers import (
 
 from harness.api.architectures import ARCHITECTURES, dimensions, self_attention_problem
 from harness.api.capture import capture_attention_scores, transformer_layers
-from harness.api.compatibility import matrix, matrix_markdown
 from harness.api.context import StudentContext
 from harness.api.pooling import load_sequence_classifier, sequence_classifier_class
 from harness.api.registry import registry
 from harness.api.students import build_encoder_student
-from harness.api.suites import load_suite
 from harness.config.schema import ConfigError, StudentConfig
 from harness.data.tasks import get_task
+from harness.experiments.compatibility import matrix, matrix_markdown
 from harness.experiments.kept_students import kept_student
 from harness.experiments.planner import Variation
 from harness.experiments.runner import SuiteRunner
+from harness.experiments.suites import load_suite
 from harness.teacher.outputs import forward_to_depth
 from tests.conftest import MINILM_DIR, WORDS, tiny_suite_dict
 

@@ -15,13 +15,13 @@ from transformers import AutoTokenizer
 
 from harness.api.context import AugmentContext
 from harness.api.registry import instantiate
-from harness.api.suites import load_suite
 from harness.assets.checkpoints import Checkpoint, resolve_checkpoint
 from harness.assets.glove import GloveVectors
 from harness.assets.mlm import HEAD_KIND, MaskedLM, MLMHeadConfig, load_masked_lm
 from harness.common.cache import ArtifactCache, content_hash
 from harness.config.schema import MethodRecipe
 from harness.experiments.runner import SuiteRunner
+from harness.experiments.suites import load_suite
 from harness.teacher.augmented import AugmentedSet
 from methods.tinybert.augmentation import (
     AugmentParams,

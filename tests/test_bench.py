@@ -15,7 +15,6 @@ import torch
 from typer.testing import CliRunner
 
 from harness.api.students import count_parameters
-from harness.api.suites import load_suite
 from harness.bench.efficiency import (
     BERT_BASE_FOLDER,
     BenchError,
@@ -31,6 +30,7 @@ from harness.bench.efficiency import (
 from harness.cli import app
 from harness.common.files import write_json_atomic
 from harness.common.flops import count_flops
+from harness.experiments.suites import load_suite
 from methods.bilstm_soft.words import SPECIALS
 
 SEQS = (16, 32)

@@ -16,7 +16,6 @@ import yaml
 from harness.api.losses import gold_loss
 from harness.api.method import StepInputs, TeacherView
 from harness.api.registry import instantiate
-from harness.api.suites import load_suite
 from harness.assets.checkpoints import AssetNotFoundError
 from harness.assets.glove import GloveVectors
 from harness.common.cache import ArtifactCache
@@ -24,6 +23,7 @@ from harness.config.schema import ConfigError, parse_suite
 from harness.data.features import EncodedSplit, PaddingCollator
 from harness.data.tasks import get_task
 from harness.experiments.runner import SuiteRunner
+from harness.experiments.suites import load_suite
 from methods.bilstm_soft import (
     KEEP,
     MASKED,

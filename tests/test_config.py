@@ -15,7 +15,6 @@ from transformers.modeling_outputs import SequenceClassifierOutput
 
 from harness.api.method import StepInputs, TeacherView
 from harness.api.registry import instantiate
-from harness.api.suites import load_suite, unused_assignments
 from harness.config.schema import (
     SUITES_DIR,
     ConfigError,
@@ -30,6 +29,7 @@ from harness.config.schema import (
     parse_suite,
 )
 from harness.data.tasks import get_task
+from harness.experiments.suites import load_suite, unused_assignments
 
 # A small suite with the structure of suites/glue-cpu.yaml.
 BASE_SUITE = """

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from harness.api.registry import registry
-from harness.api.suites import load_suite
 from harness.data.tasks import get_task
 from harness.experiments.runner import SuiteRunner
+from harness.experiments.suites import load_suite
 
 
 @pytest.mark.e2e

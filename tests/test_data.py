@@ -851,8 +851,8 @@ def test_a_run_hashes_the_test_splits_and_reads_only_train_and_dev(
     import torch
     import yaml
 
-    from harness.api.suites import load_suite
     from harness.experiments.planner import RunPlanner
+    from harness.experiments.suites import load_suite
     from tests.conftest import tiny_suite_dict, write_tiny_glue
 
     write_tiny_glue(tmp_path / "glue", rows=8)

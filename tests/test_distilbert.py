@@ -18,13 +18,13 @@ from harness.api.context import StudentContext
 from harness.api.method import StepInputs, TeacherView
 from harness.api.registry import instantiate
 from harness.api.students import classifier_config
-from harness.api.suites import load_suite
 from harness.assets.mlm import HEAD_KIND, TiedMLMHead
 from harness.common.cache import ArtifactCache
 from harness.config.schema import ConfigError, MethodRecipe, StudentConfig
 from harness.data.tasks import get_task
 from harness.experiments import runner as runner_module
 from harness.experiments.runner import SuiteRunner
+from harness.experiments.suites import load_suite
 from harness.training.progress_file import load_progress_file
 from methods.distilbert import (
     IGNORE,

@@ -100,8 +100,8 @@ def test_a_launch_accelerate_does_not_see_stops(tmp_path, tiny_suite_file, monke
     """`accelerate launch --multi_gpu` on a machine without GPUs and without
     ACCELERATE_USE_CPU starts processes that each see one process: every one would run
     every cell.  The runner stops and says how to launch."""
-    from harness.api.suites import load_suite
     from harness.experiments.runner import SuiteRunner
+    from harness.experiments.suites import load_suite
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(RuntimeError, match="ACCELERATE_USE_CPU=1"):
@@ -404,8 +404,8 @@ def _tune(suite: str, results: str, cache: str) -> None:
     atexit.register(lambda: print(f"process {os.environ['RANK']} group at exit: "
                                   f"{dist.is_initialized()}", flush=True))
 
-    from harness.api.suites import load_suite
     from harness.experiments.storage import default_storage
+    from harness.experiments.suites import load_suite
     from harness.experiments.tuning import Tuner, TuningTarget
 
     class PruneTrialOne(optuna.pruners.BasePruner):

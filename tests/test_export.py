@@ -15,13 +15,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from harness.api.suites import load_suite
 from harness.cli import app
 from harness.common.cache import ArtifactCache
 from harness.experiments.kept_students import STUDENT_FILE, STUDENT_KIND
 from harness.experiments.runner import SuiteRunner
 from harness.experiments.store import ResultsStore
 from harness.experiments.student_export import ExportError, export_run, export_student
+from harness.experiments.suites import load_suite
 from tests.conftest import tiny_suite_dict
 
 # Scores the exported folder on the task's dev file with nothing but transformers, torch and

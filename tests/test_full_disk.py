@@ -20,12 +20,12 @@ import pytest
 from transformers import AutoModelForSequenceClassification
 from typer.testing import CliRunner
 
-from harness.api.suites import load_suite
 from harness.cli import app
 from harness.experiments.record import RunRecord
 from harness.experiments.runner import SuiteRunner
 from harness.experiments.space import ENTRY_BYTES, WEIGHT_BYTES, space_needed
 from harness.experiments.store import RECORD_BYTES, ResultsStore
+from harness.experiments.suites import load_suite
 from tests.records import run_record
 from tests.test_report import SCORES, write_record
 

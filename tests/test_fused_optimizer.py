@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from harness.api.registry import instantiate
-from harness.api.suites import load_suite
 from harness.config.schema import ConfigError, TrainConfig
+from harness.experiments.suites import load_suite
 from harness.training.optimization import build_optimizer
 from tests.test_intermediate_cache import tiny_split
 from tests.tiny_training import TinyRun, train_tiny_student

@@ -12,7 +12,6 @@ import yaml
 
 from harness.api import Augmenter
 from harness.api.registry import MethodRegistry
-from harness.api.suites import load_suite
 from harness.common.cache import ArtifactCache
 from harness.config.schema import ConfigError, CorpusConfig
 from harness.data.corpus import Corpus, build_corpus, encode_corpus, split_into_windows
@@ -20,6 +19,7 @@ from harness.data.loading import DataFormatError, DataNotFoundError, load_task
 from harness.experiments.kept_students import STUDENT_KIND, kept_student
 from harness.experiments.provenance import general_cache_key
 from harness.experiments.runner import SuiteRunner
+from harness.experiments.suites import load_suite
 from harness.teacher.augmented import prepare_augmented
 from methods.kd import VanillaKD
 from tests.conftest import record_as_rebuilt, tiny_suite_dict

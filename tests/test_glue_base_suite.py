@@ -10,10 +10,10 @@ from transformers import MPNetConfig
 
 from harness.api.pooling import with_pooling
 from harness.api.students import count_parameters, new_sequence_classifier, resolve_teacher_sizes
-from harness.api.suites import load_suite
 from harness.assets.checkpoints import Checkpoint
 from harness.bench import efficiency
 from harness.bench.efficiency import build_student, load_teacher, published_efficiency
+from harness.experiments.suites import load_suite
 
 # all-mpnet-base-v2's config.json (the sizes the asset's checksummed config holds).
 MPNET_BASE = {"vocab_size": 30527, "hidden_size": 768, "num_hidden_layers": 12,

@@ -19,7 +19,6 @@ import torch
 from typer.testing import CliRunner
 
 from harness.api.registry import instantiate
-from harness.api.suites import load_suite
 from harness.assets.checkpoints import resolve_checkpoint
 from harness.cli import app
 from harness.common.cache import content_hash
@@ -29,6 +28,7 @@ from harness.data.loading import resolve_data_dir
 from harness.data.tasks import get_task
 from harness.experiments.planner import RunPlanner
 from harness.experiments.store import ResultsStore
+from harness.experiments.suites import load_suite
 from tests.conftest import MINILM_DIR
 
 TASK = "mrpc"

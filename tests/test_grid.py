@@ -18,13 +18,13 @@ import yaml
 from typer.testing import CliRunner
 
 from harness.api.method import Stage
-from harness.api.suites import load_suite
 from harness.cli import app
 from harness.config.schema import ConfigError, TrainConfig
 from harness.experiments.grid import Grid, grid_cells
 from harness.experiments.planner import Variation, scale_to_budget
 from harness.experiments.runner import SuiteRunner
 from harness.experiments.storage import open_storage
+from harness.experiments.suites import load_suite
 from tests.conftest import tiny_suite_dict
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")

@@ -15,13 +15,13 @@ import optuna
 import pytest
 from typer.testing import CliRunner
 
-from harness.api.suites import load_suite
 from harness.assets.checkpoints import TeacherError
 from harness.cli import app
 from harness.experiments.grid import Grid, GridCellError
 from harness.experiments.runner import SuiteRunner
 from harness.experiments.storage import MAX_RETRIES
 from harness.experiments.store import StoreNotWritableError
+from harness.experiments.suites import load_suite
 from tests.conftest import optuna_warnings
 from tests.test_grid import _check_every_cell_once, _records, grid_suite
 

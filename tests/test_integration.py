@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from harness.api.students import count_parameters
-from harness.api.suites import load_suite
 from harness.assets.checkpoints import load_pretrained_encoder
 from harness.data.loading import DataNotFoundError, resolve_data_dir
 from harness.experiments import runner as runner_module
 from harness.experiments.planner import Variation
 from harness.experiments.runner import SuiteRunner
+from harness.experiments.suites import load_suite
 
 try:
     resolve_data_dir()

@@ -323,8 +323,8 @@ def test_a_suite_with_the_cache_on_records_it_and_shares_entries_across_seeds(
         tiny_suite_file, tmp_path):
     import json
 
-    from harness.api.suites import load_suite
     from harness.experiments.runner import SuiteRunner
+    from harness.experiments.suites import load_suite
 
     plain = ["methods.tinybert.params.general_distillation=false",
              "methods.tinybert.params.augment=false"]

@@ -14,11 +14,11 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
-from harness.api.suites import load_suite
 from harness.assets.checkpoints import TeacherError
 from harness.cli import app
 from harness.config.schema import MAX_YAML_VALUES, ConfigError, parse_assignment
 from harness.experiments.planner import RunPlanner, usable_positions
+from harness.experiments.suites import load_suite
 from harness.reporting.report import (
     ReportInputs,
     _latex,

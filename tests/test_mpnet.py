@@ -16,12 +16,12 @@ from harness.api.architectures import dimensions
 from harness.api.capture import capture_attention_scores
 from harness.api.context import StudentContext
 from harness.api.students import build_encoder_student, student_config, teacher_fit_problem
-from harness.api.suites import load_suite
 from harness.config.schema import ConfigError, StudentConfig
 from harness.data.tasks import get_task
 from harness.experiments.kept_students import kept_student
 from harness.experiments.planner import Variation
 from harness.experiments.runner import SuiteRunner
+from harness.experiments.suites import load_suite
 from harness.teacher.outputs import forward_to_depth
 from tests.conftest import tiny_suite_dict
 from tests.test_architectures import mpnet_tokenizer, write_tiny_encoder

@@ -14,7 +14,6 @@ import pytest
 from matplotlib.figure import Figure
 from typer.testing import CliRunner
 
-from harness.api.suites import load_suite
 from harness.cli import app
 from harness.common.cache import ArtifactCache
 from harness.common.paths import (
@@ -26,6 +25,7 @@ from harness.common.paths import (
 )
 from harness.config.schema import SUITES_DIR, ConfigError, available_suites
 from harness.experiments.store import ResultsStore
+from harness.experiments.suites import load_suite
 from harness.experiments.tuning import load_tuned, tuned_path
 from harness.reporting import figures
 from tests.test_config import write_suite

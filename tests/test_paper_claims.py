@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.api.suites import load_suite
 from harness.config.schema import PaperOrdering, PaperShare, VerdictsConfig
+from harness.experiments.suites import load_suite
 from harness.reporting.paper_claims import shares_table
 from harness.reporting.report import grid_shares, leaderboard
 from harness.reporting.verdicts import VerdictInputs, family_table, run_family

@@ -16,10 +16,10 @@ from harness.api.context import StudentContext
 from harness.api.method import Method, StepInputs, TeacherView
 from harness.api.registry import instantiate
 from harness.api.students import classifier_config, resolve_teacher_sizes
-from harness.api.suites import load_suite
 from harness.config.schema import ConfigError, MethodRecipe, StudentConfig
 from harness.data.tasks import TaskSpec, get_task
 from harness.experiments.runner import SuiteRunner
+from harness.experiments.suites import load_suite
 from methods.bert_pkd import patient_layers, patient_loss, pkd_last, pkd_skip
 from tests.conftest import tiny_suite_dict
 

@@ -21,8 +21,8 @@ from harness.api.pooling import (
     resolve_pooling,
     with_pooling,
 )
-from harness.api.suites import load_suite
 from harness.experiments.runner import SuiteRunner
+from harness.experiments.suites import load_suite
 from tests.conftest import MINILM_DIR, tiny_suite_dict
 
 

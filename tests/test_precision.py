@@ -9,7 +9,6 @@ import pytest
 import torch
 import yaml
 
-from harness.api.suites import load_suite
 from harness.common.cache import content_hash
 from harness.common.precision import (
     BF16,
@@ -20,6 +19,7 @@ from harness.common.precision import (
     resolve_auto_precision,
 )
 from harness.config.schema import with_resolved_precision
+from harness.experiments.suites import load_suite
 from tests.conftest import tiny_suite_dict
 
 CPU = torch.device("cpu")

@@ -15,7 +15,6 @@ import yaml
 from scipy import stats
 from typer.testing import CliRunner
 
-from harness.api.suites import load_suite
 from harness.cli import app
 from harness.data.metrics import TaskEvaluator
 from harness.data.tasks import get_task
@@ -28,6 +27,7 @@ from harness.experiments.predictions import (
 )
 from harness.experiments.runner import SuiteRunner
 from harness.experiments.store import ResultsStore
+from harness.experiments.suites import load_suite
 from harness.python_api import predictions_frame
 from harness.reporting.prediction_tables import agreement, check_predictions
 from harness.reporting.report import PREDICTIONS_WARNING

@@ -11,7 +11,6 @@ import pytest
 from typer.testing import CliRunner
 
 from harness.api.registry import registry
-from harness.api.suites import load_suite
 from harness.cli import app
 from harness.experiments.planner import NotApplicableError, current_records
 from harness.experiments.provenance import (
@@ -24,6 +23,7 @@ from harness.experiments.provenance import (
 )
 from harness.experiments.runner import SuiteRunner
 from harness.experiments.store import ResultsStore
+from harness.experiments.suites import load_suite
 
 REPO = Path(__file__).resolve().parent.parent
 

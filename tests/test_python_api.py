@@ -16,9 +16,9 @@ import yaml
 from typer.testing import CliRunner
 
 from harness import load_records, records_frame, run
-from harness.api.suites import load_suite
 from harness.cli import app
 from harness.experiments.record import RunRecord
+from harness.experiments.suites import load_suite
 from harness.reporting.tables import finished_records, score_table
 from tests.conftest import tiny_suite_dict
 

@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.api.suites import load_suite
 from harness.bench.efficiency import latest_bench
+from harness.experiments.suites import load_suite
 from harness.reporting.report import (
     collect_runs,
     efficiency_table,

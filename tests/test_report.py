@@ -14,11 +14,11 @@ import yaml
 from scipy import stats
 from typer.testing import CliRunner
 
-from harness.api.suites import load_suite
 from harness.cli import app
 from harness.common.files import write_json_atomic
 from harness.config.published import load_published
 from harness.experiments.store import ResultsStore
+from harness.experiments.suites import load_suite
 from harness.reporting.report import (
     NOT_CURRENT_WARNING,
     ablation_frame,

@@ -21,7 +21,6 @@ import yaml
 from typer.testing import CliRunner
 
 from harness.api.registry import registry
-from harness.api.suites import load_suite
 from harness.assets.checkpoints import AssetNotFoundError, TeacherError, resolve_checkpoint
 from harness.assets.glove import glove_problem
 from harness.cli import app
@@ -29,6 +28,7 @@ from harness.common.cache import content_hash
 from harness.config.schema import ConfigError
 from harness.experiments.planner import Variation
 from harness.experiments.runner import SuiteRunner
+from harness.experiments.suites import load_suite
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -322,7 +322,7 @@ def test_new_method_prints_a_tiny_run_whose_budgets_load(tmp_path):
     import shlex
     import tempfile
 
-    from harness.api.suites import unused_assignments
+    from harness.experiments.suites import unused_assignments
 
     result = CliRunner().invoke(app, ["new-method", "my-tiny", "--directory", str(tmp_path)])
     assert result.exit_code == 0, result.output

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.api.suites import load_suite
 from harness.experiments.record import SelectionSummary
+from harness.experiments.suites import load_suite
 from tests.conftest import tiny_suite_dict
 
 

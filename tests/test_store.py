@@ -216,7 +216,7 @@ def test_records_ignore_dot_temp_files(tmp_path: Path) -> None:
 def test_a_second_record_of_one_run_is_left_out_and_named(tmp_path: Path) -> None:
     """A copy kept beside a record (or a store merged into another) must not count the run
     twice in a mean; the copy is named."""
-    from harness.api.suites import load_suite
+    from harness.experiments.suites import load_suite
     from harness.reporting.tables import finished_records
 
     suite = load_suite("glue-cpu")

@@ -13,9 +13,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from harness.api.suites import load_suite
 from harness.cli import app
 from harness.config.schema import ConfigError
+from harness.experiments.suites import load_suite
 from tests.test_config import BASE_SUITE
 
 

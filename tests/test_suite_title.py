@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness.api.suites import load_suite
 from harness.config.schema import ConfigError
 from harness.experiments.runner import SuiteRunner
+from harness.experiments.suites import load_suite
 from harness.reporting.report import ablation_heading
 
 

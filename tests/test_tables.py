@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 import torch
 
-from harness.api.suites import load_suite
 from harness.experiments.runner import SuiteRunner
 from harness.experiments.store import InvalidRecordError, ResultsStore
+from harness.experiments.suites import load_suite
 from harness.reporting.report import collect_runs
 from harness.reporting.tables import finished_records, score_table, with_anchors
 from tests.records import run_record

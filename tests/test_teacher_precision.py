@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.api.suites import load_suite
 from harness.assets.checkpoints import Checkpoint
 from harness.common.cache import CACHE_VERSION, content_hash
 from harness.config.schema import ConfigError, TeacherConfig, TrainConfig
 from harness.data.tasks import get_task
 from harness.experiments.runner import SuiteRunner
+from harness.experiments.suites import load_suite
 from harness.teacher.outputs import autocast_setting
 from harness.teacher.preparation import teacher_key
 

@@ -284,8 +284,8 @@ def test_run_ids_follow_the_corpus_a_masked_lm_head_is_fitted_on(tiny_suite_file
     """Without general distillation nothing else puts the corpus in a run id, yet masked-LM
     candidates come from a head fitted on it (the tiny teacher has none): another corpus
     makes other copies, so another run. GloVe candidates do not read it."""
-    from harness.api.suites import load_suite
     from harness.experiments.runner import SuiteRunner
+    from harness.experiments.suites import load_suite
 
     def run_id(candidates: str, corpus_task: str) -> str:
         suite = load_suite(str(tiny_suite_file), overrides=[

@@ -16,12 +16,12 @@ import yaml
 from typer.testing import CliRunner
 
 from harness.api.registry import registry
-from harness.api.suites import load_suite
 from harness.cli import app
 from harness.config.schema import ConfigError
 from harness.experiments.grid import Grid
 from harness.experiments.runner import RunOutcome, SuiteRunner
 from harness.experiments.storage import open_storage
+from harness.experiments.suites import load_suite
 from harness.experiments.tuning import (
     TrialFailed,
     Tuner,

@@ -8,7 +8,7 @@ self-attention (pre-softmax scores, queries, keys, values) is captured through t
 ``AttentionInterface`` (:mod:`harness.api.capture`), which only some architectures route
 their attention through, or, for MPNet, whose scores add a relative position bias, through
 hooks on its self-attention modules; :func:`self_attention_problem` says when neither works,
-and :mod:`harness.api.compatibility` turns that into the refusal of a method whose stages
+and :mod:`harness.experiments.compatibility` turns that into the refusal of a method whose stages
 need it, before anything trains.
 """
 

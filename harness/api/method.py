@@ -324,7 +324,7 @@ class Method:
         """Why the method cannot distil a teacher of this architecture (its student being of
         the same architecture), beyond what the core checks itself (stages that read
         attention scores, queries, keys or values from an architecture whose self-attention
-        cannot be captured, :func:`harness.api.compatibility.method_architecture_problem`);
+        cannot be captured, :func:`harness.experiments.compatibility.method_architecture_problem`);
         None (the default): it can.  Asked when a run is resolved, before anything trains."""
         return None
 

@@ -6,7 +6,6 @@ from typing import Annotated
 
 import typer
 
-from harness.api.suites import load_suite
 from harness.common.cli_options import (
     DEFAULT_RESULTS,
     ResultsOpt,
@@ -21,6 +20,7 @@ from harness.common.cli_options import (
     split_csv,
 )
 from harness.config.schema import ConfigError
+from harness.experiments.suites import load_suite
 
 bench_app = typer.Typer(
     invoke_without_command=True,

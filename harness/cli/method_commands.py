@@ -10,9 +10,9 @@ from typing import Annotated
 
 import typer
 
-from harness.api.suites import load_suite
 from harness.common.cli_options import REPO_ROOT, echo, fail
 from harness.config.schema import available_suites
+from harness.experiments.suites import load_suite
 
 
 def list_(what: Annotated[str, typer.Argument(help="methods, suites or tasks")] = "methods"

@@ -10,7 +10,6 @@ from typing import Annotated
 
 import typer
 
-from harness.api.suites import check_method_names, load_suite
 from harness.cli.shared import recipe_options
 from harness.common.cli_options import (
     DEFAULT_RESULTS,
@@ -31,6 +30,7 @@ from harness.common.cli_options import (
 )
 from harness.common.paths import contained
 from harness.config.schema import ConfigError, resolve_suite_path
+from harness.experiments.suites import check_method_names, load_suite
 
 
 def table(

@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 
-from harness.api.suites import load_suite
 from harness.cli.shared import failed, interrupted
 from harness.common.cli_options import (
     DEFAULT_RESULTS,
@@ -32,6 +31,7 @@ from harness.common.cli_options import (
     split_csv,
 )
 from harness.config.schema import ConfigError
+from harness.experiments.suites import load_suite
 
 
 def run(

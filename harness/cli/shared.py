@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, NoReturn
 
 import typer
 
-from harness.api.suites import unused_assignments
 from harness.common.cli_options import echo, error_text, fail, log_dir_for, split_csv
 from harness.common.interrupts import ctrl_c_pressed
+from harness.experiments.suites import unused_assignments
 
 if TYPE_CHECKING:
     from harness.config.schema import SuiteConfig

@@ -9,7 +9,6 @@ from typing import Annotated
 
 import typer
 
-from harness.api.suites import check_method_names, load_suite
 from harness.cli.shared import crashed, failed, interrupted, trackers, warn_unused
 from harness.common.cli_options import (
     DEFAULT_RESULTS,
@@ -28,6 +27,7 @@ from harness.common.cli_options import (
     recipe_overrides,
 )
 from harness.config.schema import ConfigError, parse_seeds, resolve_suite_path
+from harness.experiments.suites import check_method_names, load_suite
 
 
 def tune(

@@ -1149,5 +1149,5 @@ def suite_source(name_or_path: str) -> SuiteSource:
 def parse_suite(name_or_path: str, overrides: list[str] | None = None) -> SuiteConfig:
     """Read a suite recipe, apply ``--set`` overrides and validate it against the schema.
     The recipes' plugin-specific parts (params, loss and stage names, student kinds) are
-    checked by :func:`harness.api.suites.load_suite`, which is what everything loads."""
+    checked by :func:`harness.experiments.suites.load_suite`, which is what everything loads."""
     return read_suite(name_or_path, overrides)[0]

@@ -14,7 +14,6 @@ import torch
 from transformers import PretrainedConfig
 
 from harness.api.architectures import dimensions
-from harness.api.compatibility import check_method_architecture
 from harness.api.context import StudentKindConfig
 from harness.api.method import Method, Stage
 from harness.api.registry import (
@@ -24,7 +23,6 @@ from harness.api.registry import (
     undeclared_stage_terms,
 )
 from harness.api.students import resolve_teacher_sizes, student_pooling, teacher_fit_problem
-from harness.api.suites import load_suite
 from harness.assets.checkpoints import (
     AssetNotFoundError,
     Checkpoint,
@@ -51,8 +49,10 @@ from harness.data.corpus import Corpus, build_corpus, sentences_fingerprint
 from harness.data.features import EncodedSplit, encode_split
 from harness.data.loading import DataNotFoundError, TaskData, load_task, resolve_data_dir
 from harness.data.tasks import TaskSpec, get_task
+from harness.experiments.compatibility import check_method_architecture
 from harness.experiments.provenance import code_change, run_code
 from harness.experiments.record import RunRecord
+from harness.experiments.suites import load_suite
 from harness.teacher.outputs import intermediate_cache_spec
 from harness.teacher.preparation import teacher_key, teacher_pooling
 

@@ -34,7 +34,6 @@ from harness.api import pooling as pooling_module
 from harness.api.context import ExportedStudent
 from harness.api.pooling import CONFIG_KEY
 from harness.api.registry import registry
-from harness.api.suites import load_suite
 from harness.assets.checkpoints import AssetNotFoundError
 from harness.common.cache import (
     DESCRIPTION,
@@ -50,6 +49,7 @@ from harness.experiments.kept_students import STUDENT_FILE, STUDENT_KIND, kept_s
 from harness.experiments.planner import RunPlanner, record_variation
 from harness.experiments.record import RunRecord
 from harness.experiments.store import ResultsStore
+from harness.experiments.suites import load_suite
 
 EXPORTED_FILE = "harness_student.json"
 """In an exported student that is not a Transformers model: the plugin that loads it."""

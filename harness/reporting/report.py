@@ -1104,8 +1104,8 @@ def ablation_heading(config: SuiteConfig, groups: set[str]) -> tuple[str, str]:
     """The heading and figure name of the published ablation tables ``groups``: the title
     (else the name) of the suite that lists them all in ``anchor_groups``, the report's own
     suite first, then the shipped suites of its protocol; a generic one when none does."""
-    from harness.api.suites import load_suite
     from harness.config.schema import available_suites
+    from harness.experiments.suites import load_suite
 
     others = (load_suite(name) for name in available_suites() if name != config.name)
     for suite in chain([config], others):

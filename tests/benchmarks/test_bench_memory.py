@@ -17,9 +17,9 @@ from benchmarks.memory import (
     read_rows,
     run_memory_flatness,
 )
-from harness.api.suites import load_suite
 from harness.common.cache import content_hash
 from harness.experiments.runner import SuiteRunner
+from harness.experiments.suites import load_suite
 from tests.records import run_record
 
 
