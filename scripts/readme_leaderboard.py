@@ -8,7 +8,7 @@ seed counts and (secondary) % of teacher, and the majority / mean baselines the 
 teacher stage measured; the one between
 ``<!-- ablation:start -->`` and ``<!-- ablation:end -->`` is `harness table --suite
 tinybert-ablation` (ours beside the paper's). ``--check`` exits 1 when the README differs from
-what it would write (tests/test_reference_report.py uses it).
+what it would write (tests/reporting/test_reference_report.py uses it).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from harness.data.metrics import TaskEvaluator
 from harness.data.tasks import get_task
 from harness.teacher.outputs import TeacherRuntime
 from harness.training.engine import StageCheckpoint, StageResult, train_stage
-from tests.test_intermediate_cache import teacher_config, tiny_split
+from tests.teacher.test_intermediate_cache import teacher_config, tiny_split
 
 TASK = get_task("rte")
 

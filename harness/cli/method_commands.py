@@ -72,7 +72,7 @@ def new_method(
     echo(f"wrote {path}: edit its loss terms and stages, then "
          + ("" if builtin else "register the module as an entry point of the group "
             "'harness.methods' in its package (methods/ is the only folder searched), then ")
-         + f"run the contract test (pytest tests/test_contract.py -k {name}) and a tiny run "
+         + f"run the contract test (pytest tests/api/test_contract.py -k {name}) and a tiny run "
          "(a few steps of every stage, one task and seed, a scratch store and cache; "
          "docs/adding-a-method.md, 'Budgets for a tiny run'):\n" + tiny_run_command(name))
 
