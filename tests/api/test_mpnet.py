@@ -23,8 +23,8 @@ from harness.experiments.planner import Variation
 from harness.experiments.runner import SuiteRunner
 from harness.experiments.suites import load_suite
 from harness.teacher.outputs import forward_to_depth
-from tests.conftest import tiny_suite_dict
 from tests.api.test_architectures import mpnet_tokenizer, write_tiny_encoder
+from tests.conftest import tiny_suite_dict
 
 HIDDEN, LAYERS, HEADS, VOCAB = 32, 2, 4, 100
 HEAD_DIM = HIDDEN // HEADS

@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from harness.cli import app
 from harness.experiments.storage import StorageError, check_storage, mask_url, scrub
-from tests.postgres_server import free_port
 from tests.experiments.test_grid import grid_suite
+from tests.postgres_server import free_port
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 

@@ -32,7 +32,6 @@ from harness.experiments.tuning import (
 )
 from methods.kd import VanillaKD
 from tests.conftest import optuna_warnings
-from tests.records import run_record
 from tests.experiments.test_grid import (
     _check_every_cell_once,
     _harness,
@@ -40,6 +39,7 @@ from tests.experiments.test_grid import (
     grid_suite,
     two_workers_one_killed,
 )
+from tests.records import run_record
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 

@@ -29,8 +29,8 @@ from methods.tinybert.augmentation import (
     augment_per_word_loop,
     cased_like,
 )
-from tests.conftest import MINILM_DIR, WORDS, refit_mlm_head
 from tests.assets.test_mlm import write_tiny_mlm
+from tests.conftest import MINILM_DIR, WORDS, refit_mlm_head
 
 MULTI = "xylophonist"  # five word pieces in the MiniLM vocabulary
 MULTI_NEIGHBOURS = ["marimbist", "vibraphonist", "glockenspielist"]
