@@ -39,7 +39,6 @@ from harness.common.progress import progress_bar
 from harness.config.identity import MLM_HEAD_KIND, mlm_head_key
 from harness.data.corpus import sentences_fingerprint
 
-HEAD_KIND = MLM_HEAD_KIND
 HeadSource = Literal["checkpoint_head", "fitted_head"]
 
 
@@ -250,7 +249,7 @@ class MaskedLM:
         entry holds a summary only).  An entry computed with this masked LM records it as
         a source (:meth:`~harness.common.cache.ArtifactCache.build`'s ``made_from``)."""
         if self.source == "fitted_head" and self.key is not None:
-            return [(HEAD_KIND, self.key)]
+            return [(MLM_HEAD_KIND, self.key)]
         return []
 
     def describe(self) -> dict[str, Any]:
@@ -348,7 +347,7 @@ def _checkpoint_head_lm(request: _HeadRequest, encoder: nn.Module, head: nn.Modu
     head.requires_grad_(False)
     key = head_key(checkpoint, corpus, config, "checkpoint_head")
     masked_lm = MaskedLM(encoder, head, tokenizer, "checkpoint_head", {}, key)
-    if cache.has(HEAD_KIND, key):
+    if cache.has(MLM_HEAD_KIND, key):
         masked_lm.summary = _read_summary(cache, key)
         masked_lm.from_cache = True
     else:
@@ -357,7 +356,7 @@ def _checkpoint_head_lm(request: _HeadRequest, encoder: nn.Module, head: nn.Modu
         if corpus:
             _, held_out = _split(corpus, config)
             summary.update(evaluate_head(masked_lm, held_out, config))
-        with cache.build(HEAD_KIND, key, {"checkpoint": checkpoint.spec,
+        with cache.build(MLM_HEAD_KIND, key, {"checkpoint": checkpoint.spec,
                                           "source": "checkpoint_head"}) as scratch:
             (scratch / "summary.json").write_text(json.dumps(summary, indent=2))
         masked_lm.summary = summary
@@ -379,8 +378,8 @@ def _fitted_head_lm(request: _HeadRequest, encoder: nn.Module,
         torch.manual_seed(config.seed)
         fitted = TiedMLMHead(embeddings, hidden_size, eps).to(device)
     key = head_key(checkpoint, corpus, config, "fitted_head")
-    if cache.has(HEAD_KIND, key):
-        path = cache.path(HEAD_KIND, key)
+    if cache.has(MLM_HEAD_KIND, key):
+        path = cache.path(MLM_HEAD_KIND, key)
         fitted.load_own_state(_read_head_state(path / "head.pt", device))
         summary = _read_summary(cache, key)
         request.log(f"[mlm] {checkpoint.spec}: fitted MLM head from the cache"
@@ -399,12 +398,12 @@ def _fitted_head_lm(request: _HeadRequest, encoder: nn.Module,
     masked_lm = MaskedLM(encoder, fitted, tokenizer, "fitted_head", summary, key)
     _, held_out = _split(corpus, config)
     summary.update(evaluate_head(masked_lm, held_out, config))
-    with cache.build(HEAD_KIND, key, {"checkpoint": checkpoint.spec,
+    with cache.build(MLM_HEAD_KIND, key, {"checkpoint": checkpoint.spec,
                                       "source": "fitted_head"}) as scratch:
         torch.save(fitted.own_state(), scratch / "head.pt")
         (scratch / "summary.json").write_text(json.dumps(summary, indent=2))
     request.log(f"[mlm] fitted head{_recall_text(summary)} in {summary['seconds']:.0f}s; "
-                f"cached at {cache.path(HEAD_KIND, key)}")
+                f"cached at {cache.path(MLM_HEAD_KIND, key)}")
     return masked_lm
 
 
@@ -423,7 +422,7 @@ def _read_head_state(path: Path, device: torch.device) -> dict[str, torch.Tensor
 
 
 def _read_summary(cache: ArtifactCache, key: str) -> dict[str, Any]:
-    return json.loads((cache.path(HEAD_KIND, key) / "summary.json").read_text())
+    return json.loads((cache.path(MLM_HEAD_KIND, key) / "summary.json").read_text())
 
 
 def _recall_text(summary: dict[str, Any]) -> str:

@@ -21,8 +21,9 @@ from safetensors.torch import save_file
 
 from harness.api.registry import instantiate
 from harness.assets.checkpoints import resolve_checkpoint
-from harness.assets.mlm import HEAD_KIND, MLMHeadConfig, head_key, load_masked_lm
+from harness.assets.mlm import MLMHeadConfig, head_key, load_masked_lm
 from harness.common.cache import ENTRY_FORMAT, ArtifactCache, content_hash
+from harness.config.identity import MLM_HEAD_KIND
 from harness.training.engine import StageCheckpoint
 from harness.training.progress_file import (
     ProgressRefusedError,
@@ -210,13 +211,13 @@ def test_a_crafted_pickle_as_a_fitted_mlm_head_runs_nothing(
     corpus = [f"sentence number {index} ." for index in range(20)]
     config = MLMHeadConfig(steps=2, batch_size=4, eval_sentences=4, max_length=16)
     key = head_key(checkpoint, corpus, config, "fitted_head")
-    with cache.build(HEAD_KIND, key, {"source": "fitted_head"}) as scratch:
+    with cache.build(MLM_HEAD_KIND, key, {"source": "fitted_head"}) as scratch:
         write_torch_zip(scratch / "head.pt", marker)
         (scratch / "summary.json").write_text("{}")
     with pytest.raises(ValueError, match="refused, it holds more than tensors") as refused:
         load_masked_lm(checkpoint, corpus, cache, config, log=lambda line: None,
                        device="cpu")
-    assert str(cache.path(HEAD_KIND, key) / "head.pt") in str(refused.value)
+    assert str(cache.path(MLM_HEAD_KIND, key) / "head.pt") in str(refused.value)
     assert "posix.system" in str(refused.value) and "\n" not in str(refused.value)
     assert not marker.exists()
 
