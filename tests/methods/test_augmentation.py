@@ -17,8 +17,9 @@ from harness.api.context import AugmentContext
 from harness.api.registry import instantiate
 from harness.assets.checkpoints import Checkpoint, resolve_checkpoint
 from harness.assets.glove import GloveVectors
-from harness.assets.mlm import HEAD_KIND, MaskedLM, MLMHeadConfig, load_masked_lm
+from harness.assets.mlm import MaskedLM, MLMHeadConfig, load_masked_lm
 from harness.common.cache import ArtifactCache, content_hash
+from harness.config.identity import MLM_HEAD_KIND
 from harness.config.schema import MethodRecipe
 from harness.experiments.runner import SuiteRunner
 from harness.experiments.suites import load_suite
@@ -318,14 +319,15 @@ def test_copies_are_made_again_when_their_fitted_head_is_fitted_again_otherwise(
     first = augmented(lambda _: None)
     head, text = first.summary["augmenter"]["mlm"]["key"], first.summary["key"]
     assert first.summary["augmenter"]["source"] == "fitted_head"
-    refit_mlm_head(cache / HEAD_KIND / head)
+    refit_mlm_head(cache / MLM_HEAD_KIND / head)
     lines: list[str] = []
     again = augmented(lines.append)
     assert again.summary["key"] == text
     assert any(f"augmented/{text[:16]} is damaged (it was made from another build of "
-               f"{HEAD_KIND}/{head[:16]})" in line for line in lines), lines
+               f"{MLM_HEAD_KIND}/{head[:16]})" in line for line in lines), lines
     recorded = json.loads((cache / "augmented" / text / "key.json").read_text())["made_from"]
-    assert recorded == {f"{HEAD_KIND}/{head}": ArtifactCache(cache).files_digest(HEAD_KIND, head)}
+    assert recorded == {f"{MLM_HEAD_KIND}/{head}":
+                        ArtifactCache(cache).files_digest(MLM_HEAD_KIND, head)}
 
 
 # -- tokenizers that mark word starts: byte-level BPE (RoBERTa), SentencePiece (DeBERTa-v2) --

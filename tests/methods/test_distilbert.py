@@ -18,8 +18,9 @@ from harness.api.context import StudentContext
 from harness.api.method import StepInputs, TeacherView
 from harness.api.registry import instantiate
 from harness.api.students import classifier_config
-from harness.assets.mlm import HEAD_KIND, TiedMLMHead
+from harness.assets.mlm import TiedMLMHead
 from harness.common.cache import ArtifactCache
+from harness.config.identity import MLM_HEAD_KIND
 from harness.config.schema import ConfigError, MethodRecipe, StudentConfig
 from harness.data.tasks import get_task
 from harness.experiments import runner as runner_module
@@ -298,19 +299,19 @@ def test_the_general_checkpoint_is_made_again_when_the_teachers_head_is_fitted_a
         [found] = [path for path in (cache / kind).iterdir() if not path.name.startswith(".")]
         return found
 
-    general, head = entry("general"), entry(HEAD_KIND)
+    general, head = entry("general"), entry(MLM_HEAD_KIND)
     recorded = json.loads((general / "key.json").read_text())["made_from"]
-    assert recorded == {f"{HEAD_KIND}/{head.name}":
-                        ArtifactCache(cache).files_digest(HEAD_KIND, head.name)}
+    assert recorded == {f"{MLM_HEAD_KIND}/{head.name}":
+                        ArtifactCache(cache).files_digest(MLM_HEAD_KIND, head.name)}
     refit_mlm_head(head)
     lines: list[str] = []
     again = SuiteRunner(suite, tmp_path / "again", cache, log=lines.append)
     again.cache.log = lines.append
     again.run_one("distilbert", "stsb", seed=1)
     assert any(f"general/{general.name[:16]} is damaged (it was made from another build of "
-               f"{HEAD_KIND}/{head.name[:16]})" in line for line in lines), lines
+               f"{MLM_HEAD_KIND}/{head.name[:16]})" in line for line in lines), lines
     assert json.loads((general / "key.json").read_text())["made_from"] == {
-        f"{HEAD_KIND}/{head.name}": ArtifactCache(cache).files_digest(HEAD_KIND, head.name)}
+        f"{MLM_HEAD_KIND}/{head.name}": ArtifactCache(cache).files_digest(MLM_HEAD_KIND, head.name)}
 
     # Its saved progress records the head too: a general stage killed part-way and resumed
     # after the head was fitted again starts over rather than train on both heads.
@@ -335,14 +336,14 @@ def test_the_general_checkpoint_is_made_again_when_the_teachers_head_is_fitted_a
     [progress] = (cache / "partial").iterdir()
     assert steps == ["general", "general"], steps
     assert load_progress_file(progress)["made_from"] == {
-        f"{HEAD_KIND}/{head.name}": ArtifactCache(cache).files_digest(HEAD_KIND, head.name)}
+        f"{MLM_HEAD_KIND}/{head.name}": ArtifactCache(cache).files_digest(MLM_HEAD_KIND, head.name)}
     refit_mlm_head(head)
     lines.clear()
     SuiteRunner(suite, tmp_path / "resumed", cache, log=lines.append).run_one(
         "distilbert", "stsb", seed=1)
     assert f"[engine] {progress}: it was saved from another build of " \
-        f"{HEAD_KIND}/{head.name[:16]} (since rebuilt with other contents); starting over" \
+        f"{MLM_HEAD_KIND}/{head.name[:16]} (since rebuilt with other contents); starting over" \
         in lines, lines
     assert not any("resuming" in line for line in lines)
     assert json.loads((general / "key.json").read_text())["made_from"] == {
-        f"{HEAD_KIND}/{head.name}": ArtifactCache(cache).files_digest(HEAD_KIND, head.name)}
+        f"{MLM_HEAD_KIND}/{head.name}": ArtifactCache(cache).files_digest(MLM_HEAD_KIND, head.name)}
